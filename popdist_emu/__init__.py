@@ -1,3 +1,48 @@
-"""PopDist API and the replicated training runtime of the emulator."""
+"""PopDist API and the replicated training runtime of the emulator.
 
-__all__: list[str] = []
+The PopDist names are imported eagerly and pull in no JAX, so ``import popdist`` in a host
+program stays cheap; the training runtime's names are loaded on first use.
+"""
+
+from popdist_emu._popdist_api import checkNumIpusPerReplica as checkNumIpusPerReplica
+from popdist_emu._popdist_api import execute_on_instances as execute_on_instances
+from popdist_emu._popdist_api import getDeviceId as getDeviceId
+from popdist_emu._popdist_api import getInstanceIndex as getInstanceIndex
+from popdist_emu._popdist_api import getLocalInstanceIndex as getLocalInstanceIndex
+from popdist_emu._popdist_api import getNumInstances as getNumInstances
+from popdist_emu._popdist_api import getNumIpusPerReplica as getNumIpusPerReplica
+from popdist_emu._popdist_api import getNumLocalReplicas as getNumLocalReplicas
+from popdist_emu._popdist_api import getNumTotalReplicas as getNumTotalReplicas
+from popdist_emu._popdist_api import getReplicaIndexOffset as getReplicaIndexOffset
+from popdist_emu._popdist_api import init as init
+from popdist_emu._popdist_api import isPopdistEnvSet as isPopdistEnvSet
+
+# Runtime names -> the private module that defines them; imported lazily (they need JAX).
+_LAZY: dict[str, str] = {}
+
+__all__ = [
+    "checkNumIpusPerReplica",
+    "execute_on_instances",
+    "getDeviceId",
+    "getInstanceIndex",
+    "getLocalInstanceIndex",
+    "getNumInstances",
+    "getNumIpusPerReplica",
+    "getNumLocalReplicas",
+    "getNumTotalReplicas",
+    "getReplicaIndexOffset",
+    "init",
+    "isPopdistEnvSet",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'popdist_emu' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
