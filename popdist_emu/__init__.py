@@ -18,7 +18,23 @@ from popdist_emu._popdist_api import init as init
 from popdist_emu._popdist_api import isPopdistEnvSet as isPopdistEnvSet
 
 # Runtime names -> the private module that defines them; imported lazily (they need JAX).
-_LAZY: dict[str, str] = {}
+_LAZY: dict[str, str] = {
+    "AllReduceUpdate": "popdist_emu._reduce_update",
+    "CollectiveRecord": "popdist_emu._reduce_update",
+    "CompiledStep": "popdist_emu._runtime",
+    "DigitsSplit": "popdist_emu._digits",
+    "NonFiniteGradientError": "popdist_emu._runtime",
+    "NonScalarLossError": "popdist_emu._replica_step",
+    "Options": "popdist_emu._options",
+    "Progress": "popdist_emu._progress",
+    "ReduceUpdateStage": "popdist_emu._reduce_update",
+    "ReplicaLoader": "popdist_emu._loader",
+    "StageResult": "popdist_emu._reduce_update",
+    "TrainState": "popdist_emu._replica_step",
+    "Trainer": "popdist_emu._runtime",
+    "is_offline_mode": "popdist_emu._options",
+    "load_digits_split": "popdist_emu._digits",
+}
 
 __all__ = [
     "checkNumIpusPerReplica",

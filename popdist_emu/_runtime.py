@@ -1,0 +1,328 @@
+"""The replicated training runtime: a user's JAX loss and an optax optimiser on every replica.
+
+One optimiser step: every local replica runs the compiled micro-step on each of its
+``gradient_accumulation`` micro-batches (accumulating gradients and loss), then the
+reduce-and-update stage combines all replicas of the job through ``gcl`` and applies the
+same update everywhere. Parameters are identical on all replicas, so an instance keeps one
+copy for all of its local replicas. One call of :meth:`Trainer.step` runs
+``device_iterations`` such steps.
+
+The pieces the hardware model and the sharding levers need are exposed as attributes:
+``grad_fn`` (the jitted per-replica micro-step), ``update_fn``, :meth:`example_args` and
+:meth:`collectives`; ``reduce_update`` is the replaceable reduce-and-update stage.
+
+References:
+    PopTorch User Guide, ``trainingModel`` with replication, gradient accumulation and
+    device iterations; PopART glossary, input layout
+    ``[batches_per_step, accl_factor, repl_factor, micro_batch, *sample]``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+import optax
+
+from popdist_emu._options import Options, is_offline_mode
+from popdist_emu._reduce_update import (
+    AllReduceUpdate,
+    CollectiveRecord,
+    ReduceUpdateStage,
+)
+from popdist_emu._replica_step import (
+    TrainState,
+    check_scalar_loss,
+    make_micro_step,
+    make_update,
+    shape_struct,
+    zero_accumulator,
+)
+
+
+class NonFiniteGradientError(FloatingPointError):
+    """A replica produced a NaN or Inf loss or gradient; the message names replica and step."""
+
+
+class CompiledStep(NamedTuple):
+    """A step compiled from shapes only (offline mode), for cost and memory analysis.
+
+    Attributes:
+        micro_step: ``jax.stages.Compiled`` of one replica's micro-step.
+        update: ``jax.stages.Compiled`` of the optimiser update.
+        collectives: the collectives one step runs.
+    """
+
+    micro_step: Any
+    update: Any
+    collectives: tuple[CollectiveRecord, ...]
+
+
+def _dtype_of(x: Any) -> np.dtype:
+    dtype = getattr(x, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.result_type(x)
+
+
+def _leaf_path(path: tuple) -> str:
+    return jax.tree_util.keystr(path) or "<root>"
+
+
+class Trainer:
+    """Trains ``loss_fn`` with ``optimizer`` on this instance's replicas of the job.
+
+    Args:
+        loss_fn: pure JAX ``loss_fn(params, micro_batch) -> scalar``, e.g. the mean
+            cross-entropy over the micro-batch.
+        optimizer: an optax optimiser, applied identically on every replica.
+        params: initial parameters (a pytree of arrays), the same on every instance; in
+            offline mode a pytree of ``jax.ShapeDtypeStruct`` is enough.
+        options: step shape (replicas, accumulation, device iterations, reduction).
+        comm: mpi4py communicator of the instances for gcl; None is gcl's default.
+        timeout: seconds a collective waits for a peer before raising.
+        debug: after every step, check that all instances hold identical parameters.
+    """
+
+    def __init__(
+        self,
+        loss_fn: Callable[[Any, Any], Any],
+        optimizer: optax.GradientTransformation,
+        params: Any,
+        options: Options | None = None,
+        *,
+        comm: Any = None,
+        timeout: float | None = None,
+        debug: bool = False,
+    ) -> None:
+        self.options = Options() if options is None else options
+        self._refuse_unwired_levers()
+        self.loss_fn = loss_fn
+        self.optimizer = optimizer
+        self.offline = is_offline_mode()
+        self.comm = comm
+        self.timeout = timeout
+        self.debug = debug
+        opts = self.options
+        self.num_total_replicas = opts.num_total_replicas
+        self.replica_offset = opts.replica_offset
+        scale = (
+            1.0 / (self.num_total_replicas * opts.gradient_accumulation)
+            if opts.reduction == "mean"
+            else None
+        )
+        self.grad_fn = make_micro_step(loss_fn)
+        self.update_fn = make_update(optimizer, scale)
+        self.reduce_update: ReduceUpdateStage = AllReduceUpdate(
+            self.update_fn, comm=comm, timeout=timeout
+        )
+        if self.offline:
+            self._params_shape = shape_struct(params)
+            self.state = None
+        else:
+            # A private copy: the update donates (reuses) the parameter buffers.
+            params = jax.tree.map(lambda x: jax.device_put(np.array(x)), params)
+            self._params_shape = shape_struct(params)
+            self.state = TrainState(params, optimizer.init(params))
+        self._opt_state_shape = jax.eval_shape(optimizer.init, self._params_shape)
+        self._micro_batch_shape: Any = None
+        self._loss_shape: Any = None
+        self._zeros: Any = None
+        self.steps_done = 0
+
+    # ----------------------------------------------------------------- inspection
+    @property
+    def params(self) -> Any:
+        """The current parameters (identical on every replica of the job)."""
+        if self.state is None:
+            raise RuntimeError(
+                "Trainer.params: offline mode holds no parameter values, only shapes; "
+                "unset POPDIST_EMU_OFFLINE (drop --offline-mode) to train."
+            )
+        return self.state.params
+
+    def example_args(self, batch: Any) -> dict[str, Any]:
+        """Shape structs of the compiled functions' arguments, from a call's ``batch``.
+
+        Returns:
+            ``{"micro_step": (params, acc, micro_batch), "update": (params, opt_state,
+            grad_sum)}``, each a tuple of pytrees of ``jax.ShapeDtypeStruct``.
+        """
+        micro = self._prepare(batch)
+        acc = (self._params_shape, self._loss_shape)
+        return {
+            "micro_step": (self._params_shape, acc, micro),
+            "update": (self._params_shape, self._opt_state_shape, self._params_shape),
+        }
+
+    def collectives(self, batch: Any) -> tuple[CollectiveRecord, ...]:
+        """The collectives one optimiser step runs (the same for every step)."""
+        self._prepare(batch)
+        acc = (self._params_shape, self._loss_shape)
+        return self.reduce_update.collectives(acc, self.num_total_replicas)
+
+    def compile(self, batch: Any) -> CompiledStep:
+        """Lowers and compiles the step from shapes only: no data, no collective.
+
+        Args:
+            batch: a call's input or its shapes (``jax.ShapeDtypeStruct`` leaves), laid out
+                ``[device_iterations, gradient_accumulation, replicas, micro_batch, *sample]``.
+        """
+        args = self.example_args(batch)
+        micro = self.grad_fn.lower(*args["micro_step"]).compile()
+        update = self.update_fn.lower(*args["update"]).compile()
+        return CompiledStep(micro, update, self.collectives(batch))
+
+    # ----------------------------------------------------------------- training
+    def step(self, batch: Any) -> float | np.ndarray:
+        """Runs ``device_iterations`` optimiser steps on one call's batch.
+
+        Args:
+            batch: a pytree whose leaves are laid out ``[device_iterations,
+                gradient_accumulation, replication_factor, micro_batch, *sample]``
+                (as :meth:`ReplicaLoader.batch` returns).
+
+        Returns:
+            The global mean loss (over all replicas and accumulated micro-batches) of the
+            last step for ``output_mode="final"``, or of every step, ``[device_iterations]``,
+            for ``"all"``.
+        """
+        if self.offline:
+            raise RuntimeError(
+                "Trainer.step: offline mode (--offline-mode) compiles without running; call "
+                "Trainer.compile(batch_shapes) instead, or run without --offline-mode."
+            )
+        self._prepare(batch)
+        opts = self.options
+        divisor = self.num_total_replicas * opts.gradient_accumulation
+        losses = np.empty(opts.device_iterations)
+        for d in range(opts.device_iterations):
+            losses[d] = self._one_step(batch, d) / divisor
+        return losses if opts.output_mode == "all" else float(losses[-1])
+
+    def _one_step(self, batch: Any, d: int) -> float:
+        opts = self.options
+        leaves, treedef = jax.tree.flatten(batch)
+        sums, flags = [], []
+        for k in range(opts.replication_factor):
+            acc = self._zeros
+            replica_flags = []
+            for a in range(opts.gradient_accumulation):
+                micro = jax.tree.unflatten(treedef, [leaf[d, a, k] for leaf in leaves])
+                acc, finite = self.grad_fn(self.state.params, acc, micro)
+                replica_flags.append(finite)
+            sums.append(acc)
+            flags.append(replica_flags)
+        result = self.reduce_update(self.state, sums)
+        if not result.finite:
+            self._raise_non_finite(flags)
+        self.state = result.state
+        self.steps_done += 1
+        if self.debug:
+            self.check_replicas_identical()
+        return result.loss_sum
+
+    def check_replicas_identical(self) -> None:
+        """Checks, through gcl, that every instance holds the same parameters, bit for bit.
+
+        Each instance hashes its parameter bytes; the max and min over all replicas must
+        agree. Cheap (one small all-reduce pair), so ``debug=True`` runs it every step.
+        """
+        import zlib
+
+        import gcl
+
+        digest = 0
+        for leaf in jax.tree.leaves(self.state.params):
+            digest = zlib.crc32(np.ascontiguousarray(leaf).tobytes(), digest)
+        local = [np.array([float(digest)])] * self.options.replication_factor
+        kw = {"comm": self.comm, "timeout": self.timeout}
+        hi = gcl.all_reduce(local, "max", **kw)[0][0]
+        lo = gcl.all_reduce(local, "min", **kw)[0][0]
+        if hi != lo:
+            raise AssertionError(
+                f"Trainer: replicas diverged after step {self.steps_done}: parameter hashes "
+                f"range over [{lo:.0f}, {hi:.0f}]; every instance must start from the same "
+                f"params and compute under the same CPU allowance."
+            )
+
+    # ----------------------------------------------------------------- helpers
+    def _refuse_unwired_levers(self) -> None:
+        opts = self.options
+        for name, on in (
+            ("replicated_tensor_sharding", opts.replicated_tensor_sharding),
+            ("offload_optimiser", opts.offload_optimiser),
+        ):
+            if on:
+                raise NotImplementedError(
+                    f"Trainer: Options.{name}=True is not supported by this runtime yet; "
+                    f"drop the flag (--{name.replace('_', '-')})."
+                )
+
+    def _prepare(self, batch: Any) -> Any:
+        """Checks a call's batch layout; on first sight traces the loss and sets shapes.
+
+        Returns:
+            The micro-batch shape structs.
+        """
+        opts = self.options
+        want = (opts.device_iterations, opts.gradient_accumulation, opts.replication_factor)
+        micro_batch_sizes = set()
+        paths_leaves = jax.tree_util.tree_flatten_with_path(batch)[0]
+        if not paths_leaves:
+            raise ValueError("Trainer: `batch` has no arrays; pass e.g. (images, labels).")
+        for path, leaf in paths_leaves:
+            shape = tuple(np.shape(leaf))
+            if len(shape) < 4 or shape[:3] != want:
+                raise ValueError(
+                    f"Trainer: `batch` leaf {_leaf_path(path)} has shape {shape}, but its "
+                    f"leading dims must be [device_iterations={want[0]}, "
+                    f"gradient_accumulation={want[1]}, replication_factor={want[2]}, "
+                    f"micro_batch, *sample]; lay the batch out that way "
+                    f"(ReplicaLoader.batch does) or change the Options."
+                )
+            micro_batch_sizes.add(shape[3])
+        if len(micro_batch_sizes) != 1:
+            raise ValueError(
+                f"Trainer: `batch` leaves disagree on the micro-batch size (axis 3): "
+                f"{sorted(micro_batch_sizes)}; every leaf needs the same number of samples."
+            )
+        micro = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(tuple(np.shape(x))[3:], _dtype_of(x)), batch
+        )
+        if micro != self._micro_batch_shape:
+            self._loss_shape = check_scalar_loss(self.loss_fn, self._params_shape, micro)
+            self._micro_batch_shape = micro
+            if self.state is not None:
+                self._zeros = zero_accumulator(self.state.params, self._loss_shape.dtype)
+        return micro
+
+    def _raise_non_finite(self, flags: list[list[Any]]) -> None:
+        """Finds, over all instances, the first replica and micro-batch that went non-finite."""
+        import gcl
+
+        opts = self.options
+        local = []
+        for k, replica_flags in enumerate(flags):
+            marks = np.zeros(self.num_total_replicas)
+            bad = [a for a, ok in enumerate(replica_flags) if not bool(ok)]
+            if bad:
+                marks[self.replica_offset + k] = bad[0] + 1
+            local.append(marks)
+        marks = gcl.all_reduce(local, "max", comm=self.comm, timeout=self.timeout)[0]
+        culprits = np.flatnonzero(marks)
+        step = self.steps_done
+        if culprits.size == 0:
+            raise NonFiniteGradientError(
+                f"Trainer: the gradient summed over replicas at step {step} overflowed to "
+                f"Inf although every replica's gradient was finite; use reduction='mean' "
+                f"with a smaller loss scale or a lower learning rate."
+            )
+        r = int(culprits[0])
+        a = int(marks[r]) - 1
+        others = f" (also replicas {culprits[1:].tolist()})" if culprits.size > 1 else ""
+        raise NonFiniteGradientError(
+            f"Trainer: NaN or Inf loss/gradient from global replica {r} at step {step} "
+            f"(micro-batch {a} of gradient_accumulation={opts.gradient_accumulation}){others}; "
+            f"check that replica's input data, lower the learning rate or clip gradients."
+        )
