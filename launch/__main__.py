@@ -1,0 +1,7 @@
+"""``python -m launch`` is ``poprun-emu``."""
+
+import sys
+
+from launch._cli import main
+
+sys.exit(main())

@@ -1,0 +1,171 @@
+"""Runs inside every MPI rank: sets up one PopRun instance and runs the program as its child.
+
+``python -m launch._bootstrap -- program [args]``, with the job in the ``POPDIST_EMU_BOOTSTRAP``
+variable (JSON written by the launcher). The bootstrap imports neither JAX nor mpi4py: the
+child is the MPI process (MPICH's ``PMI_FD`` stays open for it). It
+
+- exports the instance's ``POPDIST_*`` environment and the emulator's ``POPDIST_EMU_*``;
+- pins itself, and so the child, to ONE CPU (round-robin by local rank) and makes XLA and the
+  BLAS libraries single-threaded, because XLA sizes its thread pool from the CPUs a process may
+  use and that changes float bits: every instance computes under the same CPU allowance;
+- puts the ``popdist`` shim on PYTHONPATH, so ``import popdist`` works inside instances only;
+- tags each output line as Open MPI's ``--tag-output`` does (``[1,<i>]<stdout>:``), or with
+  ``--only-output-from-instance K`` passes K's output untagged and silences the others;
+- writes the child's exit status (``Popen.returncode``) to ``$JOB_DIR/instance-<i>.status``
+  for the launcher's watchdog, forwards SIGTERM/SIGINT, and exits with the child's code.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from typing import BinaryIO
+
+from launch._job import (
+    CONFIG_VARIABLE,
+    instance_environment,
+    pid_path,
+    status_path,
+    write_atomically,
+)
+
+# Rank variables of MPICH Hydra, Open MPI and PMIx launchers, in that order.
+_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
+_LOCAL_RANK_VARIABLES = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK")
+
+
+def _first_int(environ: Mapping[str, str], names: tuple[str, ...]) -> int | None:
+    for name in names:
+        if environ.get(name, "").strip().isdigit():
+            return int(environ[name])
+    return None
+
+
+def _pin_to_one_cpu(local_index: int) -> None:
+    cpus = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {cpus[local_index % len(cpus)]})
+
+
+def _pump(source: BinaryIO, sink: BinaryIO, tag: bytes) -> None:
+    """Copies lines from the child's pipe to ours, each with the instance's tag."""
+    for line in iter(source.readline, b""):
+        sink.write(tag + (line if line.endswith(b"\n") else line + b"\n"))
+        sink.flush()
+    source.close()
+
+
+def _watch_launcher(launcher_pid: int, child: subprocess.Popen) -> None:
+    """Ends the child if the launcher dies without ending the job (e.g. SIGKILL)."""
+    while child.poll() is None:
+        time.sleep(1.0)
+        try:
+            os.kill(launcher_pid, 0)
+        except ProcessLookupError:
+            child.terminate()
+            try:
+                child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            return
+        except PermissionError:
+            pass
+
+
+def run_instance(program: list[str], config: Mapping[str, object]) -> int:
+    """Runs ``program`` as this rank's instance; returns the exit code for this process."""
+    forced = config.get("instance")
+    instance = forced if forced is not None else _first_int(os.environ, _RANK_VARIABLES)
+    if instance is None:
+        print(
+            "poprun-emu bootstrap: no MPI rank variable (PMI_RANK, OMPI_COMM_WORLD_RANK, "
+            "PMIX_RANK) is set: start instances through poprun-emu, not directly.",
+            file=sys.stderr,
+        )
+        return 2
+    local_index = _first_int(os.environ, _LOCAL_RANK_VARIABLES)
+    _pin_to_one_cpu(instance if local_index is None or forced is not None else local_index)
+    job_dir = str(config["job_dir"])
+    # A process group of our own (MPICH already gives each rank a session), so the watchdog
+    # can end this instance and everything it started with one killpg.
+    if os.getpgrp() != os.getpid():
+        with contextlib.suppress(OSError):
+            os.setpgid(0, 0)
+    write_atomically(pid_path(job_dir, instance), f"{os.getpid()} {os.getpgrp()}\n")
+
+    only = config.get("only_output_from")
+    tagged = only is None
+    if tagged:
+        stdout = stderr = subprocess.PIPE
+    elif only == instance:
+        stdout = stderr = None
+    else:
+        stdout = stderr = subprocess.DEVNULL
+    pmi_fd = os.environ.get("PMI_FD", "")
+    child = subprocess.Popen(
+        program,
+        env=instance_environment(config, instance, os.environ),
+        stdout=stdout,
+        stderr=stderr,
+        pass_fds=(int(pmi_fd),) if pmi_fd.isdigit() else (),
+    )
+
+    def forward(signum: int, _frame: object) -> None:
+        if child.poll() is None:
+            child.send_signal(signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, forward)
+
+    pumps = []
+    if tagged:
+        for pipe, sink, stream in (
+            (child.stdout, sys.stdout.buffer, "stdout"),
+            (child.stderr, sys.stderr.buffer, "stderr"),
+        ):
+            tag = f"[1,{instance}]<{stream}>:".encode()
+            pumps.append(threading.Thread(target=_pump, args=(pipe, sink, tag), daemon=True))
+    launcher_pid = config.get("launcher_pid")
+    if isinstance(launcher_pid, int):
+        pumps.append(
+            threading.Thread(target=_watch_launcher, args=(launcher_pid, child), daemon=True)
+        )
+    for thread in pumps:
+        thread.start()
+    while True:
+        try:
+            code = child.wait()
+            break
+        except InterruptedError:  # pragma: no cover - wait is retried by Python already
+            continue
+    write_atomically(status_path(job_dir, instance), f"{code}\n")
+    # A grandchild holding the pipes open must not keep this instance alive.
+    for thread in pumps[:2] if tagged else ():
+        thread.join(timeout=5)
+    return code if code >= 0 else 128 - code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m launch._bootstrap -- program [args]``."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    text = os.environ.get(CONFIG_VARIABLE)
+    if text is None or not argv:
+        print(
+            f"poprun-emu bootstrap: {CONFIG_VARIABLE} is unset or no program was given: this "
+            f"module is started by poprun-emu; run poprun-emu [options] program instead.",
+            file=sys.stderr,
+        )
+        return 2
+    return run_instance(argv, json.loads(text))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

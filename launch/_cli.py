@@ -1,0 +1,200 @@
+"""``poprun-emu``: PopRun's command line -> validated layout -> one MPI rank per instance.
+
+Everything a user can get wrong is refused before any process starts, in one line on stderr
+naming the value and the fix, with exit code 2. This module imports neither JAX nor mpi4py, so
+a refusal takes a few tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+from collections.abc import Sequence
+
+from hardware import LayoutError, ReplicaLayout
+from launch._errors import UsageError
+from launch._job import CONFIG_VARIABLE, instance_environment
+from launch._mpi import adapt_mpi_args, find_mpiexec, mpi_flavour, mpiexec_command
+from launch._options import OPTIONS, LaunchOptions, parse_command_line
+from launch._program import program_command
+from launch._topology import format_topology
+from launch._watchdog import run_job
+
+_FALLBACK_VERSION = "0.1.0"
+
+
+def launcher_version() -> str:
+    """The installed distribution's version, or the source tree's when not installed."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("popdist-emu")
+    except metadata.PackageNotFoundError:
+        return _FALLBACK_VERSION
+
+
+def help_text() -> str:
+    """``--help``: PopRun's usage line and every option, the emulator's differences marked."""
+    parser = argparse.ArgumentParser(
+        prog="poprun-emu",
+        usage="poprun-emu [options] program [args]",
+        add_help=False,
+        description=(
+            "Emulates Graphcore PopRun on this machine: starts --num-instances MPI processes as "
+            "host instances, each with PopRun's POPDIST_* environment, pinned to one CPU. A "
+            "program ending in .py runs with this Python; anything else is run as an "
+            "executable (python3 train.py). Host names (-H) are simulated: every instance runs "
+            "here. V-IPU and partition options are accepted and have no effect."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    for spec in OPTIONS:
+        kwargs = {"help": spec.help}
+        if spec.kind in ("count", "flag"):
+            kwargs["action"] = "store_true"
+        else:
+            kwargs["metavar"] = spec.metavar or "VALUE"
+        parser.add_argument(*spec.flags, dest=spec.dest, **kwargs)
+    return parser.format_help()
+
+
+def _version_text(style: str) -> str:
+    version = launcher_version()
+    if style == "text":
+        return f"poprun-emu {version}"
+    try:
+        mpiexec = find_mpiexec()
+    except UsageError:
+        mpiexec = ""
+    details = {
+        "poprun-emu": version,
+        "python": sys.version.split()[0],
+        "mpiexec": mpiexec,
+        "mpi": mpi_flavour(mpiexec) if mpiexec else "",
+    }
+    if style == "full-json":
+        return json.dumps(details)
+    return "\n".join(f"{k}: {v}" for k, v in details.items())
+
+
+def validate(options: LaunchOptions) -> tuple[ReplicaLayout, list[str]]:
+    """The job's layout and the command each instance runs, or a UsageError.
+
+    Raises:
+        UsageError: a layout PopRun refuses, a bad program, or an instance index for
+            ``--only-output-from-instance`` outside ``[0, num_instances)``.
+    """
+    try:
+        layout = ReplicaLayout(
+            num_replicas=options.num_replicas,
+            num_instances=options.num_instances,
+            ipus_per_replica=options.ipus_per_replica,
+            hosts=options.hosts,
+        )
+    except LayoutError as error:
+        raise UsageError(str(error)) from None
+    only = options.only_output_from_instance
+    if only is not None and not 0 <= only < layout.num_instances:
+        raise UsageError(
+            f"--only-output-from-instance {only} is outside [0, {layout.num_instances}): pick "
+            f"an instance index below --num-instances {layout.num_instances}."
+        )
+    return layout, program_command(options.program, python=sys.executable)
+
+
+def _log(message: str) -> None:
+    print(f"poprun-emu: {message}", file=sys.stderr, flush=True)
+
+
+def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) -> int:
+    """Starts the instances (or, offline, instance 0 alone) and watches them to the end."""
+    if options.no_effect:
+        _log(
+            f"{', '.join(options.no_effect)}: no effect in the emulator (there is no V-IPU "
+            f"server; the IPUs are simulated)"
+        )
+    if options.print_topology:
+        print(format_topology(layout), end="", flush=True)
+    if options.verbosity >= 1:
+        _log(
+            f"layout: {layout.num_replicas} replicas, {layout.num_instances} instances x "
+            f"{layout.num_local_replicas} local replicas, {layout.ipus_per_replica} IPUs per "
+            f"replica ({layout.num_ipus} IPUs), hosts {','.join(layout.hosts)}"
+            + (", offline (instance 0 only)" if options.offline_mode else "")
+        )
+    flavour = "other"
+    mpiexec = ""
+    if not options.offline_mode:
+        mpiexec = find_mpiexec()
+        flavour = mpi_flavour(mpiexec)
+    global_args = adapt_mpi_args(options.mpi_global_args, flavour, os.environ)
+    local_args = adapt_mpi_args(options.mpi_local_args, flavour, os.environ)
+    dropped = global_args.dropped + local_args.dropped
+    if dropped and options.verbosity >= 1:
+        _log(f"MPI arguments not used with this MPI ({flavour}): {' '.join(dropped)}")
+
+    job_dir = tempfile.mkdtemp(prefix="poprun-emu-")
+    try:
+        config = {
+            "layout": {
+                "num_replicas": layout.num_replicas,
+                "num_instances": layout.num_instances,
+                "ipus_per_replica": layout.ipus_per_replica,
+                "hosts": list(layout.hosts),
+            },
+            "job_dir": job_dir,
+            "exports": [list(kv) for kv in global_args.exports + local_args.exports],
+            "only_output_from": options.only_output_from_instance,
+            "system": options.system,
+            "report_dir": options.report_dir,
+            "offline": options.offline_mode,
+            "launcher_pid": os.getpid(),
+            "instance": 0 if options.offline_mode else None,
+        }
+        bootstrap = [sys.executable, "-m", "launch._bootstrap", "--", *program]
+        if options.offline_mode:
+            command, instances = bootstrap, [0]
+        else:
+            command = mpiexec_command(
+                mpiexec,
+                flavour,
+                num_instances=layout.num_instances,
+                global_args=global_args.args,
+                local_args=local_args.args,
+                bootstrap=bootstrap,
+                is_root=os.geteuid() == 0,
+            )
+            instances = list(range(layout.num_instances))
+        if options.verbosity >= 2:
+            _log(f"command: {shlex.join(command)}")
+            for i in instances:
+                env = instance_environment(config, i, os.environ)
+                exported = {k: v for k, v in env.items() if os.environ.get(k) != v}
+                _log(f"instance {i} exports: {' '.join(f'{k}={v}' for k, v in exported.items())}")
+        env = {**os.environ, CONFIG_VARIABLE: json.dumps(config)}
+        return run_job(command, env=env, job_dir=job_dir, instances=instances)
+    finally:
+        shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``poprun-emu`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        options = parse_command_line(argv)
+        if options.help:
+            print(help_text(), end="")
+            return 0
+        if options.version:
+            print(_version_text(options.version_format))
+            return 0
+        layout, program = validate(options)
+        return launch(options, layout, program)
+    except UsageError as error:
+        print(f"poprun-emu: error: {error}", file=sys.stderr)
+        return 2

@@ -1,0 +1,313 @@
+"""PopRun's command line: option names, defaults and PopRun's boolean spellings.
+
+``poprun-emu [options] program [args]``: options end at the first word that is not an option
+or an option's value (or at ``--``); everything from there on belongs to the program, so a
+program's own ``--num-replicas`` is never read by the launcher.
+
+References:
+    PopRun/PopDist User Guide, "Overview" (the option table); graphcore-facts.md, section 2.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Sequence
+from typing import Literal, NamedTuple
+
+from launch._errors import UsageError
+from launch._hosts import parse_hosts
+
+_TRUE = ("1", "yes", "true", "on")
+_FALSE = ("0", "no", "false", "off")
+
+Kind = Literal["int", "str", "bool", "count", "flag", "choice"]
+
+
+class OptionSpec(NamedTuple):
+    """One option: its spellings, how its value is read, and what it does here."""
+
+    flags: tuple[str, ...]
+    kind: Kind
+    dest: str
+    help: str
+    metavar: str = ""
+    no_effect: bool = False  # accepted so real scripts run; reported once as ineffective
+    choices: tuple[str, ...] = ()
+
+
+# The options of PopRun (graphcore-facts.md, section 2) and the emulator's own three.
+OPTIONS: tuple[OptionSpec, ...] = (
+    OptionSpec(("-h", "--help"), "flag", "help", "Show this help and exit."),
+    OptionSpec(("--version",), "flag", "version", "Show the version and exit."),
+    OptionSpec(
+        ("--version-format",),
+        "choice",
+        "version_format",
+        "Format of --version: text (default), full-text or full-json.",
+        "FORMAT",
+        choices=("text", "full-text", "full-json"),
+    ),
+    OptionSpec(("--num-replicas",), "int", "num_replicas", "Total replicas (1).", "N"),
+    OptionSpec(
+        ("--num-instances",),
+        "int",
+        "num_instances",
+        "Host instances (MPI processes); replicas are divided evenly among them (1).",
+        "N",
+    ),
+    OptionSpec(
+        ("--ipus-per-replica",),
+        "int",
+        "ipus_per_replica",
+        "IPUs per replica: 1, 2, 4, 8 or 16 (1).",
+        "N",
+    ),
+    OptionSpec(
+        ("-H", "--host"),
+        "str",
+        "host",
+        "Hosts, e.g. host0,host1 or host[0-2,4]; instances are divided evenly among them. "
+        "SIMULATED: every instance runs on this machine; the names only set "
+        "POPDIST_EMU_HOSTS and POPDIST_LOCAL_INSTANCE_INDEX and show in --print-topology.",
+        "HOSTS",
+    ),
+    OptionSpec(
+        ("--only-output-from-instance",),
+        "int",
+        "only_output_from_instance",
+        "Show only this instance's output, untagged; the others are silenced (this can hide "
+        "their errors; the launcher still names a failing instance).",
+        "I",
+    ),
+    OptionSpec(
+        ("--mpi-global-args",),
+        "str",
+        "mpi_global_args",
+        "Arguments for mpiexec (one string). Open MPI-only options are dropped under MPICH.",
+        "ARGS",
+    ),
+    OptionSpec(
+        ("--mpi-local-args",),
+        "str",
+        "mpi_local_args",
+        "Per-instance mpirun arguments (one string): -x NAME / -x NAME=VALUE export "
+        "variables to every instance; other words go to mpiexec before the program.",
+        "ARGS",
+    ),
+    OptionSpec(
+        ("--print-topology",),
+        "bool",
+        "print_topology",
+        "Print a table of hosts, instances, replicas and IPUs before launching.",
+        "yes|no",
+    ),
+    OptionSpec(
+        ("--numa-aware",),
+        "bool",
+        "numa_aware",
+        "Accepted; instances are always pinned round-robin to one CPU each.",
+        "yes|no",
+    ),
+    OptionSpec(
+        ("--offline-mode",),
+        "bool",
+        "offline_mode",
+        "Compile only, attach to no IPUs: starts one representative process (instance 0 "
+        "with its environment in the full layout), no mpiexec; exports POPDIST_EMU_OFFLINE=1.",
+        "yes|no",
+    ),
+    OptionSpec(
+        ("--system",),
+        "str",
+        "system",
+        "Emulator: simulated system name (exported as POPDIST_EMU_SYSTEM); default: the "
+        "smallest Mk2 POD that holds the job.",
+        "NAME",
+    ),
+    OptionSpec(
+        ("--report-dir",),
+        "str",
+        "report_dir",
+        "Emulator: directory for reports (exported as POPDIST_EMU_REPORT_DIR).",
+        "DIR",
+    ),
+    OptionSpec(
+        ("-v", "--verbose"),
+        "count",
+        "verbosity",
+        "-v prints the layout; -vv also the mpiexec command and the exported variables.",
+    ),
+    # V-IPU and partition options: there is no V-IPU server here, the IPUs are simulated.
+    OptionSpec(("--vipu-server-host",), "str", "vipu_server_host", "No effect.", "HOST", True),
+    OptionSpec(("--vipu-server-port",), "int", "vipu_server_port", "No effect.", "PORT", True),
+    OptionSpec(("--vipu-server-timeout",), "int", "vipu_server_timeout", "No effect.", "S", True),
+    OptionSpec(("--vipu-partition",), "str", "vipu_partition", "No effect.", "NAME", True),
+    OptionSpec(
+        ("--vipu-partition-attempts",), "int", "vipu_partition_attempts", "No effect.", "N", True
+    ),
+    OptionSpec(("--vipu-cluster",), "str", "vipu_cluster", "No effect.", "NAME", True),
+    OptionSpec(("--vipu-allocation",), "str", "vipu_allocation", "No effect.", "NAME", True),
+    OptionSpec(("--update-partition",), "bool", "update_partition", "No effect.", "yes|no", True),
+    OptionSpec(("--reset-partition",), "bool", "reset_partition", "No effect.", "yes|no", True),
+    OptionSpec(("--remove-partition",), "bool", "remove_partition", "No effect.", "yes|no", True),
+    OptionSpec(("--num-ilds",), "int", "num_ilds", "No effect.", "N", True),
+    OptionSpec(
+        ("--executable-cache-path",), "str", "executable_cache_path", "No effect.", "DIR", True
+    ),
+)
+
+_BY_FLAG = {flag: spec for spec in OPTIONS for flag in spec.flags}
+
+
+@dataclasses.dataclass(frozen=True)
+class LaunchOptions:
+    """A parsed ``poprun-emu`` command line; defaults are PopRun's.
+
+    Attributes:
+        program: the program and its arguments, as given (empty only with --help/--version).
+        no_effect: the V-IPU/partition options that were given, to report once.
+    """
+
+    num_replicas: int = 1
+    num_instances: int = 1
+    ipus_per_replica: int = 1
+    hosts: tuple[str, ...] = ("localhost",)
+    only_output_from_instance: int | None = None
+    mpi_global_args: tuple[str, ...] = ()
+    mpi_local_args: tuple[str, ...] = ()
+    print_topology: bool = False
+    numa_aware: bool = False
+    offline_mode: bool = False
+    system: str = ""
+    report_dir: str = ""
+    verbosity: int = 0
+    help: bool = False
+    version: bool = False
+    version_format: str = "text"
+    no_effect: tuple[str, ...] = ()
+    program: tuple[str, ...] = ()
+
+
+def parse_bool(flag: str, text: str) -> bool:
+    """Reads PopRun's boolean spellings: yes/no, 1/0, true/false, on/off (any case)."""
+    value = text.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise UsageError(
+        f"{flag}={text!r} is not a yes/no value: write {flag}=yes or {flag}=no "
+        f"(1/0, true/false and on/off also work)."
+    )
+
+
+def _convert(spec: OptionSpec, flag: str, text: str) -> object:
+    if spec.kind == "int":
+        try:
+            return int(text)
+        except ValueError:
+            raise UsageError(
+                f"{flag} expects a whole number, got {text!r}: write e.g. {flag} 4."
+            ) from None
+    if spec.kind == "bool":
+        return parse_bool(flag, text)
+    if spec.kind == "choice" and text not in spec.choices:
+        raise UsageError(f"{flag} {text!r} is not one of {', '.join(spec.choices)}: pick one.")
+    return text
+
+
+def _unknown(token: str) -> UsageError:
+    name = token.split("=", 1)[0]
+    return UsageError(
+        f"unknown option {name}: see `poprun-emu --help` for the options supported; put "
+        f"options meant for the program after the program name."
+    )
+
+
+def split_command_line(argv: Sequence[str]) -> tuple[list[tuple[str, str, str | None]], list[str]]:
+    """Splits argv into the launcher's options and the program's command.
+
+    Returns:
+        ``(options, program)``: options as ``(dest, flag, value)`` triples in the order given
+        (value None for flags, counts and bare booleans), and the program with its arguments.
+    """
+    options: list[tuple[str, str, str | None]] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return options, list(argv[i + 1 :])
+        if not token.startswith("-") or token == "-":
+            return options, list(argv[i:])
+        if token.startswith("--"):
+            flag, has_value, value = token.partition("=")
+        elif token[:2] in _BY_FLAG and _BY_FLAG[token[:2]].kind == "str" and len(token) > 2:
+            flag, has_value, value = token[:2], "=", token[2:].removeprefix("=")  # -Hhost0
+        elif len(token) > 2 and set(token[1:]) == {"v"}:
+            options.extend(("verbosity", "-v", None) for _ in token[1:])  # -vv
+            i += 1
+            continue
+        else:
+            flag, has_value, value = token, "", ""
+        spec = _BY_FLAG.get(flag)
+        if spec is None:
+            raise _unknown(token)
+        if spec.kind in ("int", "str", "choice"):
+            if not has_value:
+                if i + 1 >= len(argv):
+                    raise UsageError(
+                        f"{flag} needs a value: write {flag} {spec.metavar or 'VALUE'}."
+                    )
+                value = argv[i + 1]
+                i += 1
+            options.append((spec.dest, flag, value))
+        elif spec.kind == "bool":
+            # PopRun writes booleans as --numa-aware=yes, --numa-aware 1 or bare --numa-aware;
+            # the next word is a value only when it is a boolean spelling.
+            if not has_value and i + 1 < len(argv) and argv[i + 1].lower() in _TRUE + _FALSE:
+                value, has_value = argv[i + 1], "="
+                i += 1
+            options.append((spec.dest, flag, value if has_value else None))
+        else:
+            if has_value:
+                raise UsageError(f"{flag} takes no value, got {token!r}: write just {flag}.")
+            options.append((spec.dest, flag, None))
+        i += 1
+    return options, []
+
+
+def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
+    """Parses ``poprun-emu`` arguments (without the command name) into LaunchOptions.
+
+    Only the syntax is checked here; the layout rules are ReplicaLayout's.
+
+    Raises:
+        UsageError: an unknown option, a missing or malformed value.
+    """
+    options, program = split_command_line(argv)
+    values: dict[str, object] = {"program": tuple(program)}
+    no_effect: list[str] = []
+    for dest, flag, text in options:
+        spec = _BY_FLAG[flag]
+        if spec.kind == "count":
+            values[dest] = int(values.get(dest, 0)) + 1
+        elif spec.kind == "flag" or (spec.kind == "bool" and text is None):
+            values[dest] = True
+        else:
+            values[dest] = _convert(spec, flag, text)
+        if spec.no_effect and spec.flags[-1] not in no_effect:
+            no_effect.append(spec.flags[-1])
+        if dest == "host":
+            values["hosts"] = parse_hosts(str(values.pop("host")))
+        elif dest in ("mpi_global_args", "mpi_local_args"):
+            try:
+                values[dest] = tuple(shlex.split(str(values[dest])))
+            except ValueError as error:
+                raise UsageError(
+                    f"{flag} {text!r} cannot be split into words ({error}): balance its quotes."
+                ) from None
+    fields = {f.name for f in dataclasses.fields(LaunchOptions)}
+    return LaunchOptions(
+        **{k: v for k, v in values.items() if k in fields}, no_effect=tuple(no_effect)
+    )

@@ -1,0 +1,192 @@
+"""The launcher's watchdog: runs the job and ends all of it as soon as one instance fails.
+
+mpiexec starts in a session of its own; every bootstrap records its process group in the job
+directory (MPICH puts each rank in its own session, out of mpiexec's reach) and, when its
+program ends, the exit status. The watchdog polls both: the first instance that exits non-zero
+or dies ends the job (SIGTERM to every group, SIGKILL after a grace period), as mpi4py's
+``-m mpi4py`` runner aborts the whole job on one rank's error. Every wait has a timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
+
+from launch._job import pid_path, status_path
+
+POLL_SECONDS = 0.05
+GRACE_SECONDS = 3.0
+
+
+class InstanceExit(NamedTuple):
+    """How one instance's program ended: ``code`` as ``Popen.returncode`` (-N = signal N)."""
+
+    instance: int
+    code: int
+    when_ns: int
+
+    def describe(self) -> str:
+        if self.code < 0:
+            try:
+                name = signal.Signals(-self.code).name
+            except ValueError:
+                name = f"signal {-self.code}"
+            return f"instance {self.instance} was killed by signal {-self.code} ({name})"
+        return f"instance {self.instance} exited with code {self.code}"
+
+    @property
+    def launcher_code(self) -> int:
+        """The launcher's exit code for this failure: the instance's, or 128+signal."""
+        return self.code if self.code > 0 else 128 - self.code
+
+
+class _Terminated(BaseException):
+    """The launcher itself got SIGTERM/SIGHUP: end the job like Ctrl-C."""
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    raise _Terminated(signum)
+
+
+def read_exits(job_dir: str, instances: Sequence[int]) -> dict[int, InstanceExit]:
+    """The exit statuses the bootstraps wrote so far."""
+    exits = {}
+    for i in instances:
+        path = status_path(job_dir, i)
+        try:
+            with open(path) as f:
+                text = f.read().strip()
+            exits[i] = InstanceExit(i, int(text), os.stat(path).st_mtime_ns)
+        except (FileNotFoundError, ValueError):
+            continue
+    return exits
+
+
+def _process_groups(job_dir: str, instances: Sequence[int]) -> dict[int, tuple[int, int]]:
+    groups = {}
+    for i in instances:
+        try:
+            with open(pid_path(job_dir, i)) as f:
+                pid, pgid = (int(x) for x in f.read().split())
+            groups[i] = (pid, pgid)
+        except (FileNotFoundError, ValueError):
+            continue
+    return groups
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _vanished(job_dir: str, instances: Sequence[int], exits: Mapping[int, InstanceExit]):
+    """Instances whose bootstrap is gone without writing a status (it was killed)."""
+    for i, (pid, _) in _process_groups(job_dir, instances).items():
+        if i not in exits and not _alive(pid):
+            yield i
+
+
+def _signal_job(proc: subprocess.Popen, job_dir: str, instances: Sequence[int], sig: int) -> None:
+    # An instance that reported its status is already on its way out; a signal now would only
+    # make MPICH print a "BAD TERMINATION" banner about it.
+    done = read_exits(job_dir, instances)
+    groups = _process_groups(job_dir, instances)
+    targets = {pgid for i, (_, pgid) in groups.items() if i not in done}
+    if proc.poll() is None:
+        targets.add(proc.pid)  # mpiexec leads its own session (start_new_session=True)
+    for pgid in targets:
+        if pgid in (0, 1, os.getpgrp()):
+            continue  # never our own group or init's
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+
+
+def end_job(proc: subprocess.Popen, job_dir: str, instances: Sequence[int]) -> None:
+    """SIGTERM to mpiexec and every instance's group; SIGKILL whatever outlives the grace."""
+    _signal_job(proc, job_dir, instances, signal.SIGTERM)
+    deadline = time.monotonic() + GRACE_SECONDS
+    while time.monotonic() < deadline:
+        groups = _process_groups(job_dir, instances).values()
+        if proc.poll() is not None and not any(_alive(pid) for pid, _ in groups):
+            break
+        time.sleep(POLL_SECONDS)
+    _signal_job(proc, job_dir, instances, signal.SIGKILL)
+    try:
+        proc.wait(timeout=GRACE_SECONDS)
+    except subprocess.TimeoutExpired:
+        print(f"poprun-emu: mpiexec (pid {proc.pid}) did not end after SIGKILL", file=sys.stderr)
+
+
+def _report(message: str) -> None:
+    print(f"poprun-emu: {message}", file=sys.stderr, flush=True)
+
+
+def run_job(
+    command: Sequence[str], *, env: Mapping[str, str], job_dir: str, instances: Sequence[int]
+) -> int:
+    """Runs the job to its end and returns the launcher's exit code.
+
+    Args:
+        command: mpiexec (or, offline, the single bootstrap) and its arguments.
+        env: the environment of ``command``.
+        job_dir: where the bootstraps write ``instance-<i>.pid`` and ``instance-<i>.status``.
+        instances: the instance indices expected to report.
+
+    Returns:
+        0 when every instance exited 0; the first failing instance's code (128+N for signal
+        N); 130 after Ctrl-C; mpiexec's own code if it failed before the instances reported.
+    """
+    previous = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    proc = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
+    try:
+        while True:
+            finished = proc.poll() is not None
+            exits = read_exits(job_dir, instances)
+            failures = sorted(
+                (e for e in exits.values() if e.code != 0), key=lambda e: (e.when_ns, e.instance)
+            )
+            lost = [] if failures else list(_vanished(job_dir, instances, exits))
+            if failures or lost:
+                running = not finished and len(exits) < len(instances)
+                end_job(proc, job_dir, instances)
+                tail = "; ended the other instances" if running else ""
+                if failures:
+                    _report(failures[0].describe() + tail)
+                    return failures[0].launcher_code
+                _report(f"instance {lost[0]} was killed before reporting its exit status{tail}")
+                return 1
+            if finished:
+                break
+            time.sleep(POLL_SECONDS)
+        missing = [i for i in instances if i not in exits]
+        if proc.returncode != 0 or missing:
+            _report(
+                f"mpiexec exited with code {proc.returncode} and instances {missing} reported "
+                f"no exit status; see the MPI messages above"
+            )
+            return proc.returncode or 1
+        return 0
+    except KeyboardInterrupt:
+        end_job(proc, job_dir, instances)
+        _report("interrupted; ended all instances")
+        return 130
+    except _Terminated as stop:
+        end_job(proc, job_dir, instances)
+        _report(f"got signal {stop.args[0]}; ended all instances")
+        return 128 + int(stop.args[0])
+    finally:
+        if proc.poll() is None:
+            end_job(proc, job_dir, instances)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
