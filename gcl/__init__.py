@@ -1,4 +1,34 @@
 """GCL collectives over the global ring of simulated replicas (local hops are copies,
-remote hops are MPI messages)."""
+remote hops are MPI messages).
 
-__all__: list[str] = []
+Values are a sequence with one entry per local replica of this instance (entry k is global
+replica ``instance * L + k``); each entry is an array or a pytree of arrays (numpy or jax).
+The reduction order depends only on global replica indices, so results are bit-identical
+for any layout of the same replicas over instances.
+"""
+
+from gcl._all_gather import all_gather as all_gather
+from gcl._all_reduce import all_reduce as all_reduce
+from gcl._broadcast import broadcast as broadcast
+from gcl._groups import All as All
+from gcl._groups import Consecutive as Consecutive
+from gcl._groups import Orthogonal as Orthogonal
+from gcl._operators import Operator as Operator
+from gcl._reduce_scatter import reduce_scatter as reduce_scatter
+from gcl._routes import METHODS as METHODS
+from gcl._routes import resolve_method as resolve_method
+from gcl._transport import CollectiveTimeout as CollectiveTimeout
+
+__all__ = [
+    "METHODS",
+    "All",
+    "CollectiveTimeout",
+    "Consecutive",
+    "Operator",
+    "Orthogonal",
+    "all_gather",
+    "all_reduce",
+    "broadcast",
+    "reduce_scatter",
+    "resolve_method",
+]

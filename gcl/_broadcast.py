@@ -1,0 +1,95 @@
+"""Broadcast: every member of a group gets the value of the group's root (pure copies).
+
+References:
+    GCL User Guide, "Collective operations" (Broadcast).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from gcl._all_gather import finish_replicas
+from gcl._dataflow import run_items
+from gcl._groups import Group, as_group, groups_of
+from gcl._pytree import layout_of, pack
+from gcl._reduce_scatter import group_index, piece_cols
+from gcl._routes import broadcast_items
+from gcl._transport import deadline_of, transport_for
+from gcl._validation import validate
+
+
+def broadcast(
+    values: Sequence[Any],
+    *,
+    root: int = 0,
+    group: Group | None = None,
+    comm: Any = None,
+    timeout: float | None = None,
+) -> list:
+    """Give every replica the value of the replica at position ``root`` of its group.
+
+    Args:
+        values: one pytree of arrays per local replica (every replica passes one, with the
+            same structure, shapes and dtypes; only the root's data is used).
+        root: the source's position within its group (0 = the group's first replica).
+        group: ``gcl.All()`` (None), ``gcl.Consecutive(k)`` or ``gcl.Orthogonal(k)``.
+        comm: mpi4py communicator of the instances; None = a private duplicate of
+            COMM_WORLD.
+        timeout: seconds to wait for peers before raising ``gcl.CollectiveTimeout``.
+
+    Returns:
+        Per local replica, its group root's pytree (numpy leaves, read-only, shared by the
+        replicas of one group).
+    """
+    group = as_group(group)
+    transport = transport_for(comm)
+    deadline = deadline_of(timeout)
+    single = transport.size == 1
+    call = validate(
+        values, None if single else transport, "broadcast", f"root={root}, group={group}", deadline
+    )
+    size = group.size(call.num_replicas)
+    if not isinstance(root, int) or not 0 <= root < size:
+        raise ValueError(
+            f"gcl.broadcast: `root` is a position within the group, expected an integer in "
+            f"[0, {size}), got {root!r}; pass e.g. root=0."
+        )
+    layout = layout_of([(leaf.shape, leaf.dtype) for leaf in call.leaves[0]], 1)
+    offset = call.instance * call.local
+    items = broadcast_items(
+        call.num_replicas, call.num_instances, group, root, layout.widths, piece_cols(layout)
+    )
+    groups = groups_of(group, call.num_replicas)
+    index = group_index(group, call.num_replicas)
+    local_groups = sorted({index[offset + k][0] for k in range(call.local)})
+    out = {
+        g: [np.empty((1, w), d) for d, w in zip(layout.dtypes, layout.widths, strict=True)]
+        for g in local_groups
+    }
+
+    def dest(i: int) -> np.ndarray:
+        it = items[i]
+        return out[it.group][it.dtype][0, it.col0 : it.col1]
+
+    def step(i: int, h: int, piece: np.ndarray | None) -> np.ndarray:
+        if piece is None:
+            it = items[i]
+            src = pack(call.leaves[groups[it.group][root] - offset], layout)[it.dtype]
+            piece = dest(i)
+            np.copyto(piece, src[0, it.col0 : it.col1])
+        return piece
+
+    run_items(
+        None if single else transport,
+        items,
+        call.instance,
+        step,
+        lambda i, h: dest(i),
+        lambda i, p: None,
+        deadline,
+        "broadcast",
+    )
+    return finish_replicas(call, out, layout, group, call.treedef)

@@ -1,0 +1,85 @@
+"""Run the routes of a collective on this instance: local steps in memory, hops as messages.
+
+Every receive this instance expects is posted first, so no send can block and no order of
+arrival can deadlock; then each piece is processed as soon as its input is there and sent
+on at once, so the combine of one piece overlaps the transfer of the next (pipelining).
+The order of operations on a piece is fixed by its route, never by arrival order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from gcl._routes import Item
+from gcl._transport import Transport
+
+# Step(item index, hop index, input or None at the route's start) -> the piece to pass on.
+Step = Callable[[int, int, "np.ndarray | None"], np.ndarray]
+
+
+def run_items(
+    transport: Transport | None,
+    items: Sequence[Item],
+    instance: int,
+    step: Step,
+    recv_buffer: Callable[[int, int], np.ndarray],
+    finish: Callable[[int, np.ndarray], None],
+    deadline: float,
+    what: str,
+) -> None:
+    """Execute this instance's share of ``items``.
+
+    Args:
+        transport: messaging between instances (None when there is only one instance).
+        items: the collective's routes (identical on every instance).
+        instance: this instance's index.
+        step: combines this instance's replicas into a piece at one hop.
+        recv_buffer: where to receive a piece arriving for (item, hop).
+        finish: called with each piece that reached the end of its route here.
+        deadline: ``time.monotonic()`` limit for every wait.
+        what: the collective's name, for errors.
+    """
+    max_hops = max((len(it.hops) for it in items), default=1)
+    recvs: list = []
+    recv_tasks: list[tuple[int, int, np.ndarray]] = []
+    recv_peers: list[int] = []
+    starts: list[int] = []
+    for i, it in enumerate(items):
+        for h, hop in enumerate(it.hops):
+            if hop.instance != instance:
+                continue
+            if h == 0:
+                starts.append(i)
+            else:
+                buf = recv_buffer(i, h)
+                src = it.hops[h - 1].instance
+                recvs.append(transport.irecv(buf, src, i * max_hops + h))
+                recv_tasks.append((i, h, buf))
+                recv_peers.append(src)
+    sends: list = []
+    send_peers: list[int] = []
+    keep: list[np.ndarray] = []
+
+    def advance(i: int, h: int, piece: np.ndarray | None) -> None:
+        out = step(i, h, piece)
+        hops = items[i].hops
+        if h + 1 < len(hops):
+            dest = hops[h + 1].instance
+            sends.append(transport.isend(out, dest, i * max_hops + h + 1))
+            send_peers.append(dest)
+            keep.append(out)
+        else:
+            finish(i, out)
+
+    for i in starts:
+        advance(i, 0, None)
+    remaining = len(recvs)
+    while remaining:
+        for k in transport.wait_some(recvs, recv_peers, deadline, what):
+            i, h, buf = recv_tasks[k]
+            remaining -= 1
+            advance(i, h, buf)
+    if sends:
+        transport.wait_all(sends, send_peers, deadline, what)

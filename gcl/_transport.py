@@ -1,0 +1,175 @@
+"""Point-to-point transport between instances: a private communicator and bounded waits.
+
+Data moves through mpi4py's buffer interface (upper-case methods on numpy arrays), never
+pickled. Every wait polls ``Testsome`` against a deadline with a short backoff, so a peer
+that died or never arrived raises :class:`CollectiveTimeout` naming it instead of hanging.
+
+References:
+    mpi4py User Guide, "Tutorial: point-to-point communication (buffers)";
+    MPI 4.1 standard, section 3.7 (nonblocking communication) and 3.5 (message order:
+    messages from one sender with one tag on one communicator are matched in order).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+DEFAULT_TIMEOUT_S = float(os.environ.get("GCL_EMU_TIMEOUT", "300"))
+
+
+class CollectiveTimeout(RuntimeError):  # noqa: N818 - the contract's name
+    """A collective waited longer than its timeout for a peer instance."""
+
+
+class Transport:
+    """The instances' private communicator and bounded nonblocking messaging.
+
+    Args:
+        comm: an mpi4py communicator of the instances. ``None`` duplicates COMM_WORLD once
+            (on first use) so the collectives' messages never mix with the user's.
+    """
+
+    def __init__(self, comm: Any = None) -> None:
+        self._user_comm = comm
+        self._comm: Any = None
+        self._owned = False
+
+    @property
+    def comm(self) -> Any:
+        """The communicator in use (created on first access)."""
+        if self._comm is None:
+            if self._user_comm is None:
+                from mpi4py import MPI
+
+                self._comm = MPI.COMM_WORLD.Dup()
+                self._owned = True
+            else:
+                self._comm = self._user_comm
+        return self._comm
+
+    @property
+    def rank(self) -> int:
+        """This instance's rank in the communicator."""
+        return self.comm.Get_rank()
+
+    @property
+    def size(self) -> int:
+        """Number of instances in the communicator."""
+        return self.comm.Get_size()
+
+    def close(self) -> None:
+        """Free the private duplicate (the user's communicator is left alone)."""
+        if self._owned and self._comm is not None:
+            from mpi4py import MPI
+
+            if not MPI.Is_finalized():
+                self._comm.Free()
+        self._comm = None
+        self._owned = False
+
+    def isend(self, buf: np.ndarray, dest: int, tag: int) -> Any:
+        """Start sending a contiguous array (zero copy)."""
+        return self.comm.Isend(buf, dest=dest, tag=tag)
+
+    def irecv(self, buf: np.ndarray, source: int, tag: int) -> Any:
+        """Start receiving into a contiguous array (zero copy)."""
+        return self.comm.Irecv(buf, source=source, tag=tag)
+
+    def wait_some(
+        self, requests: list[Any], peers: list[int], deadline: float, what: str
+    ) -> list[int]:
+        """Indices of requests that completed, waiting until at least one has.
+
+        Args:
+            requests: pending requests.
+            peers: the peer instance of each request, named if the deadline passes.
+            deadline: ``time.monotonic()`` limit.
+            what: the collective, for the error message.
+        """
+        from mpi4py import MPI
+
+        polls = 0
+        while True:
+            done = MPI.Request.Testsome(requests)
+            if done:
+                return list(done)
+            polls += 1
+            now = time.monotonic()
+            if now > deadline:
+                waiting = sorted(
+                    {p for p, r in zip(peers, requests, strict=True) if r != MPI.REQUEST_NULL}
+                )
+                for r in requests:
+                    if r != MPI.REQUEST_NULL:
+                        # Best effort: collective requests cannot be cancelled.
+                        with contextlib.suppress(Exception):
+                            r.Cancel()
+                raise CollectiveTimeout(
+                    f"gcl.{what}: instance {self.rank} waited past its timeout for instance(s) "
+                    f"{waiting}: expected every instance to enter the same collective; check "
+                    f"that no instance died or skipped it, or raise `timeout`."
+                )
+            # Spin briefly (MPI progresses only inside MPI calls), then yield the CPU: the
+            # machine is often oversubscribed and the peer needs it to make progress.
+            if polls > 64:
+                time.sleep(min(1e-3, 1e-6 * (polls - 64)))
+
+    def wait_all(self, requests: list[Any], peers: list[int], deadline: float, what: str) -> None:
+        """Wait for every request, bounded by ``deadline``."""
+        from mpi4py import MPI
+
+        pending = [i for i, r in enumerate(requests) if r != MPI.REQUEST_NULL]
+        reqs = [requests[i] for i in pending]
+        prs = [peers[i] for i in pending]
+        while any(r != MPI.REQUEST_NULL for r in reqs):
+            self.wait_some(reqs, prs, deadline, what)
+
+    def allgather_bytes(self, data: bytes, deadline: float, what: str) -> list[bytes]:
+        """Every instance's ``data`` (variable length), with bounded waits."""
+        from mpi4py import MPI
+
+        n = self.size
+        lengths = np.zeros(n, np.int64)
+        req = self.comm.Iallgather(np.array([len(data)], np.int64), lengths)
+        self.wait_all([req], [-1], deadline, what)
+        counts = lengths.tolist()
+        displs = np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist()
+        out = np.zeros(int(lengths.sum()), np.uint8)
+        send = np.frombuffer(data, np.uint8) if data else np.zeros(0, np.uint8)
+        req = self.comm.Iallgatherv(send, [out, counts, displs, MPI.BYTE])
+        self.wait_all([req], [-1], deadline, what)
+        return [out[d : d + c].tobytes() for d, c in zip(displs, counts, strict=True)]
+
+
+_DEFAULT: Transport | None = None
+_BY_COMM: dict[int, Transport] = {}
+
+
+def transport_for(comm: Any = None) -> Transport:
+    """The transport of ``comm``; ``None`` gives the shared private duplicate of COMM_WORLD."""
+    global _DEFAULT
+    if comm is None:
+        if _DEFAULT is None:
+            _DEFAULT = Transport()
+            atexit.register(_DEFAULT.close)
+        return _DEFAULT
+    t = _BY_COMM.get(id(comm))
+    if t is None or t._user_comm is not comm:
+        t = _BY_COMM[id(comm)] = Transport(comm)
+    return t
+
+
+def deadline_of(timeout: float | None) -> float:
+    """The monotonic deadline for a collective with ``timeout`` seconds (None = default)."""
+    if timeout is not None and not timeout > 0:
+        raise ValueError(
+            f"`timeout` must be a positive number of seconds, got {timeout!r}; pass e.g. "
+            f"timeout=60, or None for the default {DEFAULT_TIMEOUT_S:g} s."
+        )
+    return time.monotonic() + (DEFAULT_TIMEOUT_S if timeout is None else timeout)
