@@ -18,6 +18,8 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -60,8 +62,22 @@ class StreamingState(NamedTuple):
 
 
 def state_nbytes(state: Any) -> int:
-    """Bytes of an optimiser state pytree (device or host leaves), for the memory model."""
-    return sum(int(np.asarray(leaf).nbytes) for leaf in jax.tree_util.tree_leaves(state))
+    """Bytes of an optimiser state pytree, for the memory model.
+
+    Leaves may be device arrays, host arrays or ``jax.ShapeDtypeStruct`` (offline mode, or
+    ``jax.eval_shape(optimizer.init, params)``).
+    """
+    return sum(
+        math.prod(np.shape(leaf)) * np.dtype(leaf.dtype).itemsize
+        for leaf in jax.tree_util.tree_leaves(state)
+    )
+
+
+def offload_traffic(state: Any) -> StreamTraffic:
+    """The streaming-memory traffic of one offloaded weight update: the whole state in, then
+    out (the state's shape does not change in an update). Works on shapes alone."""
+    nbytes = state_nbytes(state)
+    return StreamTraffic(nbytes, nbytes)
 
 
 def stream_out(state: Any) -> StreamingState:
@@ -75,13 +91,19 @@ def stream_out(state: Any) -> StreamingState:
 
 
 def stream_in(stored: StreamingState) -> Any:
-    """Streams the state back onto the device for the weight update (a bit-exact copy)."""
+    """Streams the state back onto the device for the weight update (a bit-exact copy).
+
+    ``may_alias=False``: the device copy must not share memory with streaming memory, since
+    the update may donate (reuse) its input buffers.
+    """
     if not isinstance(stored, StreamingState):
         raise TypeError(
             f"stream_in: `stored` must be a StreamingState from stream_out(...), got "
             f"{type(stored).__name__}; offload the state first with stream_out(opt_state)."
         )
-    return jax.tree_util.tree_unflatten(stored.treedef, [jax.device_put(x) for x in stored.leaves])
+    return jax.tree_util.tree_unflatten(
+        stored.treedef, [jax.device_put(x, may_alias=False) for x in stored.leaves]
+    )
 
 
 def offloaded_update(
@@ -103,3 +125,21 @@ def offloaded_update(
     new_params, new_state = update(params, opt_state, grads)
     new_stored = stream_out(new_state)
     return new_params, new_stored, StreamTraffic(stored.nbytes, new_stored.nbytes)
+
+
+@dataclasses.dataclass(frozen=True)
+class OffloadedUpdate:
+    """An update function whose optimiser state lives in streaming memory between calls.
+
+    Wraps the runtime's ``update_fn(params, opt_state, grads) -> (params, opt_state)`` into the
+    same signature with a :class:`StreamingState` in place of ``opt_state``, so it drops into
+    any stage that calls an update function (e.g. ``AllReduceUpdate(OffloadedUpdate(fn))``
+    with ``TrainState(params, stream_out(optimizer.init(params)))``). Each call moves
+    :func:`offload_traffic` ``(state)`` bytes.
+    """
+
+    update_fn: Callable[[Any, Any, Any], tuple[Any, Any]]
+
+    def __call__(self, params: Any, stored: StreamingState, grads: Any) -> tuple[Any, Any]:
+        new_params, new_stored, _ = offloaded_update(self.update_fn, params, stored, grads)
+        return new_params, new_stored
