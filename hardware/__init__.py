@@ -3,18 +3,80 @@
 Pure Python and NumPy: depends on nothing else of this project, and imports no JAX.
 """
 
-from hardware._layout import (
-    VALID_IPUS_PER_REPLICA as VALID_IPUS_PER_REPLICA,
-)
-from hardware._layout import (
-    LayoutError as LayoutError,
-)
-from hardware._layout import (
-    ReplicaLayout as ReplicaLayout,
-)
+from hardware._collectives import CollectiveTime as CollectiveTime
+from hardware._collectives import collective_time as collective_time
+from hardware._collectives import group_span as group_span
+from hardware._collectives import link_bandwidths as link_bandwidths
+from hardware._collectives import ring_seconds as ring_seconds
+from hardware._compute import compute_seconds as compute_seconds
+from hardware._host_io import host_io_seconds as host_io_seconds
+from hardware._layout import VALID_IPUS_PER_REPLICA as VALID_IPUS_PER_REPLICA
+from hardware._layout import LayoutError as LayoutError
+from hardware._layout import ReplicaLayout as ReplicaLayout
+from hardware._memory import CATEGORIES as MEMORY_CATEGORIES
+from hardware._memory import MemoryBreakdown as MemoryBreakdown
+from hardware._memory import OutOfMemoryError as OutOfMemoryError
+from hardware._memory import check_memory as check_memory
+from hardware._memory import memory_per_ipu as memory_per_ipu
+from hardware._parameters import ModelParameters as ModelParameters
+from hardware._parameters import load_parameters as load_parameters
+from hardware._specs import BOW_2000 as BOW_2000
+from hardware._specs import BOW_IPU as BOW_IPU
+from hardware._specs import GC200 as GC200
+from hardware._specs import IPU_M2000 as IPU_M2000
+from hardware._specs import SYSTEMS as SYSTEMS
+from hardware._specs import IpuSpec as IpuSpec
+from hardware._specs import MachineSpec as MachineSpec
+from hardware._specs import SystemSelectionError as SystemSelectionError
+from hardware._specs import SystemSpec as SystemSpec
+from hardware._specs import default_system as default_system
+from hardware._specs import get_system as get_system
+from hardware._specs import select_system as select_system
+from hardware._step_profile import CollectiveRecord as CollectiveRecord
+from hardware._step_profile import StepProfile as StepProfile
+from hardware._step_profile import resolve_group as resolve_group
+from hardware._timeline import PHASES as PHASES
+from hardware._timeline import TRACKS as TRACKS
+from hardware._timeline import StepSimulation as StepSimulation
+from hardware._timeline import TimelineEvent as TimelineEvent
+from hardware._timeline import simulate_step as simulate_step
 
 __all__ = [
+    "BOW_2000",
+    "BOW_IPU",
+    "GC200",
+    "IPU_M2000",
+    "MEMORY_CATEGORIES",
+    "PHASES",
+    "SYSTEMS",
+    "TRACKS",
     "VALID_IPUS_PER_REPLICA",
+    "CollectiveRecord",
+    "CollectiveTime",
+    "IpuSpec",
     "LayoutError",
+    "MachineSpec",
+    "MemoryBreakdown",
+    "ModelParameters",
+    "OutOfMemoryError",
     "ReplicaLayout",
+    "StepProfile",
+    "StepSimulation",
+    "SystemSelectionError",
+    "SystemSpec",
+    "TimelineEvent",
+    "check_memory",
+    "collective_time",
+    "compute_seconds",
+    "default_system",
+    "get_system",
+    "group_span",
+    "host_io_seconds",
+    "link_bandwidths",
+    "load_parameters",
+    "memory_per_ipu",
+    "resolve_group",
+    "ring_seconds",
+    "select_system",
+    "simulate_step",
 ]

@@ -1,0 +1,255 @@
+"""ResNet-50 (He et al. 2016, v1.5) in plain JAX, and its MLPerf-style offline run.
+
+The model is written with ``jax.lax.conv_general_dilated`` and a hand-written batch norm so
+the example needs nothing but JAX and optax. It exists to give the hardware model a real,
+large training step to cost: ``main()`` lowers and compiles the per-replica gradient and the
+optimiser update (never runs them) and reports the simulated IPU-POD step.
+
+Run it as the MLPerf v1.1 POD16 submission was run::
+
+    poprun-emu --offline-mode --num-replicas 16 --num-instances 8 examples/resnet50.py \
+        --micro-batch-size 20 --gradient-accumulation 10
+
+References:
+    He et al., "Deep Residual Learning for Image Recognition", CVPR 2016 (bottleneck
+    blocks, stride on the 3x3 conv as in the "v1.5" variant MLPerf uses).
+    MLPerf Training v1.1, Graphcore ResNet-50 submission (micro-batch 20, LARS, FP16).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import optax
+
+IMAGE_SIZE = 224
+NUM_CLASSES = 1000
+# (bottleneck width, blocks, stride of the first block) for the four stages of ResNet-50.
+STAGES = ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2))
+EXPANSION = 4
+_DIMS = ("NHWC", "HWIO", "NHWC")
+
+
+def _conv_init(key, kh, kw, cin, cout, dtype):
+    # He-normal init: keeps activations' variance constant through ReLU layers.
+    std = (2.0 / (kh * kw * cin)) ** 0.5
+    return (std * jax.random.normal(key, (kh, kw, cin, cout), jnp.float32)).astype(dtype)
+
+
+def _bn_init(channels, dtype):
+    return {"scale": jnp.ones((channels,), dtype), "bias": jnp.zeros((channels,), dtype)}
+
+
+def init_params(key: jax.Array, dtype=jnp.float16) -> dict:
+    """ResNet-50 parameters (about 25.6 M) as a nested dict of arrays of ``dtype``."""
+    keys = iter(jax.random.split(key, 64))
+    params = {
+        "stem": {"conv": _conv_init(next(keys), 7, 7, 3, 64, dtype), "bn": _bn_init(64, dtype)}
+    }
+    cin = 64
+    for s, (width, blocks, _) in enumerate(STAGES):
+        for b in range(blocks):
+            cout = width * EXPANSION
+            block = {
+                "conv1": _conv_init(next(keys), 1, 1, cin, width, dtype),
+                "bn1": _bn_init(width, dtype),
+                "conv2": _conv_init(next(keys), 3, 3, width, width, dtype),
+                "bn2": _bn_init(width, dtype),
+                "conv3": _conv_init(next(keys), 1, 1, width, cout, dtype),
+                "bn3": _bn_init(cout, dtype),
+            }
+            if b == 0:
+                block["proj"] = _conv_init(next(keys), 1, 1, cin, cout, dtype)
+                block["proj_bn"] = _bn_init(cout, dtype)
+            params[f"stage{s}_block{b}"] = block
+            cin = cout
+    wkey = next(keys)
+    params["head"] = {
+        "w": (jax.random.normal(wkey, (cin, NUM_CLASSES), jnp.float32) * 0.01).astype(dtype),
+        "b": jnp.zeros((NUM_CLASSES,), dtype),
+    }
+    return params
+
+
+def _conv(x, w, stride=1):
+    pad = "SAME" if w.shape[0] > 1 else "VALID"
+    return jax.lax.conv_general_dilated(x, w, (stride, stride), pad, dimension_numbers=_DIMS)
+
+
+def _batch_norm(x, p, eps=1e-5):
+    # Training-mode batch norm over (N, H, W); statistics in float32 for FP16 stability.
+    x32 = x.astype(jnp.float32)
+    mean = x32.mean(axis=(0, 1, 2))
+    var = x32.var(axis=(0, 1, 2))
+    y = (x32 - mean) * jax.lax.rsqrt(var + eps)
+    return (y * p["scale"].astype(jnp.float32) + p["bias"].astype(jnp.float32)).astype(x.dtype)
+
+
+def _block(x, p, stride):
+    shortcut = x
+    if "proj" in p:
+        shortcut = _batch_norm(_conv(x, p["proj"], stride), p["proj_bn"])
+    y = jax.nn.relu(_batch_norm(_conv(x, p["conv1"]), p["bn1"]))
+    y = jax.nn.relu(_batch_norm(_conv(y, p["conv2"], stride), p["bn2"]))
+    y = _batch_norm(_conv(y, p["conv3"]), p["bn3"])
+    return jax.nn.relu(y + shortcut)
+
+
+def _stem(images, p):
+    x = images.astype(p["conv"].dtype)
+    x = jax.nn.relu(_batch_norm(_conv(x, p["conv"], 2), p["bn"]))
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
+
+
+def forward(params: dict, images: jax.Array, *, recomputation: bool = False) -> jax.Array:
+    """Logits of ``images`` (N, 224, 224, 3); ``recomputation`` checkpoints the stem and
+    each block, keeping only their inputs for the backward pass."""
+    stem = jax.checkpoint(_stem) if recomputation else _stem
+    x = stem(images, params["stem"])
+    block = jax.checkpoint(_block, static_argnums=(2,)) if recomputation else _block
+    for s, (_, blocks, stride) in enumerate(STAGES):
+        for b in range(blocks):
+            x = block(x, params[f"stage{s}_block{b}"], stride if b == 0 else 1)
+    x = x.astype(jnp.float32).mean(axis=(1, 2))
+    head = params["head"]
+    return x @ head["w"].astype(jnp.float32) + head["b"].astype(jnp.float32)
+
+
+def loss_fn(params: dict, images: jax.Array, labels: jax.Array, recomputation: bool = False):
+    """Mean softmax cross-entropy of integer ``labels``."""
+    logits = forward(params, images, recomputation=recomputation)
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+
+
+def make_step_functions(*, recomputation: bool = False, learning_rate: float = 0.1):
+    """The per-replica gradient function and the optimiser update, both jitted.
+
+    Returns:
+        ``(grad_fn, update_fn, optimizer)`` with ``grad_fn(params, images, labels) -> grads``
+        and ``update_fn(params, opt_state, grads) -> (params, opt_state)``; LARS as MLPerf.
+    """
+    optimizer = optax.lars(learning_rate, weight_decay=5e-5, momentum=0.9)
+
+    @jax.jit
+    def grad_fn(params, images, labels):
+        return jax.grad(loss_fn)(params, images, labels, recomputation)
+
+    @jax.jit
+    def update_fn(params, opt_state, grads):
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    return grad_fn, update_fn, optimizer
+
+
+def example_shapes(micro_batch_size: int, dtype=jnp.float16):
+    """``(params, opt_state, images, labels)`` as ShapeDtypeStructs: nothing is allocated."""
+    _, _, optimizer = make_step_functions()
+    params = jax.eval_shape(lambda: init_params(jax.random.key(0), dtype))
+    opt_state = jax.eval_shape(optimizer.init, params)
+    # Images cross the host link as uint8, as the MLPerf infeed sends them.
+    images = jax.ShapeDtypeStruct((micro_batch_size, IMAGE_SIZE, IMAGE_SIZE, 3), jnp.uint8)
+    labels = jax.ShapeDtypeStruct((micro_batch_size,), jnp.int32)
+    return params, opt_state, images, labels
+
+
+def profile(
+    micro_batch_size: int,
+    gradient_accumulation: int = 1,
+    device_iterations: int = 1,
+    *,
+    dtype=jnp.float16,
+    recomputation: bool = True,
+):
+    """The hardware.StepProfile of one ResNet-50 training step (compile only, never run)."""
+    from popdist_emu._profile import profile_step
+
+    grad_fn, update_fn, _ = make_step_functions(recomputation=recomputation)
+    params, opt_state, images, labels = example_shapes(micro_batch_size, dtype)
+    return profile_step(
+        grad_fn,
+        update_fn,
+        loss_fn=lambda p, x, y: loss_fn(p, x, y, recomputation),
+        name="ResNet-50",
+        params=params,
+        opt_state=opt_state,
+        batch=(images, labels),
+        micro_batch_size=micro_batch_size,
+        gradient_accumulation=gradient_accumulation,
+        device_iterations=device_iterations,
+        recomputation=recomputation,
+    )
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1)
+    parser.add_argument("--micro-batch-size", type=int, default=20)
+    parser.add_argument("--gradient-accumulation", type=int, default=1)
+    parser.add_argument("--device-iterations", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--save", default=None, help="unused offline: nothing is trained")
+    parser.add_argument("--precision", choices=("float16", "float32"), default="float16")
+    parser.add_argument(
+        "--no-recomputation",
+        dest="recomputation",
+        action="store_false",
+        help="keep every activation for the backward pass instead of recomputing per block",
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Profiles the step, simulates it on the job's system and prints the summary.
+
+    SEAM: until the runtime's offline path exists, this calls the hardware model directly;
+    the runtime will take over profiling, simulation and reporting for every example.
+    """
+    from popdist_emu._report import format_summary, write_reports
+
+    import hardware
+
+    args = _parse(argv)
+    layout, instance = hardware.ReplicaLayout.from_environment(os.environ)
+    system_name = os.environ.get("POPDIST_EMU_SYSTEM", "")
+    system = (
+        hardware.get_system(system_name)
+        if system_name
+        else hardware.default_system(layout.num_ipus)
+    )
+    step = profile(
+        args.micro_batch_size,
+        args.gradient_accumulation,
+        args.device_iterations,
+        dtype=jnp.dtype(args.precision),
+        recomputation=args.recomputation,
+    )
+    simulation = hardware.simulate_step(step, layout, system)
+    hardware.check_memory(simulation)
+    if instance == 0:
+        print(format_summary(simulation))
+        report_dir = os.environ.get("POPDIST_EMU_REPORT_DIR", "")
+        if report_dir:
+            write_reports(simulation, report_dir)
+        print(
+            json.dumps(
+                {
+                    "system": system.name,
+                    "replicas": layout.num_replicas,
+                    "simulated_step_seconds": simulation.simulated_step_seconds,
+                    "samples_per_second": simulation.samples_per_second,
+                }
+            )
+        )
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

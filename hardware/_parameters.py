@@ -1,0 +1,84 @@
+"""The few free parameters of the model, fitted by ``benchmarks/calibrate.py``, and fixed ones.
+
+Only the four ``ModelParameters`` are fitted to published throughput; every other number of
+the model is a datasheet figure (``_specs``) or a fixed, documented assumption below that no
+fit touches. The fitted values live in ``hardware/calibration.json`` so anyone can re-run
+the fit and see exactly what changed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+CALIBRATION_FILE = pathlib.Path(__file__).with_name("calibration.json")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelParameters:
+    """Physical parameters the datasheets do not give; fitted, then used unchanged everywhere.
+
+    Attributes:
+        compute_efficiency: sustained fraction of peak FLOP/s a compiled step reaches
+            (vertex efficiency, exchange and sync phases inside the step). Prior: 0.1-0.4
+            for convolutional nets on the IPU.
+        ipu_link_latency: seconds per ring step over IPU-Links (send, sync, receive of one
+            fragment), the alpha of the alpha-beta model inside an IPU-Link domain. Prior:
+            microseconds (GCL figures are UNCONFIRMED).
+        gw_link_latency: seconds per ring step over GW-Links between Pods (through the
+            gateways), the alpha across Pods. Prior: tens of microseconds to milliseconds.
+        host_sync_seconds: fixed cost per step of the host synchronisation that ends a step
+            (the IPUs wait for all hosts, and the host reads back results). Prior:
+            0.1-1 ms per step.
+    """
+
+    compute_efficiency: float = 0.2
+    ipu_link_latency: float = 5e-6
+    gw_link_latency: float = 1e-4
+    host_sync_seconds: float = 3e-4
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.compute_efficiency <= 1.0:
+            raise ValueError(
+                f"`compute_efficiency` must be in (0, 1], got {self.compute_efficiency}: it is "
+                "a fraction of peak FLOP/s."
+            )
+        for name in ("ipu_link_latency", "gw_link_latency", "host_sync_seconds"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"`{name}` must be >= 0 seconds, got {getattr(self, name)}.")
+
+    def to_json(self) -> dict[str, float]:
+        """The parameters as a JSON-ready dict."""
+        return dataclasses.asdict(self)
+
+
+def load_parameters(path: str | pathlib.Path | None = None) -> ModelParameters:
+    """The fitted parameters from ``path`` (default: the packaged calibration.json).
+
+    Falls back to the priors of ``ModelParameters`` when no calibration file exists, so a
+    fresh checkout still runs before anyone has calibrated.
+    """
+    file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
+    if not file.exists():
+        return ModelParameters()
+    data = json.loads(file.read_text())
+    fields = {f.name for f in dataclasses.fields(ModelParameters)}
+    return ModelParameters(
+        **{k: float(v) for k, v in data.get("parameters", {}).items() if k in fields}
+    )
+
+
+# Fixed assumptions (never fitted). Each is a round number with its reasoning.
+
+# Transcendentals (exp, log, rsqrt) per tile per cycle: one, on the tile's FPU. UNCONFIRMED.
+TRANSCENDENTALS_PER_TILE_CYCLE = 1.0
+# Vertex code and descriptors per primitive op on each tile: Poplar spreads each op over all
+# tiles and each tile keeps the code and edge descriptors of its share. UNCONFIRMED.
+CODE_BYTES_PER_OP_PER_TILE = 16
+# Exchange code per tile per collective and per doubling of the replica count: GCL builds
+# its ring schedules per peer set, so exchange code grows with replicas (MPO section 7.7,
+# "Memory for more replicas"). UNCONFIRMED magnitude.
+EXCHANGE_CODE_BYTES_PER_TILE = 256
+# Micro-batches the infeed keeps in flight ahead of the one being computed.
+DEFAULT_PREFETCH_DEPTH = 2

@@ -1,0 +1,165 @@
+"""What one training step asks of the hardware: the input of every cost and memory model.
+
+A StepProfile is pure data, filled by the runtime (``popdist_emu._profile.profile_step``)
+from XLA's cost and memory analysis of the compiled per-replica step, so the hardware model
+never needs JAX.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Literal, NamedTuple
+
+CollectiveKind = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast"]
+COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+METHODS = (
+    "clockwise_ring",
+    "anticlockwise_ring",
+    "bidirectional_ring_pair",
+    "meet_in_middle_ring",
+    "auto",
+)
+
+
+class CollectiveRecord(NamedTuple):
+    """One collective of a step, as GCL runs it.
+
+    Attributes:
+        kind: ``all_reduce``, ``reduce_scatter``, ``all_gather`` or ``broadcast``.
+        method: a GCL method name (see ``METHODS``).
+        group: ``"all"``, ``"consecutive(k)"`` or ``"orthogonal(k)"`` (also accepts
+            ``str(gcl.Consecutive(k))`` and the like: the kind and the first integer count).
+        bytes: bytes of the full (unsharded) tensor per replica; for ``all_gather`` the
+            size of the gathered result.
+    """
+
+    kind: str
+    method: str
+    group: str
+    bytes: int
+
+
+class ReplicaGroup(NamedTuple):
+    """A GCL replica group resolved against a replica count.
+
+    Attributes:
+        size: replicas per group.
+        stride: distance between consecutive members' replica indices.
+    """
+
+    size: int
+    stride: int
+
+
+def resolve_group(group: object, num_replicas: int) -> ReplicaGroup:
+    """The size and stride of ``group`` among ``num_replicas`` replicas.
+
+    ``Consecutive(k)`` groups k neighbouring replicas; ``Orthogonal(k)`` groups k replicas
+    spaced ``num_replicas / k`` apart, orthogonal to ``Consecutive(num_replicas / k)``, as
+    PopART's ``CommGroup(type, replicaGroupSize)`` does.
+
+    Raises:
+        ValueError: for an unknown group or a size that does not divide the replicas.
+    """
+    text = str(group if group is not None else "all").lower()
+    match = re.match(r"\s*(all|consecutive|orthogonal)\D*(\d*)", text)
+    if match is None:
+        raise ValueError(
+            f"`group` {group!r} is not a GCL group: use 'all', 'consecutive(k)' or 'orthogonal(k)'."
+        )
+    kind, digits = match.group(1), match.group(2)
+    if kind == "all" or not digits:
+        return ReplicaGroup(num_replicas, 1)
+    size = int(digits)
+    if size < 1 or num_replicas % size:
+        raise ValueError(
+            f"`group` {group!r} has size {size}, which does not divide the {num_replicas} "
+            "replicas: use a group size that divides --num-replicas."
+        )
+    if kind == "consecutive":
+        return ReplicaGroup(size, 1)
+    return ReplicaGroup(size, num_replicas // size)
+
+
+@dataclasses.dataclass(frozen=True)
+class StepProfile:
+    """The per-replica cost of one training step, independent of the system it runs on.
+
+    Attributes:
+        grad_flops: FLOPs of one micro-batch's forward and backward pass (XLA's count).
+        grad_bytes_accessed: bytes read and written by that pass (XLA's count).
+        grad_transcendentals: transcendental evaluations of that pass.
+        update_flops: FLOPs of one weight update (optimiser step) on the full weights.
+        update_bytes_accessed: bytes read and written by that update.
+        parameter_bytes: bytes of the weights of one replica.
+        optimizer_state_bytes: bytes of the optimiser state of one replica (unsharded).
+        gradient_bytes: bytes of one gradient (and of the accumulator when GA > 1).
+        activation_bytes: bytes saved by the forward pass for the backward pass.
+        temporary_bytes: peak working space of one operation beyond the saved activations.
+        host_bytes_per_micro_batch: bytes a replica receives from the host per micro-batch
+            (inputs and labels).
+        num_ops: primitive operations in the step (sizes the vertex-code estimate).
+        micro_batch_size: samples per micro-batch per replica.
+        gradient_accumulation: micro-batches per weight update.
+        device_iterations: weight updates per step (per host synchronisation).
+        precision: "float16" or "float32": the arithmetic the model runs in.
+        collectives: the collectives of one weight update.
+        replicated_tensor_sharding: optimiser state sharded over ``sharding_domain`` replicas.
+        offload_optimizer_state: optimiser state kept in Streaming Memory.
+        sharding_domain: replicas the optimiser state is sharded over (0 = all replicas).
+        recomputation: activations recomputed in the backward pass (already reflected in
+            ``activation_bytes``; kept for the out-of-memory remedies).
+        name: the model's name, for reports.
+    """
+
+    grad_flops: float
+    grad_bytes_accessed: float
+    grad_transcendentals: float = 0.0
+    update_flops: float = 0.0
+    update_bytes_accessed: float = 0.0
+    parameter_bytes: int = 0
+    optimizer_state_bytes: int = 0
+    gradient_bytes: int = 0
+    activation_bytes: int = 0
+    temporary_bytes: int = 0
+    host_bytes_per_micro_batch: int = 0
+    num_ops: int = 0
+    micro_batch_size: int = 1
+    gradient_accumulation: int = 1
+    device_iterations: int = 1
+    precision: str = "float32"
+    collectives: tuple[CollectiveRecord, ...] = ()
+    replicated_tensor_sharding: bool = False
+    offload_optimizer_state: bool = False
+    sharding_domain: int = 0
+    recomputation: bool = False
+    name: str = "model"
+
+    def __post_init__(self) -> None:
+        for field in ("micro_batch_size", "gradient_accumulation", "device_iterations"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{field}` must be a positive integer, got {value!r}.")
+        if self.precision not in ("float16", "bfloat16", "float32"):
+            raise ValueError(f"`precision` must be 'float16' or 'float32', got {self.precision!r}.")
+        records = tuple(CollectiveRecord(*r) for r in self.collectives)
+        for record in records:
+            if record.kind not in COLLECTIVE_KINDS:
+                raise ValueError(
+                    f"collective kind {record.kind!r} is unknown: use one of {COLLECTIVE_KINDS}."
+                )
+            if record.method not in METHODS:
+                raise ValueError(
+                    f"collective method {record.method!r} is unknown: use one of {METHODS}."
+                )
+        object.__setattr__(self, "collectives", records)
+
+    @property
+    def samples_per_update(self) -> int:
+        """Samples one replica processes per weight update."""
+        return self.micro_batch_size * self.gradient_accumulation
+
+    def replace(self, **changes) -> StepProfile:
+        """A copy with ``changes`` applied (for what-if studies)."""
+        return dataclasses.replace(self, **changes)

@@ -1,0 +1,292 @@
+"""The simulated timeline of one training step on an IPU-POD.
+
+Replicas are symmetric, so one representative replica's IPU stands for all of them. The
+IPU runs, for each weight update, ``gradient_accumulation`` micro-batches (compute, then
+accumulate), the gradient collectives, the optimiser-state streaming and the update; a step
+of ``device_iterations`` updates ends with a host synchronisation. The infeed streams each
+micro-batch over the machine's host links on its own lane, up to ``prefetch_depth``
+micro-batches ahead of the compute and across step boundaries, so host IO hides behind
+compute as far as the buffers allow; what remains is the exposed host IO.
+
+References:
+    PopART glossary (step = device iterations x (gradient accumulation x micro-batch));
+    Memory and Performance Optimisation guide sections 7.3 (constant vs scaling parts of a
+    step) and 7.5 (host I/O, prefetch).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+from hardware._collectives import CollectiveTime, collective_time
+from hardware._compute import compute_seconds
+from hardware._host_io import host_io_seconds
+from hardware._layout import ReplicaLayout
+from hardware._memory import MemoryBreakdown, memory_per_ipu, optimizer_shards
+from hardware._parameters import DEFAULT_PREFETCH_DEPTH, ModelParameters, load_parameters
+from hardware._specs import SystemSpec
+from hardware._step_profile import StepProfile
+
+PHASES = (
+    "host_io",
+    "compute",
+    "gradient_accumulation",
+    "allreduce",
+    "reduce_scatter",
+    "all_gather",
+    "broadcast",
+    "weight_update",
+    "streaming",
+    "host_sync",
+)
+_PHASE_OF_KIND = {
+    "all_reduce": "allreduce",
+    "reduce_scatter": "reduce_scatter",
+    "all_gather": "all_gather",
+    "broadcast": "broadcast",
+}
+TRACK_COMPUTE = "IPU 0 compute (replica 0)"
+TRACK_HOST_LINK = "Host links (machine 0)"
+TRACK_IPU_LINKS = "IPU-Links"
+TRACK_GW_LINKS = "GW-Links"
+TRACK_HOST_SYNC = "Host sync"
+TRACKS = (TRACK_COMPUTE, TRACK_HOST_LINK, TRACK_IPU_LINKS, TRACK_GW_LINKS, TRACK_HOST_SYNC)
+
+
+class TimelineEvent(NamedTuple):
+    """One interval of the simulated step.
+
+    Attributes:
+        track: the resource it occupies (one of ``TRACKS``).
+        name: what runs.
+        start: seconds from the start of the step.
+        duration: seconds.
+    """
+
+    track: str
+    name: str
+    start: float
+    duration: float
+
+
+@dataclasses.dataclass(frozen=True)
+class StepSimulation:
+    """Simulated time and memory of one step; pure data for reports.
+
+    Attributes:
+        profile: the step's cost.
+        layout: replicas, instances and IPUs per replica.
+        system: the IPU-POD.
+        parameters: the model parameters used.
+        phases: phase name -> seconds per step (``PHASES``; the collectives and the
+            host IO as exposed on the critical path, the others as busy time).
+        simulated_step_seconds: wall time of one step on the system.
+        samples_per_second: samples of the whole job per second.
+        memory: peak bytes per IPU by category.
+        host_io_exposed_seconds: step time lost to host IO (zero when fully hidden).
+        host_io_seconds: host link busy time per step.
+        events: the step's intervals, for the trace.
+        prefetch_depth: micro-batches the infeed keeps ahead of the compute.
+    """
+
+    profile: StepProfile
+    layout: ReplicaLayout
+    system: SystemSpec
+    parameters: ModelParameters
+    phases: dict[str, float]
+    simulated_step_seconds: float
+    samples_per_second: float
+    memory: MemoryBreakdown
+    host_io_exposed_seconds: float
+    host_io_seconds: float
+    events: tuple[TimelineEvent, ...]
+    prefetch_depth: int
+
+    @property
+    def memory_per_ipu(self) -> dict[str, int]:
+        """Category -> bytes per IPU."""
+        return dict(self.memory.categories)
+
+    @property
+    def samples_per_step(self) -> int:
+        """Samples of the whole job per step."""
+        p = self.profile
+        return self.layout.num_replicas * p.samples_per_update * p.device_iterations
+
+
+class _Durations(NamedTuple):
+    io: float
+    compute: float
+    accumulate: float
+    collectives: tuple[tuple[str, CollectiveTime], ...]
+    update: float
+    streaming: float
+    sync: float
+
+
+def _durations(
+    profile: StepProfile, layout: ReplicaLayout, system: SystemSpec, params: ModelParameters
+) -> _Durations:
+    ipu, k = system.ipu, layout.ipus_per_replica
+    compute = compute_seconds(
+        profile.grad_flops,
+        profile.grad_bytes_accessed,
+        profile.grad_transcendentals,
+        ipu,
+        profile.precision,
+        params,
+        num_ipus=k,
+    )
+    # acc += grad reads two tensors and writes one, at In-Processor-Memory bandwidth.
+    accumulate = (
+        3 * profile.gradient_bytes / k / ipu.memory_bandwidth
+        if profile.gradient_accumulation > 1
+        else 0.0
+    )
+    shards = optimizer_shards(profile, layout)
+    update = compute_seconds(
+        profile.update_flops / shards,
+        profile.update_bytes_accessed / shards,
+        0.0,
+        ipu,
+        profile.precision,
+        params,
+        num_ipus=k,
+    )
+    # Offloaded optimiser state is read from and written back to Streaming Memory each
+    # update, over the machine's gateway bandwidth shared by its IPUs.
+    per_ipu_stream = system.machine.streaming_bandwidth / system.machine.ipus
+    streaming = (
+        2 * profile.optimizer_state_bytes / shards / k / per_ipu_stream
+        if profile.offload_optimizer_state
+        else 0.0
+    )
+    collectives = tuple(
+        (r.kind, collective_time(r, layout, system, params))
+        for r in profile.collectives
+        if layout.num_replicas > 1
+    )
+    io = host_io_seconds(
+        profile.host_bytes_per_micro_batch, system, layout.num_replicas, layout.ipus_per_replica
+    )
+    return _Durations(
+        io, compute, accumulate, collectives, update, streaming, params.host_sync_seconds
+    )
+
+
+def _run_steps(d: _Durations, profile: StepProfile, depth: int, steps: int):
+    """Event-driven schedule of ``steps`` consecutive steps; returns (events, step ends)."""
+    events: list[TimelineEvent] = []
+    step_ends: list[float] = []
+    compute_ends: list[float] = []
+    io_free = 0.0  # host link lane
+    t = 0.0  # IPU lane
+    j = 0  # micro-batch counter over all steps
+    for _ in range(steps):
+        for _ in range(profile.device_iterations):
+            for _ in range(profile.gradient_accumulation):
+                # Buffer j is free once micro-batch j - depth - 1 has been consumed.
+                freed = compute_ends[j - depth - 1] if j - depth - 1 >= 0 else 0.0
+                io_start = max(io_free, freed)
+                io_free = io_start + d.io
+                if d.io > 0:
+                    events.append(TimelineEvent(TRACK_HOST_LINK, "host_io", io_start, d.io))
+                start = max(t, io_free)
+                events.append(TimelineEvent(TRACK_COMPUTE, "compute", start, d.compute))
+                t = start + d.compute
+                compute_ends.append(t)
+                if d.accumulate > 0:
+                    events.append(
+                        TimelineEvent(TRACK_COMPUTE, "gradient_accumulation", t, d.accumulate)
+                    )
+                    t += d.accumulate
+                j += 1
+            for kind, cost in d.collectives:
+                if cost.ipu_links > 0:
+                    events.append(TimelineEvent(TRACK_IPU_LINKS, kind, t, cost.ipu_links))
+                if cost.gw_links > 0:
+                    events.append(
+                        TimelineEvent(TRACK_GW_LINKS, kind, t + cost.ipu_links, cost.gw_links)
+                    )
+                t += cost.total
+            for name, seconds in (("streaming", d.streaming / 2), ("weight_update", d.update)):
+                if seconds > 0:
+                    events.append(TimelineEvent(TRACK_COMPUTE, name, t, seconds))
+                    t += seconds
+            if d.streaming > 0:
+                events.append(TimelineEvent(TRACK_COMPUTE, "streaming", t, d.streaming / 2))
+                t += d.streaming / 2
+        if d.sync > 0:
+            events.append(TimelineEvent(TRACK_HOST_SYNC, "host_sync", t, d.sync))
+            t += d.sync
+        step_ends.append(t)
+    return events, step_ends
+
+
+def _steady_step(d: _Durations, profile: StepProfile, depth: int):
+    """The second of two steps: the first fills the infeed as a running job has."""
+    events, ends = _run_steps(d, profile, depth, 2)
+    start, end = ends[0], ends[1]
+    # Host IO that ran before the step began was prefetched during the previous step.
+    shifted = tuple(e._replace(start=e.start - start) for e in events if start <= e.start < end)
+    return shifted, end - start
+
+
+def simulate_step(
+    profile: StepProfile,
+    layout: ReplicaLayout,
+    system: SystemSpec,
+    *,
+    parameters: ModelParameters | None = None,
+    prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
+) -> StepSimulation:
+    """Simulated time and memory of one step of ``profile`` under ``layout`` on ``system``.
+
+    Pure: the same inputs always give the same simulation. ``parameters`` default to the
+    calibrated ones (``hardware/calibration.json``).
+
+    Raises:
+        SystemSelectionError: when the layout needs more IPUs than ``system`` has.
+    """
+    from hardware._specs import SystemSelectionError
+
+    if layout.num_ipus > system.num_ipus:
+        raise SystemSelectionError(
+            f"the job needs {layout.num_ipus} IPUs but {system.name} has {system.num_ipus}: "
+            "pick a larger --system or fewer replicas."
+        )
+    if prefetch_depth < 0:
+        raise ValueError(f"`prefetch_depth` must be >= 0, got {prefetch_depth}.")
+    params = parameters if parameters is not None else load_parameters()
+    d = _durations(profile, layout, system, params)
+    events, step_seconds = _steady_step(d, profile, prefetch_depth)
+    _, without_io = _steady_step(d._replace(io=0.0), profile, prefetch_depth)
+    exposed = max(step_seconds - without_io, 0.0)
+
+    n_micro = profile.gradient_accumulation * profile.device_iterations
+    phases = dict.fromkeys(PHASES, 0.0)
+    phases["host_io"] = exposed
+    phases["compute"] = n_micro * d.compute
+    phases["gradient_accumulation"] = n_micro * d.accumulate
+    for kind, cost in d.collectives:
+        phases[_PHASE_OF_KIND[kind]] += profile.device_iterations * cost.total
+    phases["weight_update"] = profile.device_iterations * d.update
+    phases["streaming"] = profile.device_iterations * d.streaming
+    phases["host_sync"] = d.sync
+
+    samples = layout.num_replicas * profile.samples_per_update * profile.device_iterations
+    return StepSimulation(
+        profile=profile,
+        layout=layout,
+        system=system,
+        parameters=params,
+        phases=phases,
+        simulated_step_seconds=step_seconds,
+        samples_per_second=samples / step_seconds if step_seconds > 0 else float("inf"),
+        memory=memory_per_ipu(profile, layout, system, prefetch_depth=prefetch_depth),
+        host_io_exposed_seconds=exposed,
+        host_io_seconds=n_micro * d.io,
+        events=events,
+        prefetch_depth=prefetch_depth,
+    )
