@@ -1,0 +1,136 @@
+"""Reports of a simulated step: ``summary.json``, ``trace.json`` and the printed summary.
+
+``trace.json`` is in the Chrome trace event format (complete "X" events in microseconds,
+with "M" metadata events naming the process and one thread per track), so it opens in
+Perfetto (ui.perfetto.dev) and chrome://tracing.
+
+References:
+    "Trace Event Format", the Catapult trace-viewer project's specification:
+    "X" complete events with ``ts`` and ``dur`` in microseconds; "M" metadata events
+    ``process_name`` and ``thread_name``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+from hardware import TRACKS, StepSimulation
+
+SUMMARY_FILE = "summary.json"
+TRACE_FILE = "trace.json"
+
+
+def summary(simulation: StepSimulation) -> dict:
+    """The content of ``summary.json``: JSON-ready, keys stable across versions."""
+    sim, p, layout = simulation, simulation.profile, simulation.layout
+    return {
+        "system": sim.system.name,
+        "ipu": sim.system.ipu.name,
+        "replicas": layout.num_replicas,
+        "instances": layout.num_instances,
+        "ipus_per_replica": layout.ipus_per_replica,
+        "model": p.name,
+        "micro_batch_size": p.micro_batch_size,
+        "gradient_accumulation": p.gradient_accumulation,
+        "device_iterations": p.device_iterations,
+        "samples_per_step": sim.samples_per_step,
+        "simulated_step_seconds": sim.simulated_step_seconds,
+        "samples_per_second": sim.samples_per_second,
+        "phases": dict(sim.phases),
+        "memory_per_ipu": dict(sim.memory.categories),
+        "memory_per_ipu_total": sim.memory.total,
+        "memory_capacity_per_ipu": sim.memory.capacity,
+        "fits_in_memory": sim.memory.fits,
+        "host_io_exposed_seconds": sim.host_io_exposed_seconds,
+        "host_io_seconds": sim.host_io_seconds,
+        "prefetch_depth": sim.prefetch_depth,
+        "model_parameters": sim.parameters.to_json(),
+    }
+
+
+def chrome_trace(simulation: StepSimulation) -> dict:
+    """The step's timeline as a Chrome trace: one thread per IPU role and link tier."""
+    pid = 1
+    events: list[dict] = [
+        {
+            "name": "process_name",
+            "ph": "M",
+            "pid": pid,
+            "tid": 0,
+            "args": {
+                "name": f"{simulation.system.name}: {simulation.layout.num_replicas} replicas "
+                "(simulated step)"
+            },
+        }
+    ]
+    tids = {track: i + 1 for i, track in enumerate(TRACKS)}
+    for track, tid in tids.items():
+        events.append(
+            {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": track}}
+        )
+        events.append(
+            {
+                "name": "thread_sort_index",
+                "ph": "M",
+                "pid": pid,
+                "tid": tid,
+                "args": {"sort_index": tid},
+            }
+        )
+    for event in simulation.events:
+        events.append(
+            {
+                "name": event.name,
+                "cat": event.track,
+                "ph": "X",
+                "pid": pid,
+                "tid": tids[event.track],
+                "ts": event.start * 1e6,
+                "dur": event.duration * 1e6,
+            }
+        )
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def write_reports(simulation: StepSimulation, report_dir: str | os.PathLike) -> pathlib.Path:
+    """Writes ``summary.json`` and ``trace.json`` into ``report_dir`` (created if needed).
+
+    Returns:
+        The report directory.
+    """
+    directory = pathlib.Path(report_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / SUMMARY_FILE).write_text(json.dumps(summary(simulation), indent=2) + "\n")
+    (directory / TRACE_FILE).write_text(json.dumps(chrome_trace(simulation)) + "\n")
+    return directory
+
+
+def _bytes(n: float) -> str:
+    return f"{n / 2**20:,.1f} MiB"
+
+
+def format_summary(simulation: StepSimulation) -> str:
+    """The short human summary every run prints."""
+    sim, layout = simulation, simulation.layout
+    step = sim.simulated_step_seconds
+    phases = ", ".join(
+        f"{name} {seconds * 1e3:.2f} ms" for name, seconds in sim.phases.items() if seconds > 0
+    )
+    memory = sim.memory
+    largest = sorted(memory.categories.items(), key=lambda kv: -kv[1])[:3]
+    return "\n".join(
+        [
+            f"[popdist-emu] simulated {sim.system.name} ({sim.system.ipu.name}): "
+            f"{layout.num_replicas} replicas x {layout.ipus_per_replica} IPU, "
+            f"{layout.num_instances} instances",
+            f"  step {step * 1e3:.2f} ms for {sim.samples_per_step} samples -> "
+            f"{sim.samples_per_second:,.0f} samples/s; host IO exposed "
+            f"{sim.host_io_exposed_seconds * 1e3:.2f} ms",
+            f"  phases: {phases}",
+            f"  memory per IPU: {_bytes(memory.total)} of {_bytes(memory.capacity)} "
+            f"({'fits' if memory.fits else 'DOES NOT FIT'}); largest: "
+            + ", ".join(f"{name} {_bytes(value)}" for name, value in largest),
+        ]
+    )
