@@ -51,7 +51,6 @@ def help_text() -> str:
             "executable (python3 train.py). Host names (-H) are simulated: every instance runs "
             "here. V-IPU and partition options are accepted and have no effect."
         ),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     for spec in OPTIONS:
         kwargs = {"help": spec.help}

@@ -1,0 +1,105 @@
+"""A failing, killed or interrupted job ends whole, within seconds, naming the instance."""
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+# Instance 1 fails as told; every other instance records its pid and sleeps 60 s.
+FAILING = """
+import os, signal, sys, time
+import popdist
+
+instance = popdist.getInstanceIndex()
+with open(os.path.join(sys.argv[2], f"pid-{instance}"), "w") as f:
+    f.write(str(os.getpid()))
+if instance == 1:
+    time.sleep(0.5)
+    print("instance 1 gives up", flush=True)
+    if sys.argv[1] == "exit":
+        sys.exit(3)
+    if sys.argv[1] == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+time.sleep(60)
+"""
+
+
+def _running(pid):
+    """Whether pid is a live process (a zombie waiting for its reaper counts as ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.fixture
+def failing(tmp_path):
+    path = tmp_path / "failing.py"
+    path.write_text(FAILING)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    return str(path), pids
+
+
+def _assert_all_ended(pids, count):
+    recorded = [int((pids / name).read_text()) for name in os.listdir(pids)]
+    assert len(recorded) == count
+    deadline = time.monotonic() + 10
+    while any(_running(pid) for pid in recorded) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in recorded if _running(pid)]
+
+
+@pytest.mark.parametrize(
+    ("mode", "code", "message"),
+    [
+        ("exit", 3, "poprun-emu: instance 1 exited with code 3; ended the other instances"),
+        ("kill", 128 + 9, "poprun-emu: instance 1 was killed by signal 9 (SIGKILL); ended the"),
+    ],
+)
+def test_a_failing_instance_ends_the_job_in_seconds(poprun, failing, mode, code, message):
+    program, pids = failing
+    start = time.monotonic()
+    result = poprun("--num-replicas=4", "--num-instances=4", program, mode, str(pids), timeout=90)
+    elapsed = time.monotonic() - start
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr
+    assert "[1,1]<stdout>:instance 1 gives up" in result.stdout
+    assert elapsed < 30, f"the job took {elapsed:.1f} s to end"  # the others sleep 60 s
+    _assert_all_ended(pids, 4)
+
+
+def test_ctrl_c_ends_the_whole_job(failing, tmp_path):
+    program, pids = failing
+    script = shutil.which("poprun-emu")
+    command = [script] if script else [sys.executable, "-m", "launch"]
+    launcher = subprocess.Popen(
+        [*command, "--num-replicas=2", "--num-instances=2", program, "sleep", str(pids)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=tmp_path,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while len(os.listdir(pids)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(os.listdir(pids)) == 2, "the instances did not start"
+        time.sleep(0.3)  # let the last pid file be complete
+        start = time.monotonic()
+        launcher.send_signal(signal.SIGINT)
+        _, err = launcher.communicate(timeout=30)
+        assert time.monotonic() - start < 15
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait(timeout=10)
+    assert launcher.returncode == 130
+    assert "poprun-emu: interrupted; ended all instances" in err
+    _assert_all_ended(pids, 2)
