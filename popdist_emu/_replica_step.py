@@ -15,6 +15,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -58,8 +59,11 @@ def check_scalar_loss(
     return out
 
 
+@functools.lru_cache(maxsize=16)
 def make_micro_step(loss_fn: Callable) -> Callable:
     """The jitted micro-step ``(params, acc, micro_batch) -> (acc', finite)``.
+
+    Cached per loss function, so trainers of the same loss share compiled code.
 
     ``finite`` is False when this micro-batch's loss or gradient holds a NaN or an Inf; it is
     only read when the reduced gradient is not finite, to name the replica it came from.
@@ -79,8 +83,11 @@ def make_micro_step(loss_fn: Callable) -> Callable:
     return jax.jit(micro_step)
 
 
+@functools.lru_cache(maxsize=16)
 def make_update(optimizer: optax.GradientTransformation, scale: float | None) -> Callable:
     """The jitted update ``(params, opt_state, grad_sum) -> (params', opt_state')``.
+
+    Cached per optimiser and scale, so trainers of the same optimiser share compiled code.
 
     Args:
         optimizer: the optax optimiser every replica applies.
