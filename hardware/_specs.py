@@ -14,7 +14,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 
 GB = 1e9  # decimal gigabyte, as the datasheets count
@@ -236,11 +235,22 @@ POD64_IPUS = 64
 MAX_POD64S = 1024  # "scales to 1,024 POD64s (65,536 IPUs)": POD64 datasheet
 
 
+def _pod_sizes() -> tuple[int, ...]:
+    # The products: IPU-POD16, then POD64s and multiples of them up to 1,024 POD64s.
+    sizes, ipus = [16], POD64_IPUS
+    while ipus <= POD64_IPUS * MAX_POD64S:
+        sizes.append(ipus)
+        ipus *= 2
+    return tuple(sizes)
+
+
+POD_SIZES = _pod_sizes()
+
+
 def _build_systems() -> dict[str, SystemSpec]:
     systems = {}
     for prefix, machine in (("pod", IPU_M2000), ("bow-pod", BOW_2000)):
-        ipus = 16
-        while ipus <= POD64_IPUS * MAX_POD64S:
+        for ipus in POD_SIZES:
             systems[f"{prefix}{ipus}"] = SystemSpec(
                 name=f"{prefix}{ipus}",
                 machine=machine,
@@ -249,7 +259,6 @@ def _build_systems() -> dict[str, SystemSpec]:
                 # Pod256 and larger join their POD64s through GW-Link switches.
                 switched_gw_links=ipus >= 4 * POD64_IPUS,
             )
-            ipus *= 2
     return systems
 
 
@@ -267,9 +276,9 @@ def get_system(name: str) -> SystemSpec:
         return SYSTEMS[key]
     except KeyError:
         raise SystemSelectionError(
-            f"--system {name!r} is not a known IPU-POD: use one of pod16, pod64, ..., "
-            f"pod{POD64_IPUS * MAX_POD64S} or bow-pod16, ..., bow-pod{POD64_IPUS * MAX_POD64S} "
-            "(powers of two)."
+            f"--system {name!r} is not a known IPU-POD: use one of pod16, pod64, pod128, ..., "
+            f"pod{POD64_IPUS * MAX_POD64S} (doubling) or bow-pod16, bow-pod64, ..., "
+            f"bow-pod{POD64_IPUS * MAX_POD64S}."
         ) from None
 
 
@@ -285,7 +294,7 @@ def default_system(num_ipus: int) -> SystemSpec:
             f"the job needs {num_ipus} IPUs but the largest IPU-POD has {largest} IPUs "
             f"(1,024 POD64s): use at most {largest} replicas x IPUs per replica."
         )
-    size = max(16, 1 << math.ceil(math.log2(num_ipus)))
+    size = next(size for size in POD_SIZES if size >= num_ipus)
     return SYSTEMS[f"pod{size}"]
 
 
@@ -301,8 +310,9 @@ def select_system(name: str, num_ipus: int) -> SystemSpec:
         return default_system(num_ipus)
     system = get_system(name)
     if num_ipus > system.num_ipus:
-        bigger = default_system(num_ipus) if num_ipus <= POD64_IPUS * MAX_POD64S else None
-        fix = f"use --system {bigger.name}" if bigger else "use fewer replicas"
+        prefix = system.name[: -len(str(system.num_ipus))]
+        sizes = [size for size in POD_SIZES if size >= num_ipus]
+        fix = f"use --system {prefix}{sizes[0]}" if sizes else "use fewer replicas"
         raise SystemSelectionError(
             f"the job needs {num_ipus} IPUs (replicas x IPUs per replica) but --system "
             f"{system.name} has only {system.num_ipus} IPUs: {fix}, or reduce --num-replicas."
