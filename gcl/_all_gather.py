@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from gcl._buffers import POOL
 from gcl._dataflow import run_items
 from gcl._groups import Group, as_group, groups_of
 from gcl._pytree import Layout, flatten, layout_of, pack_rows, unflatten, unpack
@@ -44,7 +45,7 @@ def all_gather_packed(
     local_groups = sorted({index[offset + k][0] for k in range(call.local)})
     out = {
         g: [
-            np.empty((layout.group_size, w), d)
+            POOL.empty((layout.group_size, w), d)
             for d, w in zip(layout.dtypes, layout.widths, strict=True)
         ]
         for g in local_groups

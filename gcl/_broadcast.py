@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from gcl._all_gather import finish_replicas
+from gcl._buffers import POOL
 from gcl._dataflow import run_items
 from gcl._groups import Group, as_group, groups_of
 from gcl._pytree import layout_of, pack
@@ -66,7 +67,7 @@ def broadcast(
     index = group_index(group, call.num_replicas)
     local_groups = sorted({index[offset + k][0] for k in range(call.local)})
     out = {
-        g: [np.empty((1, w), d) for d, w in zip(layout.dtypes, layout.widths, strict=True)]
+        g: [POOL.empty((1, w), d) for d, w in zip(layout.dtypes, layout.widths, strict=True)]
         for g in local_groups
     }
 

@@ -23,6 +23,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from gcl._buffers import POOL
+
 
 class TreeDef(NamedTuple):
     """The structure of a pytree, without its leaves; comparable and printable."""
@@ -63,60 +65,57 @@ def _as_leaf(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def _walk(x: Any, leaves: list[np.ndarray]) -> TreeDef:
+    if x is None:
+        return TreeDef("none", None, ())
+    if isinstance(x, dict):
+        keys = tuple(sorted(x))
+        return TreeDef("dict", keys, tuple(_walk(x[k], leaves) for k in keys))
+    if _is_namedtuple(x):
+        return TreeDef("namedtuple", type(x), tuple(_walk(c, leaves) for c in x))
+    if isinstance(x, tuple):
+        return TreeDef("tuple", None, tuple(_walk(c, leaves) for c in x))
+    if isinstance(x, list):
+        return TreeDef("list", None, tuple(_walk(c, leaves) for c in x))
+    is_array_like = isinstance(x, np.ndarray | np.generic | int | float | complex | bool)
+    if not (is_array_like or hasattr(x, "__array__")) and "jax" in sys.modules:
+        import jax
+
+        sub, treedef = jax.tree_util.tree_flatten(x)
+        return TreeDef("jax", treedef, tuple(_walk(c, leaves) for c in sub))
+    leaves.append(_as_leaf(x))
+    return TreeDef("leaf", None, ())
+
+
 def flatten(tree: Any) -> tuple[list[np.ndarray], TreeDef]:
     """Leaves (as numpy arrays, in a deterministic order) and the structure of ``tree``."""
+    # Module-level recursion, not a recursive closure: a closure that refers to itself is a
+    # reference cycle that would keep the leaves (and pooled buffers) alive until gc runs.
     leaves: list[np.ndarray] = []
+    treedef = _walk(tree, leaves)
+    return leaves, treedef
 
-    def walk(x: Any) -> TreeDef:
-        if x is None:
-            return TreeDef("none", None, ())
-        if isinstance(x, dict):
-            keys = tuple(sorted(x))
-            return TreeDef("dict", keys, tuple(walk(x[k]) for k in keys))
-        if _is_namedtuple(x):
-            return TreeDef("namedtuple", type(x), tuple(walk(c) for c in x))
-        if isinstance(x, tuple):
-            return TreeDef("tuple", None, tuple(walk(c) for c in x))
-        if isinstance(x, list):
-            return TreeDef("list", None, tuple(walk(c) for c in x))
-        if (
-            not (
-                isinstance(x, np.ndarray | np.generic | int | float | complex | bool)
-                or hasattr(x, "__array__")
-            )
-            and "jax" in sys.modules
-        ):
-            import jax
 
-            sub, treedef = jax.tree_util.tree_flatten(x)
-            return TreeDef("jax", treedef, tuple(walk(c) for c in sub))
-        leaves.append(_as_leaf(x))
-        return TreeDef("leaf", None, ())
-
-    return leaves, walk(tree)
+def _build(t: TreeDef, it: Any) -> Any:
+    if t.kind == "leaf":
+        return next(it)
+    if t.kind == "none":
+        return None
+    children = [_build(c, it) for c in t.children]
+    if t.kind == "dict":
+        return dict(zip(t.meta, children, strict=True))
+    if t.kind == "list":
+        return children
+    if t.kind == "tuple":
+        return tuple(children)
+    if t.kind == "namedtuple":
+        return t.meta(*children)
+    return t.meta.unflatten(children)
 
 
 def unflatten(treedef: TreeDef, leaves: list[Any]) -> Any:
     """Rebuild a tree of ``treedef``'s structure from ``leaves`` (in flatten order)."""
-    it = iter(leaves)
-
-    def build(t: TreeDef) -> Any:
-        if t.kind == "leaf":
-            return next(it)
-        if t.kind == "none":
-            return None
-        children = [build(c) for c in t.children]
-        if t.kind == "dict":
-            return dict(zip(t.meta, children, strict=True))
-        if t.kind == "list":
-            return children
-        if t.kind == "tuple":
-            return tuple(children)
-        if t.kind == "namedtuple":
-            return t.meta(*children)
-        return t.meta.unflatten(children)
-
-    return build(treedef)
+    return _build(treedef, iter(leaves))
 
 
 class LeafSlot(NamedTuple):
@@ -171,7 +170,7 @@ def pack(leaves: list[np.ndarray], layout: Layout) -> list[np.ndarray]:
             viewed.add(d)
     for d, (dtype, width) in enumerate(zip(layout.dtypes, layout.widths, strict=True)):
         if out[d] is None:
-            out[d] = np.empty((g, width), dtype)
+            out[d] = POOL.empty((g, width), dtype)
     for leaf, slot in zip(leaves, layout.slots, strict=True):
         buf = out[slot.dtype_index]
         if slot.dtype_index in viewed or slot.shard == 0:
@@ -198,7 +197,7 @@ def pack_rows(leaves: list[np.ndarray], layout: Layout) -> list[np.ndarray]:
         if counts[d] == 1 and leaves[only[0]].flags.c_contiguous:
             out.append(leaves[only[0]].reshape(-1))
             continue
-        row = np.empty(width, dtype)
+        row = POOL.empty((width,), dtype)
         for i in only:
             slot = layout.slots[i]
             row[slot.offset : slot.offset + slot.shard] = leaves[i].reshape(-1)

@@ -13,11 +13,12 @@ from typing import Any
 
 import numpy as np
 
+from gcl._buffers import POOL, Arena
 from gcl._dataflow import run_items
 from gcl._groups import Group, as_group, groups_of
 from gcl._operators import Operator, as_operator, check_dtype, combine_into, finish_mean
 from gcl._pytree import Layout, layout_of, pack, unflatten, unpack_rows
-from gcl._routes import as_method, reduce_scatter_items, resolve_method
+from gcl._routes import Item, as_method, reduce_scatter_items, resolve_method
 from gcl._transport import deadline_of, transport_for
 from gcl._validation import Call, validate
 
@@ -39,6 +40,21 @@ def group_index(group: Group, num_replicas: int) -> dict[int, tuple[int, int]]:
     return out
 
 
+def _scratch_totals(items: tuple[Item, ...], instance: int, num_dtypes: int) -> list[int]:
+    """Elements of scratch per dtype this instance needs for partials in flight."""
+    totals = [0] * num_dtypes
+    for it in items:
+        for h, hop in enumerate(it.hops):
+            if hop.instance != instance:
+                continue
+            last = h + 1 == len(it.hops)
+            in_result = last and it.join < 0
+            sent_from_input = h == 0 and len(hop.replicas) == 1 and not last
+            if not (in_result or sent_from_input):
+                totals[it.dtype] += it.col1 - it.col0
+    return totals
+
+
 def reduce_scatter_packed(
     call: Call,
     buffers: list[list[np.ndarray]],
@@ -58,8 +74,10 @@ def reduce_scatter_packed(
     )
     groups = groups_of(group, call.num_replicas)
     results = [
-        [np.zeros(w, d) for d, w in zip(layout.dtypes, layout.widths, strict=True)] for _ in buffers
+        [POOL.empty((w,), d) for d, w in zip(layout.dtypes, layout.widths, strict=True)]
+        for _ in buffers
     ]
+    arena = Arena(layout.dtypes, _scratch_totals(items, call.instance, len(layout.dtypes)))
     done: set[int] = set()
     joins: dict[int, np.ndarray] = {}
 
@@ -79,11 +97,7 @@ def reduce_scatter_packed(
         if piece is None:
             if len(replicas) == 1 and not last:
                 return chunk(replicas[0], i)  # sent straight from the input, no copy
-            piece = (
-                target(i)
-                if last and it.join < 0
-                else np.empty(it.col1 - it.col0, layout.dtypes[it.dtype])
-            )
+            piece = target(i) if last and it.join < 0 else arena.take(it.col1 - it.col0, it.dtype)
             np.copyto(piece, chunk(replicas[0], i))
             replicas = replicas[1:]
         for r in replicas:
@@ -94,7 +108,7 @@ def reduce_scatter_packed(
         it = items[i]
         if h + 1 == len(it.hops) and it.join < 0:
             return target(i)
-        return np.empty(it.col1 - it.col0, layout.dtypes[it.dtype])
+        return arena.take(it.col1 - it.col0, it.dtype)
 
     def finish(i: int, piece: np.ndarray) -> None:
         it = items[i]

@@ -21,6 +21,11 @@ from typing import Any
 import numpy as np
 
 DEFAULT_TIMEOUT_S = float(os.environ.get("GCL_EMU_TIMEOUT", "300"))
+# Without a completion, poll busily (as MPI's blocking waits do) for _BUSY_S, then with
+# sched_yield until _SPIN_S, then nap between polls.
+_BUSY_S = float(os.environ.get("GCL_EMU_BUSY_S", "0.05"))
+_SPIN_S = 0.5
+_NAP_S = 2e-4
 
 
 class CollectiveTimeout(RuntimeError):  # noqa: N818 - the contract's name
@@ -95,6 +100,7 @@ class Transport:
         from mpi4py import MPI
 
         polls = 0
+        started = 0.0
         while True:
             done = MPI.Request.Testsome(requests)
             if done:
@@ -115,10 +121,15 @@ class Transport:
                     f"{waiting}: expected every instance to enter the same collective; check "
                     f"that no instance died or skipped it, or raise `timeout`."
                 )
-            # Spin briefly (MPI progresses only inside MPI calls), then yield the CPU: the
-            # machine is often oversubscribed and the peer needs it to make progress.
-            if polls > 64:
-                time.sleep(min(1e-3, 1e-6 * (polls - 64)))
+            # MPI progresses only inside MPI calls, so keep polling while a transfer may be
+            # running; yield the CPU between polls (the machine is often oversubscribed and
+            # the peer needs it), and sleep only once nothing has completed for a while.
+            if polls == 1:
+                started = now
+            elif now - started > _SPIN_S:
+                time.sleep(_NAP_S)
+            elif now - started > _BUSY_S:
+                os.sched_yield()
 
     def wait_all(self, requests: list[Any], peers: list[int], deadline: float, what: str) -> None:
         """Wait for every request, bounded by ``deadline``."""
