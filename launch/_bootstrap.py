@@ -138,12 +138,7 @@ def run_instance(program: list[str], config: Mapping[str, object]) -> int:
         )
     for thread in pumps:
         thread.start()
-    while True:
-        try:
-            code = child.wait()
-            break
-        except InterruptedError:  # pragma: no cover - wait is retried by Python already
-            continue
+    code = child.wait()  # retried after a forwarded signal (PEP 475)
     write_atomically(status_path(job_dir, instance), f"{code}\n")
     # A grandchild holding the pipes open must not keep this instance alive.
     for thread in pumps[:2] if tagged else ():

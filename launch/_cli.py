@@ -137,6 +137,10 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
     if dropped and options.verbosity >= 1:
         _log(f"MPI arguments not used with this MPI ({flavour}): {' '.join(dropped)}")
 
+    exports = global_args.exports + local_args.exports
+    if options.executable_cache_path:
+        cache = os.path.abspath(options.executable_cache_path)
+        exports += (("JAX_COMPILATION_CACHE_DIR", cache),)
     job_dir = tempfile.mkdtemp(prefix="poprun-emu-")
     try:
         config = {
@@ -147,7 +151,7 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
                 "hosts": list(layout.hosts),
             },
             "job_dir": job_dir,
-            "exports": [list(kv) for kv in global_args.exports + local_args.exports],
+            "exports": [list(kv) for kv in exports],
             "only_output_from": options.only_output_from_instance,
             "system": options.system,
             "report_dir": options.report_dir,

@@ -153,7 +153,12 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(("--remove-partition",), "bool", "remove_partition", "No effect.", "yes|no", True),
     OptionSpec(("--num-ilds",), "int", "num_ilds", "No effect.", "N", True),
     OptionSpec(
-        ("--executable-cache-path",), "str", "executable_cache_path", "No effect.", "DIR", True
+        ("--executable-cache-path",),
+        "str",
+        "executable_cache_path",
+        "Executable cache directory, exported as JAX_COMPILATION_CACHE_DIR: XLA's persistent "
+        "compilation cache stands in for Poplar's executable cache.",
+        "DIR",
     ),
 )
 
@@ -181,6 +186,7 @@ class LaunchOptions:
     offline_mode: bool = False
     system: str = ""
     report_dir: str = ""
+    executable_cache_path: str = ""
     verbosity: int = 0
     help: bool = False
     version: bool = False

@@ -7,6 +7,7 @@ behaviours each.
 import importlib.util
 import json
 import os
+import sys
 
 import pytest
 
@@ -31,9 +32,11 @@ import popdist
 out = sys.argv[1]
 view = {{name: getattr(popdist, name)() for name in {GETTERS!r}}}
 view["env"] = {{k: v for k, v in os.environ.items()
-               if k.startswith(("POPDIST", "OMP_", "OPENBLAS", "MKL_", "XLA_", "FOO", "PYTHONP"))}}
+               if k.startswith(("POPDIST", "OMP_", "OPENBLAS", "MKL_", "XLA_", "FOO", "JAX_"))}}
 view["cpus"] = sorted(os.sched_getaffinity(0))
 view["popdist_file"] = popdist.__file__
+import popdist.poptorch
+view["poptorch_replication"] = popdist.poptorch.Options().replication_factor
 if "--mpi" in sys.argv:
     from mpi4py import MPI
     world = MPI.COMM_WORLD
@@ -76,6 +79,7 @@ def _check_layout(views, *, replicas, instances, ipus, local_indices):
         assert view["getNumIpusPerReplica"] == ipus
         assert view["getLocalInstanceIndex"] == local_indices[i]
         assert view["env"]["POPDIST_UNIFORM_REPLICAS_PER_INSTANCE"] == "1"
+        assert view["poptorch_replication"] == local
         assert view["popdist_file"].endswith(
             os.path.join("launch", "_shim", "popdist", "__init__.py")
         )
@@ -106,6 +110,8 @@ def test_four_replicas_on_two_instances_with_mpi_and_exports(poprun, client, tmp
         "--mpi-global-args=--tag-output --allow-run-as-root",
         "--mpi-local-args=-x FOO_SET=bar -x FOO_INHERITED",
         "--vipu-partition=p",
+        "--executable-cache-path",
+        "cache",
         program,
         str(out),
         "--mpi",
@@ -127,6 +133,7 @@ def test_four_replicas_on_two_instances_with_mpi_and_exports(poprun, client, tmp
         assert env["POPDIST_EMU_JOB_DIR"]
         assert env["FOO_SET"] == "bar"
         assert env["FOO_INHERITED"] == "from-launcher"
+        assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "cache")
         assert (
             env["OMP_NUM_THREADS"] == env["OPENBLAS_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "1"
         )
@@ -196,6 +203,27 @@ def test_offline_mode_runs_instance_zero_of_the_full_layout(poprun, client):
     assert view["env"]["POPDIST_EMU_OFFLINE"] == "1"
     assert len(view["cpus"]) == 1
     assert "offline (instance 0 only)" in result.stderr
+
+
+def test_the_example_client_gets_poprun_layout_16_on_4(poprun):
+    """The issue's check: offsets 0/4/8/12, 4 local replicas, 4 instances, with the program
+    given as an executable and its script (``python3 client.py``)."""
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "popdist_client.py")
+    result = poprun(
+        "--num-replicas", "16", "--num-instances", "4", sys.executable, example, "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    views = {}
+    for line in result.stdout.splitlines():
+        tag, _, text = line.partition(":")
+        views[tag] = json.loads(text)
+    assert sorted(views) == [f"[1,{i}]<stdout>" for i in range(4)]
+    for i in range(4):
+        view = views[f"[1,{i}]<stdout>"]
+        assert view["getInstanceIndex"] == i
+        assert view["getReplicaIndexOffset"] == 4 * i
+        assert (view["getNumLocalReplicas"], view["getNumInstances"]) == (4, 4)
+        assert view["getNumTotalReplicas"] == 16
 
 
 def test_popdist_is_not_importable_outside_the_launcher():

@@ -103,3 +103,11 @@ def test_ctrl_c_ends_the_whole_job(failing, tmp_path):
     assert launcher.returncode == 130
     assert "poprun-emu: interrupted; ended all instances" in err
     _assert_all_ended(pids, 2)
+
+
+def test_an_mpiexec_that_fails_to_start_is_reported(poprun, failing):
+    program, pids = failing
+    result = poprun("--mpi-global-args=-no-such-hydra-flag", program, "exit", str(pids))
+    assert result.returncode != 0
+    assert "poprun-emu: mpiexec exited with code" in result.stderr
+    assert "instances [0] reported no exit status" in result.stderr
