@@ -1,0 +1,85 @@
+"""summary.json, the Chrome trace and the printed summary."""
+
+import json
+
+import pytest
+
+import hardware
+from popdist_emu._report import chrome_trace, format_summary, write_reports
+
+PROFILE = hardware.StepProfile(
+    grad_flops=2e11,
+    grad_bytes_accessed=1e10,
+    update_flops=1e8,
+    update_bytes_accessed=5e8,
+    parameter_bytes=50_000_000,
+    optimizer_state_bytes=50_000_000,
+    gradient_bytes=50_000_000,
+    activation_bytes=200_000_000,
+    host_bytes_per_micro_batch=3_000_000,
+    num_ops=1000,
+    micro_batch_size=20,
+    gradient_accumulation=2,
+    precision="float16",
+    collectives=[("all_reduce", "auto", "all", 50_000_000)],
+    name="toy",
+)
+
+
+@pytest.fixture(scope="module")
+def simulation():
+    return hardware.simulate_step(
+        PROFILE, hardware.ReplicaLayout(128, 64), hardware.get_system("pod128")
+    )
+
+
+def test_summary_json_has_the_contract_keys(simulation, tmp_path):
+    write_reports(simulation, tmp_path / "reports")
+    summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
+    assert summary["system"] == "pod128"
+    assert summary["replicas"] == 128
+    assert summary["simulated_step_seconds"] == simulation.simulated_step_seconds
+    assert summary["samples_per_second"] == simulation.samples_per_second
+    assert {"compute", "allreduce"} <= set(summary["phases"])
+    assert summary["phases"]["allreduce"] > 0
+    assert summary["memory_per_ipu"] == simulation.memory_per_ipu
+    assert summary["host_io_exposed_seconds"] == simulation.host_io_exposed_seconds
+
+
+def test_trace_is_valid_chrome_trace_json(simulation, tmp_path):
+    write_reports(simulation, tmp_path)
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    events = trace["traceEvents"]
+    assert isinstance(events, list) and events
+    threads = {}
+    for event in events:
+        assert event["ph"] in ("X", "M")
+        assert isinstance(event["pid"], int) and isinstance(event["tid"], int)
+        assert isinstance(event["name"], str)
+        if event["ph"] == "M" and event["name"] == "thread_name":
+            threads[event["tid"]] = event["args"]["name"]
+    complete = [e for e in events if e["ph"] == "X"]
+    assert complete
+    for event in complete:
+        assert event["ts"] >= 0 and event["dur"] >= 0
+        assert event["tid"] in threads
+    # One track per IPU role and per link tier, each named.
+    assert set(threads.values()) == set(hardware.TRACKS)
+    used = {threads[e["tid"]] for e in complete}
+    assert {"IPU 0 compute (replica 0)", "IPU-Links", "GW-Links", "Host sync"} <= used
+    step_us = simulation.simulated_step_seconds * 1e6
+    assert max(e["ts"] + e["dur"] for e in complete) == pytest.approx(step_us)
+
+
+def test_trace_matches_the_simulation_events(simulation):
+    complete = [e for e in chrome_trace(simulation)["traceEvents"] if e["ph"] == "X"]
+    assert len(complete) == len(simulation.events)
+    compute_us = sum(e["dur"] for e in complete if e["name"] == "compute")
+    assert compute_us == pytest.approx(simulation.phases["compute"] * 1e6)
+
+
+def test_format_summary_is_short_and_says_what_matters(simulation):
+    text = format_summary(simulation)
+    assert len(text.splitlines()) <= 6
+    assert "pod128" in text and "128 replicas" in text and "samples/s" in text
+    assert "memory per IPU" in text and "fits" in text
