@@ -1,0 +1,62 @@
+"""examples/train.py: its flags, its final JSON line, --save, and offline mode."""
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+from unittest import mock
+
+import numpy as np
+import pytest
+
+TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
+
+
+@pytest.fixture(scope="module")
+def train():
+    spec = importlib.util.spec_from_file_location("example_train", TRAIN)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def last_json(text: str) -> dict:
+    return json.loads(text.strip().splitlines()[-1])
+
+
+def test_trains_and_saves(train, tmp_path, capsys):
+    path = tmp_path / "params.npz"
+    argv = ["--steps", "6", "--micro-batch-size", "16", "--device-iterations", "2"]
+    train.main([*argv, "--gradient-accumulation", "2", "--save", str(path)])
+    report = last_json(capsys.readouterr().out)
+    for key in ("first_loss", "final_loss", "test_accuracy", "replicas", "instances"):
+        assert key in report
+    assert (report["steps"], report["global_batch"], report["replicas"]) == (6, 32, 1)
+    assert report["final_loss"] < report["first_loss"]
+    assert 0.0 <= report["test_accuracy"] <= 1.0
+    with np.load(path) as saved:
+        assert saved["layer1/conv/w"].shape == (5, 5, 1, 10)
+        assert saved["layer3/w"].shape == (80, 256)
+        assert len(saved.files) == 8
+
+
+def test_offline_mode_reports_without_data(train, capsys):
+    with mock.patch.dict(os.environ, {"POPDIST_EMU_OFFLINE": "1"}):
+        train.main(["--steps", "2", "--micro-batch-size", "4"])
+    report = last_json(capsys.readouterr().out)
+    assert report["offline"] is True and report["final_loss"] is None
+    assert report["micro_step_flops"] > 0
+    assert report["allreduce_bytes"] > 4 * 20000
+
+
+def test_unwired_lever_is_a_one_line_error(train, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train.main(["--replicated-tensor-sharding"])
+    assert exit_info.value.code == 2
+    assert "replicated_tensor_sharding=True is not supported" in capsys.readouterr().err
+
+
+def test_steps_must_fill_device_iterations(train, capsys):
+    with pytest.raises(SystemExit):
+        train.main(["--steps", "3", "--device-iterations", "2"])
+    assert "multiple of --device-iterations" in capsys.readouterr().err
