@@ -46,27 +46,42 @@ class Transport:
         self._owned = False
 
     @property
-    def comm(self) -> Any:
-        """The communicator in use (created on first access)."""
-        if self._comm is None:
-            if self._user_comm is None:
-                from mpi4py import MPI
+    def _base(self) -> Any:
+        if self._user_comm is not None:
+            return self._user_comm
+        from mpi4py import MPI
 
-                self._comm = MPI.COMM_WORLD.Dup()
-                self._owned = True
-            else:
-                self._comm = self._user_comm
+        return MPI.COMM_WORLD
+
+    def connect(self, deadline: float, what: str) -> None:
+        """Duplicate COMM_WORLD on first use, with a bounded wait (Idup, not Dup: a blocking
+        Dup would hang if a peer never arrives)."""
+        if self._comm is not None:
+            return
+        if self._user_comm is not None:
+            self._comm = self._user_comm
+            return
+        comm, request = self._base.Idup()
+        self.wait_all([request], [-1], deadline, what)
+        self._comm = comm
+        self._owned = True
+
+    @property
+    def comm(self) -> Any:
+        """The communicator in use (the private duplicate once connected)."""
+        if self._comm is None:
+            self.connect(deadline_of(None), "connect")
         return self._comm
 
     @property
     def rank(self) -> int:
         """This instance's rank in the communicator."""
-        return self.comm.Get_rank()
+        return self._base.Get_rank()
 
     @property
     def size(self) -> int:
         """Number of instances in the communicator."""
-        return self.comm.Get_size()
+        return self._base.Get_size()
 
     def close(self) -> None:
         """Free the private duplicate (the user's communicator is left alone)."""
@@ -116,10 +131,15 @@ class Transport:
                         # Best effort: collective requests cannot be cancelled.
                         with contextlib.suppress(Exception):
                             r.Cancel()
+                who = (
+                    "the other instances (a collective exchange)"
+                    if waiting == [-1]
+                    else f"instance(s) {waiting}"
+                )
                 raise CollectiveTimeout(
-                    f"gcl.{what}: instance {self.rank} waited past its timeout for instance(s) "
-                    f"{waiting}: expected every instance to enter the same collective; check "
-                    f"that no instance died or skipped it, or raise `timeout`."
+                    f"gcl.{what}: instance {self.rank} waited past its timeout for {who}: "
+                    f"expected every instance to enter the same collective; check that no "
+                    f"instance died or skipped it, or raise `timeout`."
                 )
             # MPI progresses only inside MPI calls, so keep polling while a transfer may be
             # running; yield the CPU between polls (the machine is often oversubscribed and
