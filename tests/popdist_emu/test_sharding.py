@@ -1,0 +1,387 @@
+"""Replicated tensor sharding: shard layout, domains, the element-wise check, and bit-identity
+of RTS training with all-reduce training through gcl (one instance here, two under poprun-emu)."""
+
+import math
+import shutil
+import subprocess
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import gcl
+from popdist_emu import AllReduceUpdate, TrainState
+from popdist_emu._sharding import (
+    ShardedReduceUpdate,
+    ShardingError,
+    check_elementwise,
+    init_sharded_state,
+    padded_size,
+    plan_sharding,
+    resolve_domain,
+    shard,
+    shard_real_elements,
+    shard_size,
+    sharded_state_nbytes,
+    unshard,
+)
+
+POWERS = [1, 2, 4, 8]
+shapes_st = st.lists(st.lists(st.integers(1, 7), max_size=3), min_size=1, max_size=4)
+
+
+def _divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _tree(shapes, rng, dtype=np.float32):
+    return {f"p{i}": rng.standard_normal(s).astype(dtype) for i, s in enumerate(shapes)}
+
+
+def _bytes_equal(a, b):
+    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
+    return len(la) == len(lb) and all(
+        np.asarray(x).dtype == np.asarray(y).dtype
+        and np.asarray(x).tobytes() == np.asarray(y).tobytes()
+        for x, y in zip(la, lb, strict=True)
+    )
+
+
+# -- shard sizes, padding, shard / unshard ----------------------------------------------------
+def test_thirty_elements_over_four_replicas():
+    assert shard_size(30, 4) == 8
+    assert padded_size(30, 4) == 32
+    # gcl's layout (the team contract): zero padding at the end of the last shard.
+    assert shard_real_elements(30, 4) == (8, 8, 8, 6)
+    x = np.arange(1, 31, dtype=np.float32)
+    np.testing.assert_array_equal(shard(x, 3, 4), [25, 26, 27, 28, 29, 30, 0, 0])
+
+
+@settings(max_examples=30)
+@given(n=st.integers(0, 200), g=st.integers(1, 16))
+def test_shard_sizes_and_padding(n, g):
+    s = shard_size(n, g)
+    assert s == math.ceil(n / g)
+    real = shard_real_elements(n, g)
+    assert len(real) == g and sum(real) == n
+    assert all(0 <= r <= s for r in real)
+    assert padded_size(n, g) - n == g * s - n < g or n == 0
+
+
+@settings(max_examples=20)
+@given(shapes=shapes_st, g=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_shard_unshard_round_trip(shapes, g, seed):
+    tree = _tree(shapes, np.random.default_rng(seed))
+    shards = [shard(tree, p, g) for p in range(g)]
+    for s in shards:
+        for leaf, full in zip(jax.tree.leaves(s), jax.tree.leaves(tree), strict=True):
+            assert leaf.shape == (shard_size(full.size, g),)
+    assert _bytes_equal(unshard(shards, tree), tree)
+    padding = np.concatenate([s["p0"] for s in shards])[tree["p0"].size :]
+    assert not padding.any()
+
+
+@settings(max_examples=10)
+@given(shapes=shapes_st, r=st.sampled_from(POWERS), seed=st.integers(0, 2**16))
+def test_shard_is_gcl_reduce_scatter_layout(shapes, r, seed):
+    tree = _tree(shapes, np.random.default_rng(seed))
+    zeros = jax.tree.map(np.zeros_like, tree)
+    # Adding zeros is exact, so each replica's reduce-scatter output is exactly its shard.
+    scattered = gcl.reduce_scatter([tree] + [zeros] * (r - 1), "add")
+    for p in range(r):
+        assert _bytes_equal(scattered[p], shard(tree, p, r))
+
+
+def test_shard_position_out_of_range():
+    with pytest.raises(ShardingError, match=r"`position` must lie in \[0, 4\)"):
+        shard(np.zeros(3), 4, 4)
+
+
+# -- sharding domains and threshold ------------------------------------------------------------
+def test_default_domains_follow_popart():
+    assert resolve_domain(None, num_replicas=8, num_instances=1) == 8
+    assert resolve_domain(None, num_replicas=8, num_instances=2) == 4
+    assert resolve_domain(gcl.All(), num_replicas=8, num_instances=1) == 8
+    assert resolve_domain(gcl.Consecutive(2), num_replicas=8, num_instances=2) == 2
+    assert resolve_domain(4, num_replicas=8, num_instances=1) == 4
+
+
+@pytest.mark.parametrize(
+    ("domain", "instances", "match"),
+    [
+        (gcl.All(), 2, r"gcl.All\(\) is not supported with 2 instances .* gcl.Consecutive\(4\)"),
+        (gcl.Orthogonal(2), 1, "a domain must be consecutive replicas"),
+        (gcl.Consecutive(3), 1, r"must be a group size that divides the 8 replicas"),
+        (0, 1, r"must be a group size that divides the 8 replicas"),
+    ],
+)
+def test_refused_domains(domain, instances, match):
+    with pytest.raises(ShardingError, match=match):
+        resolve_domain(domain, num_replicas=8, num_instances=instances)
+
+
+@settings(max_examples=20)
+@given(
+    sizes=st.lists(st.integers(0, 40), min_size=1, max_size=5),
+    r=st.sampled_from(POWERS),
+    data=st.data(),
+)
+def test_threshold_keeps_small_tensors_whole(sizes, r, data):
+    k = data.draw(st.sampled_from(_divisors(r)))
+    threshold = data.draw(st.one_of(st.none(), st.integers(0, 50)))
+    params = {f"p{i}": np.zeros(n, np.float32) for i, n in enumerate(sizes)}
+    plan = plan_sharding(params, num_replicas=r, domain=k, min_elements=threshold)
+    limit = k if threshold is None else threshold
+    assert plan.domain_size == k and plan.num_domains == r // k
+    for n, sharded in zip(sizes, plan.sharded, strict=True):
+        assert sharded == (n > 0 and n >= limit and k > 1)
+
+
+@settings(max_examples=25)
+@given(shapes=shapes_st, r=st.sampled_from([*POWERS, 16]), data=st.data())
+def test_views_of_every_domain_cover_the_tree(shapes, r, data):
+    k = data.draw(st.sampled_from(_divisors(r)))
+    tree = _tree(shapes, np.random.default_rng(r))
+    plan = plan_sharding(tree, num_replicas=r, domain=k, min_elements=2)
+    for d in range(plan.num_domains):
+        views = [plan.local_view(tree, d * k + p) for p in range(k)]
+        assert _bytes_equal(plan.assemble(views), tree)
+        for view in views:
+            for i, leaf in enumerate(jax.tree.leaves(view)):
+                assert np.shape(leaf) == (
+                    (plan.view_size(i),) if plan.sharded[i] else tuple(shapes[i])
+                )
+    # Each replica holds about 1/k of every sharded tensor (padding to R shards at most).
+    for i, (n, sharded) in enumerate(zip(map(math.prod, shapes), plan.sharded, strict=True)):
+        if sharded:
+            assert plan.view_size(i) == (r // k) * math.ceil(n / r)
+            assert plan.view_size(i) * k < n + r
+
+
+# -- the sharded optimiser update --------------------------------------------------------------
+OPTIMISERS = {
+    "adamw": lambda: optax.adamw(3e-2, weight_decay=0.1),
+    "adam": lambda: optax.adam(1e-2),
+    "sgd": lambda: optax.sgd(0.1, momentum=0.9, nesterov=True),
+}
+
+
+def _update_fn(optimizer, scale, donate=True):
+    def update(params, opt_state, grad_sum):
+        grads = jax.tree.map(lambda g: g * scale, grad_sum)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    return jax.jit(update, donate_argnums=(0, 1) if donate else ())
+
+
+@settings(max_examples=15)
+@given(
+    shapes=shapes_st,
+    r=st.sampled_from(POWERS),
+    name=st.sampled_from(sorted(OPTIMISERS)),
+    steps=st.integers(1, 3),
+    data=st.data(),
+)
+def test_sharded_update_bit_identical_to_whole(shapes, r, name, steps, data):
+    # R replicas emulated as a list; the reduced gradient is given (no collective here).
+    k = data.draw(st.sampled_from(_divisors(r)))
+    rng = np.random.default_rng(len(shapes) * 31 + r)
+    params = _tree(shapes, rng)
+    optimizer = OPTIMISERS[name]()
+    update = _update_fn(optimizer, 0.5, donate=False)
+    plan = plan_sharding(params, num_replicas=r, domain=k)
+    check_elementwise(optimizer, params, plan)
+    whole = (params, optimizer.init(params))
+    views = [plan.local_view(params, p) for p in range(k)]
+    states = init_sharded_state(optimizer, plan, params, range(k)).states
+    for _ in range(steps):
+        grads = _tree(shapes, rng)
+        whole = update(*whole, grads)
+        out = [
+            update(v, s, plan.local_view(grads, p))
+            for p, (v, s) in enumerate(zip(views, states, strict=True))
+        ]
+        views, states = [o[0] for o in out], [o[1] for o in out]
+        assert _bytes_equal(plan.assemble(views), whole[0])
+
+
+@pytest.mark.parametrize(
+    "optimizer",
+    [
+        optax.lamb(1e-3),
+        optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3)),
+        optax.adafactor(1e-3),
+        optax.lars(1e-2),
+    ],
+    ids=["lamb", "clip_by_global_norm", "adafactor", "lars"],
+)
+def test_cross_element_optimisers_are_refused(optimizer):
+    params = {"w": jnp.ones((4, 6)), "b": jnp.ones(6)}
+    with pytest.raises(ShardingError, match=r"needs an element-wise optimiser.*\['reduce_sum'\]"):
+        check_elementwise(optimizer, params)
+
+
+def test_shape_dependent_mask_is_refused():
+    params = {"w": jnp.ones((4, 6)), "b": jnp.ones(6)}
+    plan = plan_sharding(params, num_replicas=4)
+    by_ndim = optax.adamw(1e-2, mask=lambda p: jax.tree.map(lambda x: x.ndim > 1, p))
+    with pytest.raises(ShardingError, match="depends on parameter shapes"):
+        check_elementwise(by_ndim, params, plan)
+    by_name = optax.adamw(1e-2, mask={"w": True, "b": False})
+    check_elementwise(by_name, params, plan)  # accepted: keyed on names
+
+
+def test_state_memory_scales_with_the_domain():
+    params = {"w": jnp.zeros((64, 32)), "b": jnp.zeros(32), "s": jnp.zeros(3)}
+    optimizer = optax.adam(1e-3)
+    full = sharded_state_nbytes(optimizer, plan_sharding(params, num_replicas=1))
+    assert full == 4 + 2 * 4 * (64 * 32 + 32 + 3)
+    for r, instances, cut in ((8, 1, 8), (8, 2, 4), (16, 4, 4)):
+        plan = plan_sharding(params, num_replicas=r, num_instances=instances)
+        got = sharded_state_nbytes(optimizer, plan)
+        # The small tensor (3 < k elements) stays whole; the rest is cut k-fold (+ padding).
+        assert got == 4 + 2 * 4 * (2048 // cut + 32 // cut + 3)
+        assert full / got == pytest.approx(cut, rel=0.03)
+
+
+# -- RTS training through gcl: bit-identical to all-reduce training ----------------------------
+def _train_both(params, r, domain, method, steps, seed, optimizer):
+    rng = np.random.default_rng(seed)
+    update = _update_fn(optimizer, 1.0 / r)
+    base = AllReduceUpdate(update, method=method)
+    plan = plan_sharding(params, num_replicas=r, domain=domain)
+    rts = ShardedReduceUpdate(plan, update, 0, method=method)
+    copy = lambda t: jax.tree.map(jnp.array, t)  # noqa: E731 - the updates donate their inputs
+    a = TrainState(copy(params), optimizer.init(params))
+    b = TrainState(copy(params), init_sharded_state(optimizer, plan, params, range(r)))
+    for _ in range(steps):
+        sums = [
+            (
+                jax.tree.map(lambda p: rng.standard_normal(p.shape).astype(p.dtype), params),
+                jnp.float32(rng.standard_normal()),
+            )
+            for _ in range(r)
+        ]
+        ra, rb = base(a, sums), rts(b, sums)
+        assert ra.finite and rb.finite
+        assert ra.loss_sum == rb.loss_sum
+        a, b = ra.state, rb.state
+    return a.params, b.params, rts
+
+
+@settings(max_examples=12)
+@given(
+    shapes=shapes_st,
+    r=st.sampled_from(POWERS),
+    method=st.sampled_from(["auto", *gcl.METHODS]),
+    data=st.data(),
+)
+def test_rts_training_bit_identical_to_all_reduce(shapes, r, method, data):
+    domain = data.draw(st.sampled_from([None, gcl.All(), *map(gcl.Consecutive, _divisors(r))]))
+    params = _tree([*shapes, [30]], np.random.default_rng(r))  # 30: padding for r in (4, 8)
+    base, rts, _ = _train_both(params, r, domain, method, 2, r + 1, optax.adamw(3e-2))
+    assert _bytes_equal(base, rts)
+
+
+def test_rts_replaces_all_reduce_by_reduce_scatter_and_all_gathers():
+    params = {"w": jnp.zeros((8, 8)), "b": jnp.zeros(2)}
+    plan = plan_sharding(params, num_replicas=8, num_instances=2)
+    stage = ShardedReduceUpdate(plan, None)
+    acc = (params, jax.ShapeDtypeStruct((), jnp.float32))
+    kinds = [(c.kind, c.group) for c in stage.collectives(acc, 8)]
+    assert kinds == [
+        ("reduce_scatter", "All"),
+        ("all_gather", "All"),
+        ("all_gather", "Orthogonal(2)"),
+        ("all_reduce", "All"),
+        ("all_gather", "Consecutive(4)"),
+    ]
+    records = stage.collectives(acc, 8)
+    assert records[0].num_bytes == 4 * 66 + 4
+    assert records[2].num_bytes == 4 * 8  # w's all-shard: 64 / 8 elements
+    assert records[4].num_bytes == 4 * 16  # w's view: 2 domains x 8 elements
+
+
+def test_non_finite_gradient_leaves_the_state_untouched():
+    params = {"w": jnp.ones(16)}
+    optimizer = optax.sgd(0.1)
+    plan = plan_sharding(params, num_replicas=4)
+    stage = ShardedReduceUpdate(plan, _update_fn(optimizer, 0.25))
+    state = TrainState(params, init_sharded_state(optimizer, plan, params, range(4)))
+    bad = np.ones(16, np.float32)
+    bad[13] = np.nan  # lands in replica 3's shard only: every replica must still refuse
+    sums = [({"w": bad if k == 0 else np.ones(16, np.float32)}, jnp.float32(1)) for k in range(4)]
+    result = stage(state, sums)
+    assert not result.finite
+    assert result.state is state
+
+
+# -- two instances under poprun-emu ---------------------------------------------------------
+JOB = """
+import sys
+import jax, jax.numpy as jnp, numpy as np, optax
+import popdist_emu as popdist
+from popdist_emu import AllReduceUpdate, TrainState
+from popdist_emu._sharding import ShardedReduceUpdate, init_sharded_state, plan_sharding
+
+r, local = popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas()
+offset, instances = popdist.getReplicaIndexOffset(), popdist.getNumInstances()
+optimizer = optax.adamw(3e-2, weight_decay=0.1)
+
+def update(params, opt_state, grad_sum):
+    grads = jax.tree.map(lambda g: g / r, grad_sum)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    return optax.apply_updates(params, updates), opt_state
+
+update = jax.jit(update, donate_argnums=(0, 1))
+rng = np.random.default_rng(0)
+params = {name: rng.standard_normal(shape).astype(np.float32)
+          for name, shape in (("w", (5, 6)), ("v", 30), ("b", 3))}
+plan = plan_sharding(params, num_replicas=r, num_instances=instances)
+base = AllReduceUpdate(update, timeout=60)
+rts = ShardedReduceUpdate(plan, update, offset, timeout=60)
+copy = lambda t: jax.tree.map(jnp.array, t)
+a = TrainState(copy(params), optimizer.init(params))
+mine = range(offset, offset + local)
+b = TrainState(copy(params), init_sharded_state(optimizer, plan, params, mine))
+for step in range(3):
+    sums = []
+    for g in mine:
+        g_rng = np.random.default_rng([step, g])  # a replica's gradient: a function of its index
+        draw = lambda p: g_rng.standard_normal(p.shape).astype(np.float32)
+        sums.append((jax.tree.map(draw, params), jnp.float32(g_rng.standard_normal())))
+    a, b = base(a, sums).state, rts(b, sums).state
+if popdist.getInstanceIndex() == 0:
+    np.savez(sys.argv[1], domain=plan.domain_size,
+             **{"base_" + k: np.asarray(v) for k, v in a.params.items()},
+             **{"rts_" + k: np.asarray(v) for k, v in b.params.items()})
+"""
+
+
+@pytest.mark.skipif(shutil.which("poprun-emu") is None, reason="poprun-emu is not installed")
+def test_two_instances_default_domain_bit_identical(tmp_path):
+    job = tmp_path / "rts_job.py"
+    job.write_text(textwrap.dedent(JOB))
+    results = {}
+    for instances in (1, 2):
+        out = tmp_path / f"out_{instances}.npz"
+        cmd = ["poprun-emu", "--num-replicas", "4", "--num-instances", str(instances)]
+        proc = subprocess.run(
+            [*cmd, str(job), str(out)], capture_output=True, text=True, timeout=180
+        )
+        assert proc.returncode == 0, f"{instances} instances failed:\n{proc.stderr[-3000:]}"
+        with np.load(out) as saved:
+            results[instances] = {k: saved[k] for k in saved.files}
+    # One instance shards over all 4 replicas; two default to each instance's 2 replicas.
+    assert int(results[1]["domain"]) == 4 and int(results[2]["domain"]) == 2
+    for res in results.values():
+        for name in ("w", "v", "b"):
+            assert res[f"rts_{name}"].tobytes() == res[f"base_{name}"].tobytes(), name
+    for name in ("w", "v", "b"):
+        assert results[1][f"rts_{name}"].tobytes() == results[2][f"rts_{name}"].tobytes(), name
