@@ -25,7 +25,7 @@ from hardware._host_io import host_io_seconds
 from hardware._layout import ReplicaLayout
 from hardware._memory import MemoryBreakdown, memory_per_ipu, optimizer_shards
 from hardware._parameters import DEFAULT_PREFETCH_DEPTH, ModelParameters, load_parameters
-from hardware._specs import SystemSpec
+from hardware._specs import SystemSelectionError, SystemSpec
 from hardware._step_profile import StepProfile
 
 PHASES = (
@@ -249,8 +249,6 @@ def simulate_step(
     Raises:
         SystemSelectionError: when the layout needs more IPUs than ``system`` has.
     """
-    from hardware._specs import SystemSelectionError
-
     if layout.num_ipus > system.num_ipus:
         raise SystemSelectionError(
             f"the job needs {layout.num_ipus} IPUs but {system.name} has {system.num_ipus}: "
