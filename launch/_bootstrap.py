@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -61,21 +62,35 @@ def _pump(source: BinaryIO, sink: BinaryIO, tag: bytes) -> None:
     source.close()
 
 
-def _watch_launcher(launcher_pid: int, child: subprocess.Popen) -> None:
-    """Ends the child if the launcher dies without ending the job (e.g. SIGKILL)."""
+def _is_running(pid: int) -> bool:
+    """Whether ``pid`` runs; a killed launcher its parent has not reaped yet (a zombie) does
+    not."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc: fall back to existence
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+
+def _watch_launcher(launcher_pid: int, child: subprocess.Popen, job_dir: str) -> None:
+    """Ends the child if the launcher dies without ending the job (e.g. SIGKILL): a job
+    whose launcher is gone has no one to report to, so it must not run on unseen."""
     while child.poll() is None:
         time.sleep(1.0)
-        try:
-            os.kill(launcher_pid, 0)
-        except ProcessLookupError:
+        if not _is_running(launcher_pid):
             child.terminate()
             try:
                 child.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 child.kill()
+            shutil.rmtree(job_dir, ignore_errors=True)  # the launcher can no longer
             return
-        except PermissionError:
-            pass
 
 
 def run_instance(program: list[str], config: Mapping[str, object]) -> int:
@@ -134,12 +149,16 @@ def run_instance(program: list[str], config: Mapping[str, object]) -> int:
     launcher_pid = config.get("launcher_pid")
     if isinstance(launcher_pid, int):
         pumps.append(
-            threading.Thread(target=_watch_launcher, args=(launcher_pid, child), daemon=True)
+            threading.Thread(
+                target=_watch_launcher, args=(launcher_pid, child, job_dir), daemon=True
+            )
         )
     for thread in pumps:
         thread.start()
     code = child.wait()  # retried after a forwarded signal (PEP 475)
-    write_atomically(status_path(job_dir, instance), f"{code}\n")
+    # The job directory is gone only if the launcher died and another instance removed it.
+    with contextlib.suppress(FileNotFoundError):
+        write_atomically(status_path(job_dir, instance), f"{code}\n")
     # A grandchild holding the pipes open must not keep this instance alive.
     for thread in pumps[:2] if tagged else ():
         thread.join(timeout=5)

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-# Instance 1 fails as told; every other instance records its pid and sleeps 60 s.
+# Every instance records its pid; instance 1 then fails as told, the others sleep 60 s.
 FAILING = """
 import os, signal, sys, time
 import popdist
@@ -18,7 +18,11 @@ instance = popdist.getInstanceIndex()
 with open(os.path.join(sys.argv[2], f"pid-{instance}"), "w") as f:
     f.write(str(os.getpid()))
 if instance == 1:
-    time.sleep(0.5)
+    # Fail only once every instance runs, so that there are others to end.
+    deadline = time.monotonic() + 30
+    while len(os.listdir(sys.argv[2])) < popdist.getNumInstances() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.2)
     print("instance 1 gives up", flush=True)
     if sys.argv[1] == "exit":
         sys.exit(3)
@@ -74,7 +78,8 @@ def test_a_failing_instance_ends_the_job_in_seconds(poprun, failing, mode, code,
     _assert_all_ended(pids, 4)
 
 
-def test_ctrl_c_ends_the_whole_job(failing, tmp_path):
+def _start_sleeping_job(failing, tmp_path):
+    """Starts a 2-instance job whose instances sleep; returns it once both are running."""
     program, pids = failing
     script = shutil.which("poprun-emu")
     command = [script] if script else [sys.executable, "-m", "launch"]
@@ -86,12 +91,18 @@ def test_ctrl_c_ends_the_whole_job(failing, tmp_path):
         cwd=tmp_path,
         start_new_session=True,
     )
+    deadline = time.monotonic() + 60
+    while len(os.listdir(pids)) < 2 and time.monotonic() < deadline and launcher.poll() is None:
+        time.sleep(0.1)
+    time.sleep(0.3)  # let the last pid file be complete
+    return launcher
+
+
+def test_ctrl_c_ends_the_whole_job(failing, tmp_path):
+    _, pids = failing
+    launcher = _start_sleeping_job(failing, tmp_path)
     try:
-        deadline = time.monotonic() + 60
-        while len(os.listdir(pids)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
         assert len(os.listdir(pids)) == 2, "the instances did not start"
-        time.sleep(0.3)  # let the last pid file be complete
         start = time.monotonic()
         launcher.send_signal(signal.SIGINT)
         _, err = launcher.communicate(timeout=30)
@@ -102,6 +113,18 @@ def test_ctrl_c_ends_the_whole_job(failing, tmp_path):
             launcher.wait(timeout=10)
     assert launcher.returncode == 130
     assert "poprun-emu: interrupted; ended all instances" in err
+    _assert_all_ended(pids, 2)
+
+
+def test_instances_end_when_the_launcher_is_killed(failing, tmp_path):
+    """A test harness's timeout SIGKILLs poprun-emu only; its instances must not live on."""
+    _, pids = failing
+    launcher = _start_sleeping_job(failing, tmp_path)
+    try:
+        assert len(os.listdir(pids)) == 2, "the instances did not start"
+    finally:
+        launcher.kill()
+        launcher.communicate(timeout=30)
     _assert_all_ended(pids, 2)
 
 
