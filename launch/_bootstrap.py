@@ -56,9 +56,15 @@ def _pin_to_one_cpu(local_index: int) -> None:
 
 def _pump(source: BinaryIO, sink: BinaryIO, tag: bytes) -> None:
     """Copies lines from the child's pipe to ours, each with the instance's tag."""
+    broken = False
     for line in iter(source.readline, b""):
-        sink.write(tag + (line if line.endswith(b"\n") else line + b"\n"))
-        sink.flush()
+        if broken:
+            continue  # keep draining, so that the child never blocks on a full pipe
+        try:
+            sink.write(tag + (line if line.endswith(b"\n") else line + b"\n"))
+            sink.flush()
+        except OSError:  # mpiexec is gone; nobody reads our output any more
+            broken = True
     source.close()
 
 
@@ -123,13 +129,23 @@ def run_instance(program: list[str], config: Mapping[str, object]) -> int:
     else:
         stdout = stderr = subprocess.DEVNULL
     pmi_fd = os.environ.get("PMI_FD", "")
-    child = subprocess.Popen(
-        program,
-        env=instance_environment(config, instance, os.environ),
-        stdout=stdout,
-        stderr=stderr,
-        pass_fds=(int(pmi_fd),) if pmi_fd.isdigit() else (),
-    )
+    try:
+        child = subprocess.Popen(
+            program,
+            env=instance_environment(config, instance, os.environ),
+            stdout=stdout,
+            stderr=stderr,
+            pass_fds=(int(pmi_fd),) if pmi_fd.isdigit() else (),  # MPICH's PMI connection
+        )
+    except OSError as error:
+        print(
+            f"[1,{instance}]<stderr>:poprun-emu: cannot start {program[0]!r}: {error}; check "
+            f"that it is an executable on PATH.",
+            file=sys.stderr,
+            flush=True,
+        )
+        write_atomically(status_path(job_dir, instance), "127\n")  # as a shell's "not found"
+        return 127
 
     def forward(signum: int, _frame: object) -> None:
         if child.poll() is None:
@@ -147,21 +163,17 @@ def run_instance(program: list[str], config: Mapping[str, object]) -> int:
             tag = f"[1,{instance}]<{stream}>:".encode()
             pumps.append(threading.Thread(target=_pump, args=(pipe, sink, tag), daemon=True))
     launcher_pid = config.get("launcher_pid")
-    if isinstance(launcher_pid, int):
-        pumps.append(
-            threading.Thread(
-                target=_watch_launcher, args=(launcher_pid, child, job_dir), daemon=True
-            )
-        )
-    for thread in pumps:
+    watcher = threading.Thread(
+        target=_watch_launcher, args=(launcher_pid, child, job_dir), daemon=True
+    )
+    for thread in (*pumps, watcher) if isinstance(launcher_pid, int) else pumps:
         thread.start()
     code = child.wait()  # retried after a forwarded signal (PEP 475)
     # The job directory is gone only if the launcher died and another instance removed it.
     with contextlib.suppress(FileNotFoundError):
         write_atomically(status_path(job_dir, instance), f"{code}\n")
-    # A grandchild holding the pipes open must not keep this instance alive.
-    for thread in pumps[:2] if tagged else ():
-        thread.join(timeout=5)
+    for thread in pumps:
+        thread.join(timeout=5)  # a grandchild holding the pipes must not keep us alive
     return code if code >= 0 else 128 - code
 
 

@@ -134,3 +134,13 @@ def test_an_mpiexec_that_fails_to_start_is_reported(poprun, failing):
     assert result.returncode != 0
     assert "poprun-emu: mpiexec exited with code" in result.stderr
     assert "instances [0] reported no exit status" in result.stderr
+
+
+def test_a_program_that_cannot_start_is_reported(poprun, tmp_path):
+    program = tmp_path / "broken"
+    program.write_text("#!/no/such/interpreter\n")
+    program.chmod(0o755)
+    result = poprun(str(program))
+    assert result.returncode == 127
+    assert "[1,0]<stderr>:poprun-emu: cannot start" in result.stderr
+    assert "poprun-emu: instance 0 exited with code 127" in result.stderr
