@@ -85,8 +85,9 @@ def validate(options: LaunchOptions) -> tuple[ReplicaLayout, list[str]]:
     """The job's layout and the command each instance runs, or a UsageError.
 
     Raises:
-        UsageError: a layout PopRun refuses, a bad program, or an instance index for
-            ``--only-output-from-instance`` outside ``[0, num_instances)``.
+        UsageError: a layout PopRun refuses, a bad program, a malformed ``-x`` in the MPI
+            arguments, or an instance index for ``--only-output-from-instance`` outside
+            ``[0, num_instances)``.
     """
     try:
         layout = ReplicaLayout(
@@ -103,6 +104,8 @@ def validate(options: LaunchOptions) -> tuple[ReplicaLayout, list[str]]:
             f"--only-output-from-instance {only} is outside [0, {layout.num_instances}): pick "
             f"an instance index below --num-instances {layout.num_instances}."
         )
+    for words in (options.mpi_global_args, options.mpi_local_args):
+        adapt_mpi_args(words, "other", {})  # -x syntax, checked before anything is printed
     return layout, program_command(options.program, python=sys.executable)
 
 

@@ -101,7 +101,10 @@ def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str
         token = tokens[i]
         if token == "-x":
             if i + 1 >= len(tokens):
-                raise UsageError("-x needs NAME or NAME=VALUE after it: write -x NAME=VALUE.")
+                raise UsageError(
+                    "--mpi-local-args/--mpi-global-args: -x needs NAME or NAME=VALUE after "
+                    "it: write -x NAME=VALUE."
+                )
             name, has_value, value = tokens[i + 1].partition("=")
             if has_value:
                 exports.append((name, value))

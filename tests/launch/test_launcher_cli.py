@@ -44,6 +44,7 @@ def _refusal(capsys, words):
         ),
         (["--only-output-from-instance", "-1"], r"--only-output-from-instance -1 is outside"),
         (["--frobnicate"], "unknown option --frobnicate"),
+        (["--print-topology", "--mpi-local-args=-x"], "-x needs NAME or NAME=VALUE"),
     ],
 )
 def test_layout_and_option_refusals(capsys, script, words, match):
