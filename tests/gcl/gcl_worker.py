@@ -1,0 +1,99 @@
+"""MPI worker for the gcl tests: ``mpiexec -n N python gcl_worker.py MODE OUT [ARGS]``.
+
+NumPy only (no JAX import), so each run costs well under a second. Every rank draws the
+same seeded cases; rank 0 gathers every global replica's results into one ``.npz``.
+
+Modes:
+    cases OUT NUM_REPLICAS NUM_CASES SEED: run every collective on each case.
+    mismatch OUT: the last instance passes a different shape; each rank writes its error.
+    hang OUT: instance 1 never enters the collective; instance 0 writes its timeout error.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from gcl_reference import draw_case
+
+import gcl
+
+COMM = MPI.COMM_WORLD
+RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
+
+
+def _local(values: list, local: int) -> list:
+    return values[RANK * local : (RANK + 1) * local]
+
+
+def run_cases(out: str, num_replicas: int, num_cases: int, seed: int) -> None:
+    local = num_replicas // SIZE
+    rng = np.random.default_rng(seed)
+    results: dict[str, np.ndarray] = {}
+    for c in range(num_cases):
+        case = draw_case(rng, num_replicas)
+        mine = _local(case["values"], local)
+        kw = {"group": case["group"], "timeout": 60}
+        ar = gcl.all_reduce(mine, case["op"], method=case["method"], **kw)
+        rs = gcl.reduce_scatter(mine, case["op"], method=case["method"], **kw)
+        ag = gcl.all_gather(rs, like=mine[0], **kw)
+        bc = gcl.broadcast(mine, root=case["root"], **kw)
+        for name, res in (
+            ("all_reduce", ar),
+            ("reduce_scatter", rs),
+            ("all_gather", ag),
+            ("broadcast", bc),
+        ):
+            for k, leaves in enumerate(res):
+                for j, leaf in enumerate(leaves):
+                    results[f"{c}/{name}/{RANK * local + k}/{j}"] = np.asarray(leaf)
+    gathered = COMM.gather(results, root=0)
+    if RANK == 0:
+        merged = {k: v for part in gathered for k, v in part.items()}
+        np.savez(out, **merged)
+
+
+def run_mismatch(out: str) -> None:
+    shape = (5,) if RANK == SIZE - 1 else (4,)
+    try:
+        gcl.all_reduce([np.ones(shape, np.float32)] * 2, timeout=60)
+        message = "no error"
+    except ValueError as e:
+        message = str(e)
+    with open(f"{out}.{RANK}", "w") as f:
+        f.write(message)
+
+
+def run_hang(out: str) -> None:
+    if RANK == 1:
+        time.sleep(6)  # never enters the collective; exits once instance 0 has given up
+        return
+    t0 = time.monotonic()
+    try:
+        gcl.all_reduce([np.ones(4, np.float32)], timeout=1.0)
+        message = "no error"
+    except gcl.CollectiveTimeout as e:
+        message = f"{type(e).__name__} after {time.monotonic() - t0:.2f} s: {e}"
+    with open(out, "w") as f:
+        f.write(message)
+    sys.stdout.flush()
+    # The abandoned requests would keep MPI_Finalize waiting; leave as a crashed job would.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    mode, out, *rest = sys.argv[1:]
+    if mode == "cases":
+        run_cases(out, *map(int, rest))
+    elif mode == "mismatch":
+        run_mismatch(out)
+    elif mode == "hang":
+        run_hang(out)
+    else:
+        raise SystemExit(f"unknown mode {mode!r}")

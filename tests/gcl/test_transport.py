@@ -1,0 +1,22 @@
+"""A peer that never enters a collective gives gcl.CollectiveTimeout, not a hang."""
+
+from __future__ import annotations
+
+import re
+import shutil
+
+import pytest
+from gcl_mpi import run_worker
+
+pytestmark = pytest.mark.skipif(shutil.which("mpiexec") is None, reason="needs mpiexec")
+
+
+def test_absent_peer_raises_collective_timeout(tmp_path):
+    out = tmp_path / "hang.txt"
+    proc = run_worker(2, "hang", str(out), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    message = out.read_text()
+    assert message.startswith("CollectiveTimeout"), message
+    assert "waited past its timeout" in message and "raise `timeout`" in message
+    waited = float(re.search(r"after ([0-9.]+) s", message).group(1))
+    assert 1.0 <= waited < 10.0
