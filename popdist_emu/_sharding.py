@@ -583,3 +583,47 @@ class ShardedReduceUpdate:
                 )
             )
         return tuple(records)
+
+
+def sharded_stage(
+    optimizer: Any,
+    params: Any,
+    update_fn: Any,
+    *,
+    num_replicas: int,
+    num_instances: int,
+    replica_offset: int,
+    num_local_replicas: int,
+    domain: Any = None,
+    min_elements: int | None = None,
+    offload: bool = False,
+    method: str = "auto",
+    comm: Any = None,
+    timeout: float | None = None,
+) -> tuple[ShardedReduceUpdate, ShardedOptState]:
+    """Everything a runtime needs to train with RTS: the stage and the initial sharded state.
+
+    Plans the sharding, refuses optimisers whose sharded update would differ, and initialises
+    each local replica's state (in streaming memory with ``offload=True``).
+
+    Returns:
+        ``(stage, opt_state)``: use ``stage`` as the reduce-and-update stage and
+        ``TrainState(params, opt_state)`` as the initial state.
+    """
+    from popdist_emu._offload import OffloadedUpdate, stream_out
+
+    plan = plan_sharding(
+        params,
+        num_replicas=num_replicas,
+        num_instances=num_instances,
+        domain=domain,
+        min_elements=min_elements,
+    )
+    check_elementwise(optimizer, params, plan)
+    replicas = range(replica_offset, replica_offset + num_local_replicas)
+    state = init_sharded_state(optimizer, plan, params, replicas)
+    if offload:
+        update_fn = OffloadedUpdate(update_fn)
+        state = ShardedOptState(tuple(stream_out(s) for s in state.states))
+    stage = ShardedReduceUpdate(plan, update_fn, replica_offset, method, comm, timeout)
+    return stage, state

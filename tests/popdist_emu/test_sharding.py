@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import gcl
 from popdist_emu import AllReduceUpdate, TrainState
+from popdist_emu._offload import StreamingState
 from popdist_emu._sharding import (
     ShardedReduceUpdate,
     ShardingError,
@@ -27,6 +28,7 @@ from popdist_emu._sharding import (
     shard,
     shard_real_elements,
     shard_size,
+    sharded_stage,
     sharded_state_nbytes,
     unshard,
 )
@@ -385,3 +387,43 @@ def test_two_instances_default_domain_bit_identical(tmp_path):
             assert res[f"rts_{name}"].tobytes() == res[f"base_{name}"].tobytes(), name
     for name in ("w", "v", "b"):
         assert results[1][f"rts_{name}"].tobytes() == results[2][f"rts_{name}"].tobytes(), name
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_sharded_stage_with_and_without_offloading(offload):
+    rng = np.random.default_rng(7)
+    params = _tree([(6, 5), (30,), (2,)], rng)
+    optimizer = optax.adamw(3e-2, weight_decay=0.1)
+    update = _update_fn(optimizer, 0.25)
+    stage, opt_state = sharded_stage(
+        optimizer,
+        params,
+        update,
+        num_replicas=4,
+        num_instances=1,
+        replica_offset=0,
+        num_local_replicas=4,
+        offload=offload,
+    )
+    assert all(isinstance(s, StreamingState) == offload for s in opt_state.states)
+    base = AllReduceUpdate(update)
+    a = TrainState(jax.tree.map(jnp.array, params), optimizer.init(params))
+    b = TrainState(jax.tree.map(jnp.array, params), opt_state)
+    for _ in range(2):
+        sums = [(_tree([(6, 5), (30,), (2,)], rng), jnp.float32(1.0)) for _ in range(4)]
+        a, b = base(a, sums).state, stage(b, sums).state
+    assert _bytes_equal(a.params, b.params)
+
+
+def test_sharded_stage_refuses_global_norm_clipping():
+    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.1))
+    with pytest.raises(ShardingError, match="needs an element-wise optimiser"):
+        sharded_stage(
+            optimizer,
+            {"w": np.zeros(64, np.float32)},
+            None,
+            num_replicas=4,
+            num_instances=1,
+            replica_offset=0,
+            num_local_replicas=4,
+        )
