@@ -5,7 +5,6 @@ one MPI process per instance with PopRun's ``POPDIST_*`` environment and watches
 """
 
 from launch._cli import help_text as help_text
-from launch._cli import launcher_version as launcher_version
 from launch._cli import main as main
 from launch._cli import validate as validate
 from launch._errors import UsageError as UsageError
@@ -16,6 +15,7 @@ from launch._mpi import mpiexec_command as mpiexec_command
 from launch._options import LaunchOptions as LaunchOptions
 from launch._options import parse_command_line as parse_command_line
 from launch._topology import format_topology as format_topology
+from launch._version import launcher_version as launcher_version
 
 __all__ = [
     "LaunchOptions",

@@ -23,19 +23,8 @@ from launch._mpi import adapt_mpi_args, find_mpiexec, mpi_flavour, mpiexec_comma
 from launch._options import OPTIONS, LaunchOptions, parse_command_line
 from launch._program import program_command
 from launch._topology import format_topology
+from launch._version import launcher_version
 from launch._watchdog import run_job
-
-_FALLBACK_VERSION = "0.1.0"
-
-
-def launcher_version() -> str:
-    """The installed distribution's version, or the source tree's when not installed."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("popdist-emu")
-    except metadata.PackageNotFoundError:
-        return _FALLBACK_VERSION
 
 
 def help_text() -> str:
