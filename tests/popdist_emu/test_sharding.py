@@ -182,7 +182,7 @@ def _update_fn(optimizer, scale, donate=True):
     return jax.jit(update, donate_argnums=(0, 1) if donate else ())
 
 
-@settings(max_examples=15)
+@settings(max_examples=10)
 @given(
     shapes=shapes_st,
     r=st.sampled_from(POWERS),
@@ -277,7 +277,7 @@ def _train_both(params, r, domain, method, steps, seed, optimizer):
     return a.params, b.params, rts
 
 
-@settings(max_examples=12)
+@settings(max_examples=10)
 @given(
     shapes=shapes_st,
     r=st.sampled_from(POWERS),
