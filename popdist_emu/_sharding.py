@@ -5,7 +5,9 @@ RTS each replica of a sharding domain (a GCL group of ``k`` replicas) holds and 
 ``1/k`` of every large tensor's state, and the updated parameter pieces are all-gathered, as
 ZeRO stage 1 does. Shards have ``ceil(N / G)`` elements, zero-padded at the end: the layout
 ``gcl.reduce_scatter`` produces (30 elements over 4 replicas: shards of 8, holding 8, 8, 8
-and 6 real elements).
+and 6 real elements). PopART spreads the padding instead (8, 8, 7, 7, through GCL's
+CollectiveBalancedReorder); the memory per replica is the same, and following gcl's layout
+is what keeps the shards bit-compatible with its all-reduce.
 
 Bit-identity with the non-RTS path is the design constraint. ``gcl.all_reduce`` sums each
 element in a ring order fixed by the element's shard position among ALL replicas, so reducing
