@@ -84,7 +84,7 @@ def _is_running(pid: int) -> bool:
         return True
 
 
-def _watch_launcher(launcher_pid: int, child: subprocess.Popen, job_dir: str) -> None:
+def _watch_launcher(launcher_pid: int, child: subprocess.Popen) -> None:
     """Ends the child if the launcher dies without ending the job (e.g. SIGKILL): a job
     whose launcher is gone has no one to report to, so it must not run on unseen."""
     while child.poll() is None:
@@ -95,7 +95,6 @@ def _watch_launcher(launcher_pid: int, child: subprocess.Popen, job_dir: str) ->
                 child.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 child.kill()
-            shutil.rmtree(job_dir, ignore_errors=True)  # the launcher can no longer
             return
 
 
@@ -118,7 +117,10 @@ def run_instance(program: list[str], config: Mapping[str, object]) -> int:
     if os.getpgrp() != os.getpid():
         with contextlib.suppress(OSError):
             os.setpgid(0, 0)
-    write_atomically(pid_path(job_dir, instance), f"{os.getpid()} {os.getpgrp()}\n")
+    try:
+        write_atomically(pid_path(job_dir, instance), f"{os.getpid()} {os.getpgrp()}\n")
+    except FileNotFoundError:  # the launcher died and another instance cleaned up
+        return 1
 
     only = config.get("only_output_from")
     tagged = only is None
@@ -163,9 +165,7 @@ def run_instance(program: list[str], config: Mapping[str, object]) -> int:
             tag = f"[1,{instance}]<{stream}>:".encode()
             pumps.append(threading.Thread(target=_pump, args=(pipe, sink, tag), daemon=True))
     launcher_pid = config.get("launcher_pid")
-    watcher = threading.Thread(
-        target=_watch_launcher, args=(launcher_pid, child, job_dir), daemon=True
-    )
+    watcher = threading.Thread(target=_watch_launcher, args=(launcher_pid, child), daemon=True)
     for thread in (*pumps, watcher) if isinstance(launcher_pid, int) else pumps:
         thread.start()
     code = child.wait()  # retried after a forwarded signal (PEP 475)
@@ -174,6 +174,8 @@ def run_instance(program: list[str], config: Mapping[str, object]) -> int:
         write_atomically(status_path(job_dir, instance), f"{code}\n")
     for thread in pumps:
         thread.join(timeout=5)  # a grandchild holding the pipes must not keep us alive
+    if isinstance(launcher_pid, int) and not _is_running(launcher_pid):
+        shutil.rmtree(job_dir, ignore_errors=True)  # the launcher can no longer do it
     return code if code >= 0 else 128 - code
 
 

@@ -16,7 +16,7 @@ import popdist
 
 instance = popdist.getInstanceIndex()
 with open(os.path.join(sys.argv[2], f"pid-{instance}"), "w") as f:
-    f.write(str(os.getpid()))
+    f.write(f"{os.getpid()} {os.environ['POPDIST_EMU_JOB_DIR']}")
 if instance == 1:
     # Fail only once every instance runs, so that there are others to end.
     deadline = time.monotonic() + 30
@@ -51,12 +51,16 @@ def failing(tmp_path):
 
 
 def _assert_all_ended(pids, count):
-    recorded = [int((pids / name).read_text()) for name in os.listdir(pids)]
+    recorded = [(pids / name).read_text().split() for name in os.listdir(pids)]
     assert len(recorded) == count
     deadline = time.monotonic() + 10
-    while any(_running(pid) for pid in recorded) and time.monotonic() < deadline:
+    while any(_running(int(pid)) for pid, _ in recorded) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [pid for pid in recorded if _running(pid)]
+    assert not [pid for pid, _ in recorded if _running(int(pid))]
+    job_dir = recorded[0][1]
+    while os.path.exists(job_dir) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not os.path.exists(job_dir), "the job directory was left behind"
 
 
 @pytest.mark.parametrize(
