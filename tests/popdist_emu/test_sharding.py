@@ -427,3 +427,55 @@ def test_sharded_stage_refuses_global_norm_clipping():
             replica_offset=0,
             num_local_replicas=4,
         )
+
+
+# -- the levers wired into the runtime's Trainer, as the lead will wire them -------------------
+def _mlp_loss(params, batch):
+    x, y = batch
+    h = jnp.tanh(x @ params["w1"] + params["b1"])
+    logits = h @ params["w2"]
+    return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+
+@pytest.mark.parametrize("offload", [False, True])
+def test_trainer_with_rts_and_infeed_matches_plain_trainer(offload):
+    import popdist_emu as popdist
+    from popdist_emu._infeed import Infeed
+
+    rng = np.random.default_rng(3)
+    data = (rng.standard_normal((96, 12)).astype(np.float32), rng.integers(0, 5, 96))
+    params = {
+        "w1": rng.standard_normal((12, 9)).astype(np.float32) * 0.3,
+        "b1": np.zeros(9, np.float32),
+        "w2": rng.standard_normal((9, 5)).astype(np.float32) * 0.3,
+    }
+    options = popdist.Options(replication_factor=4, gradient_accumulation=2)
+    optimizer = optax.adamw(5e-2, weight_decay=0.1)
+
+    def train(rts):
+        trainer = popdist.Trainer(_mlp_loss, optimizer, params, options, timeout=60)
+        if rts:
+            trainer.reduce_update, opt_state = sharded_stage(
+                optimizer,
+                trainer.state.params,
+                trainer.update_fn,
+                num_replicas=options.num_total_replicas,
+                num_instances=options.num_instances,
+                replica_offset=options.replica_offset,
+                num_local_replicas=options.replication_factor,
+                domain=options.sharding_domain,
+                offload=offload,
+                timeout=60,
+            )
+            trainer.state = TrainState(trainer.state.params, opt_state)
+        loader = popdist.ReplicaLoader(data, 3, options, seed=1)
+        with Infeed(loader.batch, 4, prefetch_depth=2, workers=2) as feed:
+            losses = [trainer.step(batch) for batch in feed]
+        return trainer.params, losses, trainer.collectives(loader.batch(0))
+
+    plain, plain_losses, plain_collectives = train(False)
+    sharded, sharded_losses, sharded_collectives = train(True)
+    assert sharded_losses == plain_losses
+    assert _bytes_equal(sharded, plain)
+    assert [c.kind for c in plain_collectives] == ["all_reduce"]
+    assert sharded_collectives[0].kind == "reduce_scatter"
