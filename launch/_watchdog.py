@@ -20,7 +20,7 @@ from typing import NamedTuple
 
 from launch._job import pid_path, status_path
 
-POLL_SECONDS = 0.05
+POLL_SECONDS = 0.1  # 16 instances = 32 small reads per poll; cheap, and failures end in seconds
 GRACE_SECONDS = 3.0
 
 
