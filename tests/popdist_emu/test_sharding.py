@@ -345,7 +345,8 @@ update = jax.jit(update, donate_argnums=(0, 1))
 rng = np.random.default_rng(0)
 params = {name: rng.standard_normal(shape).astype(np.float32)
           for name, shape in (("w", (5, 6)), ("v", 30), ("b", 3))}
-plan = plan_sharding(params, num_replicas=r, num_instances=instances)
+domain = int(sys.argv[2]) if len(sys.argv) > 2 else None
+plan = plan_sharding(params, num_replicas=r, num_instances=instances, domain=domain)
 base = AllReduceUpdate(update, timeout=60)
 rts = ShardedReduceUpdate(plan, update, offset, timeout=60)
 copy = lambda t: jax.tree.map(jnp.array, t)
@@ -367,26 +368,27 @@ if popdist.getInstanceIndex() == 0:
 
 
 @pytest.mark.skipif(shutil.which("poprun-emu") is None, reason="poprun-emu is not installed")
-def test_two_instances_default_domain_bit_identical(tmp_path):
+def test_rts_across_instances_bit_identical(tmp_path):
     job = tmp_path / "rts_job.py"
     job.write_text(textwrap.dedent(JOB))
     results = {}
-    for instances in (1, 2):
+    # (instances, domain): all 4 replicas on one instance; each instance's 2 replicas (the
+    # default with 2 instances); domains of 2 that span instances of 1 replica each.
+    for instances, domain in ((1, None), (2, None), (4, 2)):
         out = tmp_path / f"out_{instances}.npz"
         cmd = ["poprun-emu", "--num-replicas", "4", "--num-instances", str(instances)]
-        proc = subprocess.run(
-            [*cmd, str(job), str(out)], capture_output=True, text=True, timeout=180
-        )
+        args = [str(job), str(out)] + ([] if domain is None else [str(domain)])
+        proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=180)
         assert proc.returncode == 0, f"{instances} instances failed:\n{proc.stderr[-3000:]}"
         with np.load(out) as saved:
             results[instances] = {k: saved[k] for k in saved.files}
-    # One instance shards over all 4 replicas; two default to each instance's 2 replicas.
-    assert int(results[1]["domain"]) == 4 and int(results[2]["domain"]) == 2
+    assert [int(results[n]["domain"]) for n in (1, 2, 4)] == [4, 2, 2]
     for res in results.values():
         for name in ("w", "v", "b"):
             assert res[f"rts_{name}"].tobytes() == res[f"base_{name}"].tobytes(), name
-    for name in ("w", "v", "b"):
-        assert results[1][f"rts_{name}"].tobytes() == results[2][f"rts_{name}"].tobytes(), name
+    for n in (2, 4):
+        for name in ("w", "v", "b"):
+            assert results[1][f"rts_{name}"].tobytes() == results[n][f"rts_{name}"].tobytes()
 
 
 @pytest.mark.parametrize("offload", [False, True])
