@@ -54,7 +54,7 @@ class ReduceUpdateStage(Protocol):
     """Combines the replicas' accumulators and updates the state, the same on all replicas."""
 
     def __call__(self, state: TrainState, replica_sums: Sequence[Accumulator]) -> StageResult:
-        """Reduces ``replica_sums`` (one per local replica) and applies the update."""
+        """Reduces ``replica_sums`` (flat accumulators, one per local replica), then updates."""
         ...
 
     def collectives(self, accumulator: Any, num_replicas: int) -> tuple[CollectiveRecord, ...]:
@@ -75,7 +75,7 @@ class AllReduceUpdate:
     """Data-parallel reduction: all-reduce (sum) the accumulators, then update.
 
     Args:
-        update_fn: the jitted ``(params, opt_state, grad_sum) -> (params, opt_state)``.
+        update_fn: the jitted ``(params, opt_state, grad_flat) -> (params, opt_state)``.
         method: GCL method for the all-reduce.
         comm: mpi4py communicator of the instances; None is gcl's private default.
         timeout: seconds before a missing peer raises ``gcl.CollectiveTimeout``.
@@ -92,8 +92,8 @@ class AllReduceUpdate:
         reduced = gcl.all_reduce(
             list(replica_sums), "add", method=self.method, comm=self.comm, timeout=self.timeout
         )[0]
-        grad_sum, loss_sum = reduced
-        finite = all(np.isfinite(leaf).all() for leaf in jax.tree.leaves(grad_sum))
+        grad_sum, loss_sum = reduced[:-1], reduced[-1]
+        finite = bool(np.isfinite(grad_sum).all())
         if not finite:
             # Leave the state untouched: the trainer reports where the NaN came from.
             return StageResult(state, float(loss_sum), False)

@@ -1,8 +1,8 @@
 """The compiled pieces of one replicated step: a replica's micro-step and the update.
 
 A replica's micro-step is one jitted function of ``(params, accumulator, micro_batch)`` that
-runs ``value_and_grad`` of the user's loss and adds the gradient and the loss into the
-accumulator, so gradient accumulation costs no extra dispatch. Every local replica calls the
+runs ``value_and_grad`` of the user's loss and adds the gradient and the loss into a flat
+accumulator vector, so gradient accumulation costs no extra dispatch. Every local replica calls the
 same compiled function on its own micro-batch, one call after the other: DESIGN.md measured
 that ``vmap`` over replicas changes the last bits of the gradients, and a per-replica call
 keeps a replica's arithmetic independent of how many replicas share its instance.
@@ -21,12 +21,14 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 Params = Any
 Batch = Any
-# (gradient sum over accumulated micro-batches, loss sum): what a replica contributes.
-Accumulator = tuple[Any, jax.Array]
+# What a replica contributes to the reduction: a flat vector of its gradient sum over the
+# accumulated micro-batches (leaves in tree order), followed by its loss sum.
+Accumulator = jax.Array
 
 
 class TrainState(NamedTuple):
@@ -59,34 +61,65 @@ def check_scalar_loss(
     return out
 
 
+def flat_size(params: Params) -> int:
+    """Elements of all parameter leaves: the gradient part of a flat accumulator."""
+    return sum(int(np.prod(jnp.shape(leaf), dtype=np.int64)) for leaf in jax.tree.leaves(params))
+
+
+def accumulator_struct(params: Params, loss_dtype: Any) -> jax.ShapeDtypeStruct:
+    """Shape of the flat accumulator: every gradient element, then the loss sum."""
+    dtypes = [jnp.result_type(leaf) for leaf in jax.tree.leaves(params)]
+    return jax.ShapeDtypeStruct((flat_size(params) + 1,), jnp.result_type(*dtypes, loss_dtype))
+
+
+def zero_accumulator(params: Params, loss_dtype: Any) -> jax.Array:
+    """The accumulator a replica starts each step from (shared: it is never written)."""
+    struct = accumulator_struct(params, loss_dtype)
+    return jnp.zeros(struct.shape, struct.dtype)
+
+
 @functools.lru_cache(maxsize=16)
 def make_micro_step(loss_fn: Callable) -> Callable:
     """The jitted micro-step ``(params, acc, micro_batch) -> (acc', finite)``.
 
-    Cached per loss function, so trainers of the same loss share compiled code.
+    The accumulator is ONE flat vector, every gradient element (leaves in tree order) then
+    the loss, so the replicas' contributions travel through gcl as a single contiguous
+    array: on this machine an all-reduce of one 115 kB array over 4 instances took 1.2 ms
+    against 11 ms for the same bytes as a 9-leaf tree. Flattening inside the compiled
+    function is free; it only concatenates. Cached per loss function, so trainers of the
+    same loss share compiled code.
 
     ``finite`` is False when this micro-batch's loss or gradient holds a NaN or an Inf; it is
     only read when the reduced gradient is not finite, to name the replica it came from.
     """
     value_and_grad = jax.value_and_grad(loss_fn)
 
-    def micro_step(params: Params, acc: Accumulator, micro_batch: Batch):
+    def micro_step(params: Params, acc: jax.Array, micro_batch: Batch):
         loss, grads = value_and_grad(params, micro_batch)
-        leaves = jax.tree.leaves(grads)
-        finite = jnp.isfinite(loss)
-        for leaf in leaves:
-            finite = finite & jnp.all(jnp.isfinite(leaf))
-        grad_sum, loss_sum = acc
-        grad_sum = jax.tree.map(jnp.add, grad_sum, grads)
-        return (grad_sum, loss_sum + loss), finite
+        parts = [leaf.ravel().astype(acc.dtype) for leaf in jax.tree.leaves(grads)]
+        flat = jnp.concatenate([*parts, loss.reshape(1).astype(acc.dtype)])
+        finite = jnp.all(jnp.isfinite(flat))
+        return acc + flat, finite
 
     return jax.jit(micro_step)
 
 
+def unflatten_like(params: Params, flat: jax.Array) -> Params:
+    """Splits a flat gradient vector back into a tree shaped (and typed) like ``params``."""
+    leaves, treedef = jax.tree.flatten(params)
+    out, offset = [], 0
+    for leaf in leaves:
+        n = int(np.prod(leaf.shape, dtype=np.int64))
+        out.append(flat[offset : offset + n].reshape(leaf.shape).astype(leaf.dtype))
+        offset += n
+    return jax.tree.unflatten(treedef, out)
+
+
 @functools.lru_cache(maxsize=16)
 def make_update(optimizer: optax.GradientTransformation, scale: float | None) -> Callable:
-    """The jitted update ``(params, opt_state, grad_sum) -> (params', opt_state')``.
+    """The jitted update ``(params, opt_state, grad_flat) -> (params', opt_state')``.
 
+    ``grad_flat`` is the reduced flat gradient sum (the accumulator without its loss).
     Cached per optimiser and scale, so trainers of the same optimiser share compiled code.
 
     Args:
@@ -95,18 +128,15 @@ def make_update(optimizer: optax.GradientTransformation, scale: float | None) ->
             for the mean reduction); None for the sum reduction.
     """
 
-    def update(params: Params, opt_state: optax.OptState, grad_sum: Params):
-        grads = grad_sum if scale is None else jax.tree.map(lambda g: g * scale, grad_sum)
+    def update(params: Params, opt_state: optax.OptState, grad_flat: jax.Array):
+        if scale is not None:
+            grad_flat = grad_flat * scale
+        grads = unflatten_like(params, grad_flat)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
     # The old params and optimiser state are dead after the update: reuse their buffers.
     return jax.jit(update, donate_argnums=(0, 1))
-
-
-def zero_accumulator(params: Params, loss_dtype: Any) -> Accumulator:
-    """The accumulator a replica starts each step from (shared: it is never written)."""
-    return jax.tree.map(jnp.zeros_like, params), jnp.zeros((), loss_dtype)
 
 
 def shape_struct(tree: Any) -> Any:

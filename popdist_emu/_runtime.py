@@ -34,6 +34,7 @@ from popdist_emu._reduce_update import (
 )
 from popdist_emu._replica_step import (
     TrainState,
+    accumulator_struct,
     check_scalar_loss,
     make_micro_step,
     make_update,
@@ -146,19 +147,21 @@ class Trainer:
 
         Returns:
             ``{"micro_step": (params, acc, micro_batch), "update": (params, opt_state,
-            grad_sum)}``, each a tuple of pytrees of ``jax.ShapeDtypeStruct``.
+            grad_flat)}``, each a tuple of pytrees of ``jax.ShapeDtypeStruct``; ``acc`` is
+            the flat accumulator (gradient elements, then the loss sum).
         """
         micro = self._prepare(batch)
-        acc = (self._params_shape, self._loss_shape)
+        acc = accumulator_struct(self._params_shape, self._loss_shape.dtype)
+        grad = jax.ShapeDtypeStruct((acc.shape[0] - 1,), acc.dtype)
         return {
             "micro_step": (self._params_shape, acc, micro),
-            "update": (self._params_shape, self._opt_state_shape, self._params_shape),
+            "update": (self._params_shape, self._opt_state_shape, grad),
         }
 
     def collectives(self, batch: Any) -> tuple[CollectiveRecord, ...]:
         """The collectives one optimiser step runs (the same for every step)."""
         self._prepare(batch)
-        acc = (self._params_shape, self._loss_shape)
+        acc = accumulator_struct(self._params_shape, self._loss_shape.dtype)
         return self.reduce_update.collectives(acc, self.num_total_replicas)
 
     def compile(self, batch: Any) -> CompiledStep:
