@@ -192,9 +192,12 @@ def train(trainer: popdist.Trainer, options: popdist.Options, args, leader: bool
     progress = popdist.Progress(args.steps, enabled=leader)
     losses = []
     t0 = time.perf_counter()
-    for call in range(calls):
-        losses.extend(np.atleast_1d(trainer.step(loader.batch(call))).tolist())
-        progress.update(len(losses), losses[-1])
+    # Batches are pure functions of the call index, prepared by an infeed thread while the
+    # replicas compute (PopTorch's prefetch depth).
+    with popdist.Infeed(loader.batch, calls, prefetch_depth=options.prefetch_depth) as feed:
+        for batch in feed:
+            losses.extend(np.atleast_1d(trainer.step(batch)).tolist())
+            progress.update(len(losses), losses[-1])
     progress.close()
     train_seconds = time.perf_counter() - t0
     params = trainer.params

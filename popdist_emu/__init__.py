@@ -23,6 +23,7 @@ _LAZY: dict[str, str] = {
     "CollectiveRecord": "popdist_emu._reduce_update",
     "CompiledStep": "popdist_emu._runtime",
     "DigitsSplit": "popdist_emu._digits",
+    "Infeed": "popdist_emu._infeed",
     "NonFiniteGradientError": "popdist_emu._runtime",
     "NonScalarLossError": "popdist_emu._replica_step",
     "Options": "popdist_emu._options",

@@ -73,7 +73,7 @@ class Options:
         replicated_tensor_sharding: shard optimiser state over replicas (RTS); reserved.
         sharding_domain: replicas an RTS shard spans; None means the default domain.
         offload_optimiser: keep optimiser state in host memory (streamed in for the update).
-        prefetch_depth: steps of input the host-IO infeed prepares ahead.
+        prefetch_depth: calls of input the host-IO infeed prepares ahead (at least 1).
     """
 
     replication_factor: int = dataclasses.field(default_factory=_local_replicas)
@@ -107,10 +107,10 @@ class Options:
             raise ValueError(
                 f"Options: `prefetch_depth` must be an int, got {self.prefetch_depth!r}."
             )
-        if self.prefetch_depth < 0:
+        if self.prefetch_depth < 1:
             raise ValueError(
-                f"Options: `prefetch_depth` must be >= 0 (0 = no prefetch), got "
-                f"{self.prefetch_depth}."
+                f"Options: `prefetch_depth` must be >= 1 (1 = only the next batch is "
+                f"prepared ahead), got {self.prefetch_depth}."
             )
         if popdist.isPopdistEnvSet():
             local = popdist.getNumLocalReplicas()

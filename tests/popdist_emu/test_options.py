@@ -33,7 +33,7 @@ def test_outside_poprun_one_replica():
         ({"replication_factor": True}, "`replication_factor` .*got True"),
         ({"output_mode": "last"}, "`output_mode` must be one of"),
         ({"reduction": "avg"}, "`reduction` .*must be one of"),
-        ({"prefetch_depth": -1}, "`prefetch_depth` must be >= 0"),
+        ({"prefetch_depth": 0}, "`prefetch_depth` must be >= 1"),
         ({"sharding_domain": 0}, "`sharding_domain`"),
     ],
 )
