@@ -211,9 +211,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     SEAM: until the runtime's offline path exists, this calls the hardware model directly;
     the runtime will take over profiling, simulation and reporting for every example.
     """
-    from popdist_emu._report import format_summary, write_reports
-
     import hardware
+    from popdist_emu._report import format_summary, write_reports
 
     args = _parse(argv)
     layout, instance = hardware.ReplicaLayout.from_environment(os.environ)
@@ -231,7 +230,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         recomputation=args.recomputation,
     )
     simulation = hardware.simulate_step(step, layout, system)
-    hardware.check_memory(simulation)
+    try:
+        hardware.check_memory(simulation)
+    except hardware.OutOfMemoryError as error:
+        # Poplar refuses to compile a graph that does not fit; so does the emulator.
+        print(error, file=sys.stderr)
+        return 1
     if instance == 0:
         print(format_summary(simulation))
         report_dir = os.environ.get("POPDIST_EMU_REPORT_DIR", "")
