@@ -28,6 +28,10 @@ class ModelParameters:
             microseconds (GCL figures are UNCONFIRMED).
         gw_link_latency: seconds per ring step over GW-Links between Pods (through the
             gateways), the alpha across Pods. Prior: tens of microseconds to milliseconds.
+            The fit lands near 1.6 ms, far above a wire latency: it absorbs whatever a
+            cross-Pod step costs beyond bandwidth (gateway synchronisation of the Pods), and
+            only POD128 and POD256 constrain it, so predictions for many more Pods, where
+            the ring's 2(P-1) steps dominate, are extrapolations.
         host_sync_seconds: fixed cost per step of the host synchronisation that ends a step
             (the IPUs wait for all hosts, and the host reads back results). Prior:
             0.1-1 ms per step.
