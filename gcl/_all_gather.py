@@ -17,6 +17,7 @@ import numpy as np
 
 from gcl._buffers import POOL
 from gcl._dataflow import run_items
+from gcl._gathered import gather_if_small
 from gcl._groups import Group, as_group, groups_of
 from gcl._pytree import Layout, flatten, layout_of, pack_rows, unflatten, unpack
 from gcl._reduce_scatter import group_index, piece_cols
@@ -148,11 +149,12 @@ def all_gather(
             f"{[leaf.dtype.name for leaf in call.leaves[0]]}; pass the output of "
             f"gcl.reduce_scatter with the same group."
         )
-    rows = [pack_rows(leaves, layout) for leaves in call.leaves]
-    out = all_gather_packed(
-        call, rows, layout, group, None if single else transport, deadline, "all_gather"
+    call, transport, mine = gather_if_small(
+        call, None if single else transport, deadline, "all_gather"
     )
-    return finish_replicas(call, out, layout, group, like_tree)
+    rows = [pack_rows(leaves, layout) for leaves in call.leaves]
+    out = all_gather_packed(call, rows, layout, group, transport, deadline, "all_gather")
+    return finish_replicas(call, out, layout, group, like_tree)[mine]
 
 
 def finish_replicas(call: Call, out: dict, layout: Layout, group: Group, treedef: Any) -> list:

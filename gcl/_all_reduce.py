@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gcl._all_gather import all_gather_packed, finish_replicas
+from gcl._gathered import gather_if_small
 from gcl._groups import Group, as_group
 from gcl._operators import Operator, as_operator
 from gcl._pytree import pack
@@ -59,9 +60,10 @@ def all_reduce(
     )
     nbytes = sum(leaf.nbytes for leaf in call.leaves[0])
     method = resolve_method(method, nbytes, layout.group_size)
+    call, transport, mine = gather_if_small(call, transport, deadline, "all_reduce")
     buffers = [pack(leaves, layout) for leaves in call.leaves]
     rows = reduce_scatter_packed(
         call, buffers, layout, op, method, group, transport, deadline, "all_reduce"
     )
     out = all_gather_packed(call, rows, layout, group, transport, deadline, "all_reduce")
-    return finish_replicas(call, out, layout, group, call.treedef)
+    return finish_replicas(call, out, layout, group, call.treedef)[mine]

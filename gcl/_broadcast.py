@@ -14,6 +14,7 @@ import numpy as np
 from gcl._all_gather import finish_replicas
 from gcl._buffers import POOL
 from gcl._dataflow import run_items
+from gcl._gathered import gather_if_small
 from gcl._groups import Group, as_group, groups_of
 from gcl._pytree import layout_of, pack
 from gcl._reduce_scatter import group_index, piece_cols
@@ -58,6 +59,9 @@ def broadcast(
             f"gcl.broadcast: `root` is a position within the group, expected an integer in "
             f"[0, {size}), got {root!r}; pass e.g. root=0."
         )
+    call, transport, mine = gather_if_small(
+        call, None if single else transport, deadline, "broadcast"
+    )
     layout = layout_of([(leaf.shape, leaf.dtype) for leaf in call.leaves[0]], 1)
     offset = call.instance * call.local
     items = broadcast_items(
@@ -71,6 +75,8 @@ def broadcast(
         for g in local_groups
     }
 
+    packed: dict[int, list[np.ndarray]] = {}
+
     def dest(i: int) -> np.ndarray:
         it = items[i]
         return out[it.group][it.dtype][0, it.col0 : it.col1]
@@ -78,13 +84,16 @@ def broadcast(
     def step(i: int, h: int, piece: np.ndarray | None) -> np.ndarray:
         if piece is None:
             it = items[i]
-            src = pack(call.leaves[groups[it.group][root] - offset], layout)[it.dtype]
+            source = groups[it.group][root] - offset
+            if source not in packed:
+                packed[source] = pack(call.leaves[source], layout)
+            src = packed[source][it.dtype]
             piece = dest(i)
             np.copyto(piece, src[0, it.col0 : it.col1])
         return piece
 
     run_items(
-        None if single else transport,
+        transport,
         items,
         call.instance,
         step,
@@ -93,4 +102,4 @@ def broadcast(
         deadline,
         "broadcast",
     )
-    return finish_replicas(call, out, layout, group, call.treedef)
+    return finish_replicas(call, out, layout, group, call.treedef)[mine]

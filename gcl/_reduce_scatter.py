@@ -15,6 +15,7 @@ import numpy as np
 
 from gcl._buffers import POOL, Arena
 from gcl._dataflow import run_items
+from gcl._gathered import gather_if_small
 from gcl._groups import Group, as_group, groups_of
 from gcl._operators import Operator, as_operator, check_dtype, combine_into, finish_mean
 from gcl._pytree import Layout, layout_of, pack, unflatten, unpack_rows
@@ -179,8 +180,9 @@ def reduce_scatter(
     )
     nbytes = sum(leaf.nbytes for leaf in call.leaves[0])
     method = resolve_method(method, nbytes, layout.group_size)
+    call, transport, mine = gather_if_small(call, transport, deadline, "reduce_scatter")
     buffers = [pack(leaves, layout) for leaves in call.leaves]
     rows = reduce_scatter_packed(
         call, buffers, layout, op, method, group, transport, deadline, "reduce_scatter"
     )
-    return [unflatten(call.treedef, unpack_rows(r, layout)) for r in rows]
+    return [unflatten(call.treedef, unpack_rows(r, layout)) for r in rows[mine]]

@@ -146,9 +146,10 @@ class Transport:
             # the peer needs it), and sleep only once nothing has completed for a while.
             if polls == 1:
                 started = now
-            elif now - started > _SPIN_S:
+            waited = now - started
+            if waited > _SPIN_S:
                 time.sleep(_NAP_S)
-            elif now - started > _BUSY_S:
+            elif waited >= _BUSY_S:
                 os.sched_yield()
 
     def wait_all(self, requests: list[Any], peers: list[int], deadline: float, what: str) -> None:
@@ -160,6 +161,14 @@ class Transport:
         prs = [peers[i] for i in pending]
         while any(r != MPI.REQUEST_NULL for r in reqs):
             self.wait_some(reqs, prs, deadline, what)
+
+    def allgather_digest(self, digest: bytes, deadline: float, what: str) -> list[bytes]:
+        """Every instance's fixed-size ``digest``: one small nonblocking Allgather."""
+        size = len(digest)
+        out = np.empty(size * self.size, np.uint8)
+        req = self.comm.Iallgather(np.frombuffer(digest, np.uint8), out)
+        self.wait_all([req], [-1], deadline, what)
+        return [out[i * size : (i + 1) * size].tobytes() for i in range(self.size)]
 
     def allgather_bytes(self, data: bytes, deadline: float, what: str) -> list[bytes]:
         """Every instance's ``data`` (variable length), with bounded waits."""

@@ -93,7 +93,7 @@ def validate(
     if n > 1:
         transport.connect(deadline, what)
         digest = hashlib.sha256(text.encode()).digest()
-        digests = transport.allgather_bytes(digest, deadline, what)
+        digests = transport.allgather_digest(digest, deadline, what)
         if any(d != digests[0] for d in digests):
             texts = [t.decode() for t in transport.allgather_bytes(text.encode(), deadline, what)]
             bad = next(i for i, t in enumerate(texts) if t != texts[0])

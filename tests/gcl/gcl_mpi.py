@@ -9,8 +9,10 @@ import sys
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gcl_worker.py")
 
 
-def run_worker(instances: int, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+def run_worker(
+    instances: int, *args: str, timeout: float = 180, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """``mpiexec -n instances python gcl_worker.py args`` with a timeout, output captured."""
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(env or {}))
     cmd = ["mpiexec", "-n", str(instances), sys.executable, WORKER, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

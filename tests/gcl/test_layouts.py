@@ -11,21 +11,25 @@ from gcl_mpi import run_worker
 from gcl_reference import all_reduce, broadcast, draw_case, reduce_scatter
 
 REPLICAS, CASES, SEED = 8, 16, 2024
-LAYOUTS = (1, 2, 4)
+# (instances, ring): small jobs are normally gathered and reduced by each instance alone
+# (gcl._gathered); ring=True forces the cross-instance ring path for the same cases.
+LAYOUTS = ((1, False), (2, False), (4, False), (2, True), (4, True))
 
 pytestmark = pytest.mark.skipif(shutil.which("mpiexec") is None, reason="needs mpiexec")
 
 
 @pytest.fixture(scope="module")
 def layouts(tmp_path_factory):
-    """Results of every layout: {instances: {"case/collective/replica/leaf": array}}."""
+    """Results of every layout: {(instances, ring): {"case/collective/replica/leaf": array}}."""
     out = {}
-    for n in LAYOUTS:
+    for n, ring in LAYOUTS:
         path = tmp_path_factory.mktemp(f"gcl{n}") / "results.npz"
-        proc = run_worker(n, "cases", str(path), str(REPLICAS), str(CASES), str(SEED))
+        env = {"GCL_EMU_SMALL_JOB_BYTES": "0"} if ring else {}
+        args = ("cases", str(path), str(REPLICAS), str(CASES), str(SEED))
+        proc = run_worker(n, *args, env=env)
         assert proc.returncode == 0, proc.stderr[-3000:]
         with np.load(path) as data:
-            out[n] = {k: data[k] for k in data.files}
+            out[n, ring] = {k: data[k] for k in data.files}
     return out
 
 
@@ -41,7 +45,7 @@ def test_every_layout_is_byte_identical(layouts):
 
 def test_results_match_the_reference(layouts):
     rng = np.random.default_rng(SEED)
-    got = layouts[4]
+    got = layouts[4, True]
     for c in range(CASES):
         case = draw_case(rng, REPLICAS)
         values, op, method, group = case["values"], case["op"], case["method"], case["group"]
