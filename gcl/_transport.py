@@ -94,12 +94,15 @@ class Transport:
         self._owned = False
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> Any:
-        """Start sending a contiguous array (zero copy)."""
-        return self.comm.Isend(buf, dest=dest, tag=tag)
+        """Start sending a contiguous array (zero copy).
+
+        Sent as raw bytes, so dtypes MPI has no name for (bfloat16) travel too.
+        """
+        return self.comm.Isend(_as_bytes(buf), dest=dest, tag=tag)
 
     def irecv(self, buf: np.ndarray, source: int, tag: int) -> Any:
-        """Start receiving into a contiguous array (zero copy)."""
-        return self.comm.Irecv(buf, source=source, tag=tag)
+        """Start receiving into a contiguous array (zero copy), as raw bytes."""
+        return self.comm.Irecv(_as_bytes(buf), source=source, tag=tag)
 
     def wait_some(
         self, requests: list[Any], peers: list[int], deadline: float, what: str
@@ -185,6 +188,11 @@ class Transport:
         req = self.comm.Iallgatherv(send, [out, counts, displs, MPI.BYTE])
         self.wait_all([req], [-1], deadline, what)
         return [out[d : d + c].tobytes() for d, c in zip(displs, counts, strict=True)]
+
+
+def _as_bytes(buf: np.ndarray) -> np.ndarray:
+    # A uint8 view of a contiguous 1-D array: no copy, and read-only inputs stay read-only.
+    return buf.view(np.uint8)
 
 
 _DEFAULT: Transport | None = None

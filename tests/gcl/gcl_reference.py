@@ -15,6 +15,12 @@ import numpy as np
 import gcl
 
 OPS = ("add", "mean", "max", "min", "mul")
+try:  # bfloat16 comes with JAX (ml_dtypes) but is optional for gcl
+    import ml_dtypes
+
+    BFLOAT16 = [ml_dtypes.bfloat16]
+except ImportError:  # pragma: no cover
+    BFLOAT16 = []
 _KERNEL = {"add": np.add, "mean": np.add, "max": np.maximum, "min": np.minimum, "mul": np.multiply}
 
 
@@ -46,28 +52,28 @@ def _fold(op: str, rows: list[np.ndarray]) -> np.ndarray:
     return acc
 
 
-def _pack(leaves: list[np.ndarray], size: int) -> dict[str, np.ndarray]:
+def _pack(leaves: list[np.ndarray], size: int) -> dict[np.dtype, np.ndarray]:
     """Per dtype: row p = every leaf's padded shard p, concatenated in leaf order."""
-    by_dtype: dict[str, list[np.ndarray]] = {}
+    by_dtype: dict[np.dtype, list[np.ndarray]] = {}
     for leaf in leaves:
         shard = math.ceil(leaf.size / size)
         padded = np.zeros(size * shard, leaf.dtype)
         padded[: leaf.size] = leaf.reshape(-1)
-        by_dtype.setdefault(leaf.dtype.str, []).append(padded.reshape(size, shard))
+        by_dtype.setdefault(leaf.dtype, []).append(padded.reshape(size, shard))
     return {k: np.concatenate(v, axis=1) for k, v in by_dtype.items()}
 
 
 def _unpack_rows(
-    rows: dict[str, np.ndarray], like: list[np.ndarray], size: int
+    rows: dict[np.dtype, np.ndarray], like: list[np.ndarray], size: int
 ) -> list[np.ndarray]:
     """Per leaf, its shard columns from one packed row (or (G, S) buffer) per dtype."""
-    offsets: dict[str, int] = {}
+    offsets: dict[np.dtype, int] = {}
     out = []
     for leaf in like:
         shard = math.ceil(leaf.size / size)
-        off = offsets.get(leaf.dtype.str, 0)
-        offsets[leaf.dtype.str] = off + shard
-        out.append(rows[leaf.dtype.str][..., off : off + shard])
+        off = offsets.get(leaf.dtype, 0)
+        offsets[leaf.dtype] = off + shard
+        out.append(rows[leaf.dtype][..., off : off + shard])
     return out
 
 
@@ -98,7 +104,7 @@ def reduce_scatter(values: list[list[np.ndarray]], op: str, method: str, group: 
                 row = np.concatenate(cols) if cols else np.zeros(0, key)
                 if op == "mean" and size > 1:
                     row = np.divide(row, np.asarray(size, row.dtype))
-                rows[key] = row.astype(np.dtype(key))
+                rows[key] = row.astype(key)
             out[m] = _unpack_rows(rows, values[m], size)
     return out
 
@@ -134,7 +140,7 @@ def draw_case(rng: np.random.Generator, num_replicas: int) -> dict:
     kind = rng.integers(3)
     k = int(rng.choice(divisors))
     group = [gcl.All(), gcl.Consecutive(k), gcl.Orthogonal(k)][kind]
-    dtypes = [np.float32, np.float64, np.float16]
+    dtypes = [np.float32, np.float64, np.float16, *BFLOAT16]
     shapes = [(), (0,), (1,), (7,), (3, 5), (2, 0), (13,), (4, 4, 3)]
     num_leaves = int(rng.integers(1, 4))
     spec = [
