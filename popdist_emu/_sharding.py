@@ -2,33 +2,33 @@
 
 Without RTS every replica holds the whole optimiser state and applies the same update. With
 RTS each replica of a sharding domain (a GCL group of ``k`` replicas) holds and updates about
-``1/k`` of every large tensor's state, and the updated parameter pieces are all-gathered, as
-ZeRO stage 1 does. Shards have ``ceil(N / G)`` elements, zero-padded at the end: the layout
-``gcl.reduce_scatter`` produces (30 elements over 4 replicas: shards of 8, holding 8, 8, 8
-and 6 real elements). PopART spreads the padding instead (8, 8, 7, 7, through GCL's
-CollectiveBalancedReorder); the memory per replica is the same, and following gcl's layout
-is what keeps the shards bit-compatible with its all-reduce.
+``1/k`` of every large tensor's state, and the updated parameters are all-gathered, as ZeRO
+stage 1 does. The per-tensor helpers (:func:`shard`, :func:`shard_size`) give PopART's
+``ceil(N / R)`` shards, zero-padded at the end as ``gcl.reduce_scatter`` pads (30 elements
+over 4 replicas: 8, 8, 8 and 6 real elements; PopART's CollectiveBalancedReorder spreads the
+padding as 8, 8, 7, 7, with the same memory per replica).
 
-Bit-identity with the non-RTS path is the design constraint. ``gcl.all_reduce`` sums each
-element in a ring order fixed by the element's shard position among ALL replicas, so reducing
-within a smaller domain first (and then across domains) would add in a different order and
-change the last bits. Hence the composition, for ``R`` replicas and domains of ``k`` (``D =
-R / k`` domains):
+Bit-identity with the non-RTS path is the design constraint. The runtime reduces ONE flat
+accumulator per replica (every gradient element, then the loss) with ``gcl.all_reduce``,
+which sums each element in a ring order fixed by the element's chunk among ALL replicas;
+reducing within a smaller domain first (then across domains) adds in another order and
+changes the last bits. Hence, for ``R`` replicas and domains of ``k`` (``D = R / k``):
 
-1. ``gcl.reduce_scatter`` of the whole gradient tree over ``All``, with the runtime's op and
-   method: replica ``r`` gets all-shard ``r`` (``ceil(N / R)`` elements per leaf), bit-identical
-   to those elements of ``gcl.all_reduce`` (``all_gather(reduce_scatter(x)) == all_reduce(x)``).
-2. With several domains, ``gcl.all_gather`` over ``Orthogonal(D)`` (replicas ``p, p + k, ...``)
-   copies the all-shards of the replicas at the same position of every domain: replica ``(d,
-   p)`` then holds all-shards ``p, p + k, ..., p + (D - 1) k``, its ``1/k`` of the tensor.
-   Copies only, no arithmetic, so the bits stay those of the all-reduce.
-3. Each replica updates only its elements (element-wise optimisers only, checked).
+1. ``gcl.reduce_scatter`` of the same flat accumulators over ``All``, with the runtime's
+   method: replica ``r`` gets chunk ``r`` (``ceil((F + 1) / R)`` elements), bit-identical to
+   those elements of the all-reduce (``all_gather(reduce_scatter(x)) == all_reduce(x)``).
+2. With several domains, ``gcl.all_gather`` over ``Orthogonal(D)`` (replicas ``p, p + k,
+   ...``) copies the chunks of the same position of every domain: replica ``(d, p)`` then
+   owns chunks ``p, p + k, ..., p + (D - 1) k``, ``1/k`` of the tensor. Copies only, so the
+   bits stay those of the all-reduce. Leaves below the threshold, the loss and a finite flag
+   go through one small ``all_reduce(max)`` in which only the owner writes each element.
+3. Each replica updates only its elements (element-wise optimisers only, checked): the
+   emulator runs the runtime's own compiled update once per domain on this instance on
+   full-shape arrays with the owned elements filled in (see :class:`ShardedReduceUpdate`).
 4. ``gcl.all_gather`` over the domain (``Consecutive(k)``) rebuilds the full parameters.
 
 Traffic equals PopART's reduce-scatter in the domain + all-reduce across domains + all-gather:
-``N[(R - 1)/R + (D - 1)/R + (k - 1)/k]`` elements per replica either way. Tensors smaller than
-the threshold stay whole: their reduced gradient is all-gathered from step 1 and every replica
-updates them.
+``N[(R - 1)/R + (D - 1)/R + (k - 1)/k]`` elements per replica either way.
 
 References:
     PopART User Guide, "Tensor locations" (replicated tensor sharding, ceil(N/R) shards with
@@ -41,6 +41,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, NamedTuple
@@ -152,16 +153,35 @@ def resolve_domain(domain: Any, *, num_replicas: int, num_instances: int = 1) ->
     return k
 
 
-# -- the plan: which leaves are sharded and which elements each replica owns --------------------
+# -- the plan: which elements of the flat accumulator each replica owns -------------------------
+class Piece(NamedTuple):
+    """A run of one leaf's elements inside a replica's view buffer.
+
+    Attributes:
+        buffer_start: first index in the replica's view buffer (its chunks, in order).
+        leaf_start: first index in the flattened leaf.
+        count: elements in the run.
+    """
+
+    buffer_start: int
+    leaf_start: int
+    count: int
+
+
 @dataclasses.dataclass(frozen=True)
 class ShardingPlan:
-    """Which leaves are sharded and how, for ``num_replicas`` replicas in domains of
+    """Which replica updates which elements, for ``num_replicas`` replicas in domains of
     ``domain_size``.
 
-    Replica ``r`` (domain ``d = r // k``, position ``p = r % k``) owns, of every sharded leaf,
-    the all-shards ``p, p + k, ..., p + (D - 1) k`` of ``ceil(N / R)`` elements each (one
-    contiguous shard when ``D = 1``): its *view*. Leaves smaller than ``min_elements`` are whole
-    in every view.
+    The runtime reduces one flat accumulator per replica: every gradient element (leaves in
+    tree order) then the loss, ``F + 1`` elements, which ``gcl.reduce_scatter`` splits into
+    ``R`` chunks of ``S = ceil((F + 1) / R)``. Replica ``r`` (position ``p = r % k`` in its
+    domain) owns chunks ``p, p + k, ..., p + (D - 1) k`` (one chunk when ``D = 1``): its *view*
+    of a sharded leaf is that leaf's elements inside those chunks, as a 1-D array. A leaf with
+    no element there gets one zero placeholder instead of an empty array: XLA compiles an
+    update with a single live leaf differently (it fuses the scalar bias corrections into the
+    loop) and rounds differently, so every view keeps as many live leaves as the full tree.
+    Leaves smaller than ``min_elements`` are whole in every view.
 
     Attributes:
         num_replicas: replicas of the job (``R``).
@@ -186,76 +206,95 @@ class ShardingPlan:
         """Domains of the job (``D = R / k``): each holds a full copy of the state."""
         return self.num_replicas // self.domain_size
 
-    def view_size(self, leaf: int) -> int:
-        """Elements of leaf ``leaf`` in one replica's view (padding included)."""
-        n = math.prod(self.shapes[leaf])
+    @property
+    def sizes(self) -> tuple[int, ...]:
+        """Elements of each leaf."""
+        return tuple(math.prod(s) for s in self.shapes)
+
+    @property
+    def offsets(self) -> tuple[int, ...]:
+        """Each leaf's first element in the flat accumulator."""
+        return tuple(int(x) for x in np.cumsum((0, *self.sizes))[:-1])
+
+    @property
+    def chunk(self) -> int:
+        """Elements per reduce-scatter chunk: ``ceil((F + 1) / R)`` (the loss is last)."""
+        return shard_size(sum(self.sizes) + 1, self.num_replicas)
+
+    def pieces(self, replica: int) -> tuple[tuple[Piece, ...], ...]:
+        """For each leaf, the runs of it that ``replica`` owns (empty for whole leaves)."""
+        return _pieces(self, replica % self.domain_size)
+
+    def owned(self, leaf: int, replica: int) -> int:
+        """Elements of sharded leaf ``leaf`` that ``replica`` owns (all of a whole leaf)."""
         if not self.sharded[leaf]:
-            return n
-        return self.num_domains * shard_size(n, self.num_replicas)
+            return self.sizes[leaf]
+        return sum(piece.count for piece in self.pieces(replica)[leaf])
 
-    def view_nbytes(self) -> int:
-        """Bytes of one replica's view of the parameter tree: the optimiser-state bytes per
-        replica are this times the state's copies per parameter (2 for Adam's mu and nu)."""
-        return sum(self.view_size(i) * self.dtypes[i].itemsize for i in range(len(self.shapes)))
+    def take(self, leaf: int, replica: int, values: Any) -> np.ndarray:
+        """``replica``'s owned elements of leaf ``leaf`` from its full ``values`` (1-D)."""
+        flat = np.asarray(values).reshape(-1)
+        if not self.sharded[leaf]:
+            return flat.copy()
+        runs = [flat[p.leaf_start : p.leaf_start + p.count] for p in self.pieces(replica)[leaf]]
+        return np.concatenate(runs) if runs else flat[:0].copy()
 
-    def full_nbytes(self) -> int:
-        """Bytes of the parameter tree without sharding."""
-        return sum(math.prod(s) * d.itemsize for s, d in zip(self.shapes, self.dtypes, strict=True))
+    def put(self, leaf: int, replica: int, owned: Any, out: np.ndarray) -> None:
+        """Writes ``replica``'s owned elements of leaf ``leaf`` into the flat ``out``."""
+        owned = np.asarray(owned).reshape(-1)
+        if not self.sharded[leaf]:
+            out[:] = owned
+            return
+        at = 0
+        for p in self.pieces(replica)[leaf]:
+            out[p.leaf_start : p.leaf_start + p.count] = owned[at : at + p.count]
+            at += p.count
 
-    def view_shapes(self) -> Any:
-        """One replica's view as ``jax.ShapeDtypeStruct`` leaves (for memory models and for
-        ``jax.eval_shape(optimizer.init, plan.view_shapes())``)."""
-        return self.treedef.unflatten(
-            [
-                jax.ShapeDtypeStruct(
-                    (self.view_size(i),) if self.sharded[i] else self.shapes[i], self.dtypes[i]
-                )
-                for i in range(len(self.shapes))
-            ]
-        )
+    def whole_runs(self, replica: int) -> tuple[tuple[int, int, int], ...]:
+        """``(chunk_start, merged_start, count)`` runs of whole-leaf elements and the loss in
+        ``replica``'s reduce-scatter chunk, placed in the merged vector of every whole leaf
+        (in tree order), then the loss, then a finite flag."""
+        return _whole_runs(self, replica)
 
-    def local_view(self, tree: Any, replica: int) -> Any:
-        """Replica ``replica``'s view of a full tree (parameters): its elements of each
-        sharded leaf as a 1-D array, whole leaves unchanged."""
-        leaves = self.treedef.flatten_up_to(tree)
-        d, k, r = self.num_domains, self.domain_size, self.num_replicas
-        p = replica % k
-        out = []
-        for i, leaf in enumerate(leaves):
-            if not self.sharded[i]:
-                out.append(leaf)
-                continue
-            x = np.asarray(leaf).reshape(-1)
-            s = shard_size(x.size, r)
-            padded = np.zeros(r * s, x.dtype)
-            padded[: x.size] = x
-            out.append(padded.reshape(d, k, s)[:, p, :].reshape(-1))
-        return self.treedef.unflatten(out)
+    @property
+    def whole_elements(self) -> int:
+        """Elements of all whole leaves."""
+        return sum(n for n, on in zip(self.sizes, self.sharded, strict=True) if not on)
 
-    def assemble(self, views: Sequence[Any]) -> Any:
-        """The full tree from the views of positions ``0..k-1`` of one domain."""
-        if len(views) != self.domain_size:
-            raise ShardingError(
-                f"assemble: expected the views of all {self.domain_size} positions of a domain, "
-                f"got {len(views)}."
-            )
-        flat = [self.treedef.flatten_up_to(v) for v in views]
-        return self.treedef.unflatten(
-            [self._assemble_leaf(i, [f[i] for f in flat]) for i in range(len(self.shapes))]
-        )
 
-    def _assemble_leaf(self, i: int, pieces: Sequence[Any]) -> Any:
-        if not self.sharded[i]:
-            return pieces[0]
-        return self.unview(i, np.concatenate([np.asarray(x).reshape(-1) for x in pieces]))
+@functools.lru_cache(maxsize=256)
+def _pieces(plan: ShardingPlan, position: int) -> tuple[tuple[Piece, ...], ...]:
+    s, k = plan.chunk, plan.domain_size
+    chunks = [position + j * k for j in range(plan.num_domains)]
+    out = []
+    for i, (start, size) in enumerate(zip(plan.offsets, plan.sizes, strict=True)):
+        runs = []
+        if plan.sharded[i]:
+            for j, c in enumerate(chunks):
+                lo, hi = max(start, c * s), min(start + size, (c + 1) * s)
+                if lo < hi:
+                    runs.append(Piece(j * s + lo - c * s, lo - start, hi - lo))
+        out.append(tuple(runs))
+    return tuple(out)
 
-    def unview(self, i: int, gathered: np.ndarray) -> np.ndarray:
-        """Leaf ``i`` from its views of positions ``0..k-1`` concatenated (what an all-gather
-        over the domain returns): undoes the interleaving and drops the padding."""
-        n = math.prod(self.shapes[i])
-        s = shard_size(n, self.num_replicas)
-        blocks = np.asarray(gathered).reshape(self.domain_size, self.num_domains, s)
-        return blocks.transpose(1, 0, 2).reshape(-1)[:n].reshape(self.shapes[i])
+
+@functools.lru_cache(maxsize=256)
+def _whole_runs(plan: ShardingPlan, replica: int) -> tuple[tuple[int, int, int], ...]:
+    s = plan.chunk
+    c0, c1 = replica * s, (replica + 1) * s
+    runs, merged = [], 0
+    spans = [
+        (start, size)
+        for start, size, on in zip(plan.offsets, plan.sizes, plan.sharded, strict=True)
+        if not on
+    ]
+    spans.append((sum(plan.sizes), 1))  # the loss sum, last in the accumulator
+    for start, size in spans:
+        lo, hi = max(start, c0), min(start + size, c1)
+        if lo < hi:
+            runs.append((lo - c0, merged + lo - start, hi - lo))
+        merged += size
+    return tuple(runs)
 
 
 def plan_sharding(
@@ -365,88 +404,188 @@ def check_elementwise(optimizer: Any, params: Any, plan: ShardingPlan | None = N
             f"the whole tensor's; use an element-wise optimiser such as optax.adamw/adam/sgd, "
             f"or turn replicated_tensor_sharding off."
         )
-    if plan is not None and not _same_update_on_views(optimizer, params, plan):
+    if plan is not None and not _owned_elements_independent(optimizer, params, plan):
         raise ShardingError(
-            "replicated tensor sharding: this optimiser's update of a 1-D shard differs from the "
-            "same elements of the whole tensor's update, so it depends on parameter shapes "
-            "(e.g. a weight-decay mask on `ndim`); use a mask keyed on parameter names, or "
-            "turn replicated_tensor_sharding off."
+            "replicated tensor sharding: this optimiser's update of a replica's elements "
+            "depends on elements the replica does not own (a probe update differed); use an "
+            "element-wise optimiser such as optax.adamw/adam/sgd, or turn "
+            "replicated_tensor_sharding off."
         )
 
 
-def _same_update_on_views(optimizer: Any, params: Any, plan: ShardingPlan) -> bool:
-    """One probe update, whole vs the views of one domain, compared bit for bit."""
+def _owned_mask(plan: ShardingPlan, replicas: Sequence[int]) -> list[np.ndarray]:
+    """Per leaf, a flat boolean mask of the elements some replica of ``replicas`` owns."""
+    masks = []
+    for leaf, size in enumerate(plan.sizes):
+        mask = np.zeros(size, bool)
+        for r in replicas:
+            plan.put(leaf, r, np.ones(plan.owned(leaf, r), bool), mask)
+        masks.append(mask)
+    return masks
+
+
+def _owned_elements_independent(optimizer: Any, params: Any, plan: ShardingPlan) -> bool:
+    """Two probe updates, whole vs with every element a replica does not own zeroed (its
+    gradient and state), compared on the owned elements, bit for bit."""
     rng = np.random.default_rng(0)
     leaves = plan.treedef.flatten_up_to(params)
-    probe = [rng.standard_normal(np.shape(x)).astype(np.dtype(x.dtype)) for x in leaves]
     values = plan.treedef.unflatten([np.asarray(x) for x in leaves])
-    grads = plan.treedef.unflatten(probe)
-    # Jitted, as the runtime's update is: one compile for the whole tree, one for the views.
-    update = jax.jit(lambda g, p: optimizer.update(g, optimizer.init(p), p)[0])
-    whole = update(grads, values)
-    views = [
-        update(plan.local_view(grads, p), plan.local_view(values, p))
-        for p in range(plan.domain_size)
-    ]
-    if jax.tree_util.tree_structure(views[0]) != jax.tree_util.tree_structure(whole):
-        return False
-    assembled = plan.assemble(views)
-    return all(
-        np.asarray(a).tobytes() == np.asarray(b).tobytes()
-        for a, b in zip(
-            jax.tree_util.tree_leaves(assembled), jax.tree_util.tree_leaves(whole), strict=True
+
+    def draw():
+        return plan.treedef.unflatten(
+            [rng.standard_normal(np.shape(x)).astype(np.dtype(x.dtype)) for x in leaves]
         )
-    )
+
+    step = jax.jit(lambda g, s, p: optimizer.update(g, s, p))
+    g1, g2 = draw(), draw()
+    _, state = step(g1, optimizer.init(values), values)
+    whole, _ = step(g2, state, values)
+    mirrors = _mirrors(plan, state)
+    for p in range(plan.domain_size):
+        masks = _owned_mask(plan, [p])
+
+        def zero_others(leaf: int, x: Any, masks=masks) -> np.ndarray:
+            flat = np.asarray(x).reshape(-1).copy()
+            flat[~masks[leaf]] = 0
+            return flat.reshape(np.shape(x))
+
+        grads = plan.treedef.unflatten(
+            [zero_others(i, x) for i, x in enumerate(plan.treedef.flatten_up_to(g2))]
+        )
+        state_leaves, state_def = jax.tree_util.tree_flatten(state)
+        masked = [
+            x if m is None else zero_others(m, x)
+            for x, m in zip(state_leaves, mirrors, strict=True)
+        ]
+        got, _ = step(grads, state_def.unflatten(masked), values)
+        for i, (a, b) in enumerate(
+            zip(plan.treedef.flatten_up_to(got), plan.treedef.flatten_up_to(whole), strict=True)
+        ):
+            a, b = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
+            if a[masks[i]].tobytes() != b[masks[i]].tobytes():
+                return False
+    return True
 
 
-# -- the sharded reduce-and-update stage ---------------------------------------------------------
+# -- the sharded optimiser state ------------------------------------------------------------------
+def _mirrors(plan: ShardingPlan, state: Any) -> tuple[int | None, ...]:
+    """For each leaf of an optimiser state, the parameter leaf it mirrors (Adam's ``mu`` and
+    ``nu`` do), or None (step counts, scalars, state of other shapes)."""
+
+    def params_like(x: Any) -> bool:
+        if x is None or jax.tree_util.tree_structure(x) != plan.treedef:
+            return False
+        return all(
+            tuple(np.shape(leaf)) == shape
+            for leaf, shape in zip(plan.treedef.flatten_up_to(x), plan.shapes, strict=True)
+        )
+
+    out: list[int | None] = []
+    for sub in jax.tree_util.tree_flatten(state, is_leaf=params_like)[0]:
+        if params_like(sub):
+            out.extend(range(len(plan.shapes)))
+        else:
+            out.append(None)
+    return tuple(out)
+
+
 class ShardedOptState(NamedTuple):
-    """Under RTS, the optimiser state of each local replica: of its view, not of the full tree.
+    """Under RTS, what each local replica holds of the optimiser state: of every state leaf
+    that mirrors a sharded parameter, only the elements the replica owns (1-D host arrays);
+    other leaves whole.
 
     Attributes:
-        states: one optax state per local replica, in local-replica order.
+        shards: per local replica, the state's leaves (in ``jax.tree_util`` order).
+        treedef: the full optimiser state's structure.
+        shapes: the full state leaves' shapes.
+        mirrors: for each state leaf, the parameter leaf it mirrors, or None.
     """
 
-    states: tuple[Any, ...]
+    shards: tuple[tuple[np.ndarray, ...], ...]
+    treedef: Any
+    shapes: tuple[tuple[int, ...], ...]
+    mirrors: tuple[int | None, ...]
+
+
+def shard_state(plan: ShardingPlan, state: Any, replicas: Sequence[int]) -> ShardedOptState:
+    """Each replica's part of a full optimiser state (host copies)."""
+    leaves, treedef = jax.tree_util.tree_flatten(state)
+    mirrors = _mirrors(plan, state)
+    shards = tuple(
+        tuple(
+            np.array(x, copy=True) if m is None else plan.take(m, r, x)
+            for x, m in zip(leaves, mirrors, strict=True)
+        )
+        for r in replicas
+    )
+    shapes = tuple(tuple(np.shape(x)) for x in leaves)
+    return ShardedOptState(shards, treedef, shapes, mirrors)
+
+
+def unshard_state(
+    plan: ShardingPlan, state: ShardedOptState, replicas: Sequence[int], which: Sequence[int]
+) -> Any:
+    """A full-shape optimiser state from the shards ``which`` (indices into ``state.shards``)
+    of ``replicas``; elements none of them owns are zero."""
+    out = []
+    for idx, (shape, m) in enumerate(zip(state.shapes, state.mirrors, strict=True)):
+        first = state.shards[which[0]][idx]
+        if m is None:
+            out.append(first)
+            continue
+        full = np.zeros(math.prod(shape), first.dtype)
+        for r, i in zip(replicas, which, strict=True):
+            plan.put(m, r, state.shards[i][idx], full)
+        out.append(full.reshape(shape))
+    return state.treedef.unflatten(out)
 
 
 def init_sharded_state(
     optimizer: Any, plan: ShardingPlan, params: Any, replicas: Sequence[int]
 ) -> ShardedOptState:
-    """``optimizer.init`` of each given global replica's view of ``params``."""
-    return ShardedOptState(
-        tuple(
-            optimizer.init(jax.tree_util.tree_map(jax.numpy.asarray, plan.local_view(params, r)))
-            for r in replicas
-        )
-    )
+    """``optimizer.init(params)``, each given global replica keeping only its part."""
+    return shard_state(plan, optimizer.init(params), replicas)
 
 
 def sharded_state_nbytes(optimizer: Any, plan: ShardingPlan) -> int:
-    """Optimiser-state bytes one replica holds under ``plan`` (from shapes only)."""
-    state = jax.eval_shape(optimizer.init, plan.view_shapes())
-    return sum(
-        math.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(state)
+    """Optimiser-state bytes of the replica holding the most under ``plan`` (shapes only)."""
+    shapes = plan.treedef.unflatten(
+        [jax.ShapeDtypeStruct(s, d) for s, d in zip(plan.shapes, plan.dtypes, strict=True)]
+    )
+    state = jax.eval_shape(optimizer.init, shapes)
+    leaves = jax.tree_util.tree_leaves(state)
+    mirrors = _mirrors(plan, state)
+    return max(
+        sum(
+            (math.prod(x.shape) if m is None else plan.owned(m, p)) * np.dtype(x.dtype).itemsize
+            for x, m in zip(leaves, mirrors, strict=True)
+        )
+        for p in range(plan.domain_size)
     )
 
 
-def _spec(shape: tuple[int, ...], dtype: Any) -> jax.ShapeDtypeStruct:
-    return jax.ShapeDtypeStruct(tuple(shape), np.dtype(dtype))
-
-
+# -- the sharded reduce-and-update stage ---------------------------------------------------------
 @dataclasses.dataclass(frozen=True)
 class ShardedReduceUpdate:
     """The RTS reduce-and-update stage: reduce-scatter, sharded update, all-gather.
 
-    Drops in for the runtime's ``AllReduceUpdate`` (same call signature and
-    ``collectives``); ``state.opt_state`` is a :class:`ShardedOptState`. Parameters come out
-    bit-identical to the all-reduce path (see the module docstring for why this composition).
+    Drops in for the runtime's ``AllReduceUpdate`` (same call signature, flat accumulators of
+    ``F`` gradient elements then the loss, and ``collectives``); ``state.opt_state`` is a
+    :class:`ShardedOptState`. Parameters come out bit-identical to the all-reduce path (see
+    the module docstring for why this composition).
+
+    The emulator computes the update of the local replicas of one domain in ONE call of the
+    runtime's compiled ``update_fn`` on full-shape arrays, their owned elements filled in and
+    the rest zero (and discarded): the same executable as the all-reduce path, so each owned
+    element goes through the same instructions and rounds the same. Updating 1-D shards
+    instead would compile different programs, and XLA's fusion choices (e.g. whether Adam's
+    scalar bias correction is computed once or fused into the loop) change the last bits.
+    The simulated IPU time still charges each replica a 1/k update.
 
     Args:
         plan: which leaves are sharded and the domain size.
-        update_fn: the runtime's ``(params, opt_state, grad_sum) -> (params, opt_state)``,
-            applied to each local replica's view (it may donate its inputs, and may be an
-            ``OffloadedUpdate``, whose states are then ``StreamingState``).
+        update_fn: the runtime's ``(params, opt_state, grad_flat) -> (params, opt_state)``
+            (it may donate its inputs).
         replica_offset: global index of this instance's first replica.
         method: GCL method of the runtime's all-reduce (the reduce-scatter must match it).
         comm: mpi4py communicator of the instances; None is gcl's default.
@@ -465,126 +604,122 @@ class ShardedReduceUpdate:
         from popdist_emu._replica_step import TrainState
 
         plan, kw = self.plan, {"comm": self.comm, "timeout": self.timeout}
-        sharded = [i for i, on in enumerate(plan.sharded) if on]
-        whole = [i for i, on in enumerate(plan.sharded) if not on]
-        # 1. One reduce-scatter of exactly what the all-reduce path reduces: same order.
-        scattered = gcl.reduce_scatter(
+        s, k, d = plan.chunk, plan.domain_size, plan.num_domains
+        any_sharded = any(plan.sharded)
+        replicas = [self.replica_offset + i for i in range(len(replica_sums))]
+        # 1. One reduce-scatter of exactly what the all-reduce path reduces: the same order.
+        chunks = gcl.reduce_scatter(
             list(replica_sums), "add", method=self.method, group=gcl.All(), **kw
         )
-        shards = [plan.treedef.flatten_up_to(grads) for grads, _ in scattered]
-        loss = replica_sums[0][1]
-        # Small leaves (and the loss) are gathered back whole: all_gather(rs(x)) == all_reduce.
-        full = gcl.all_gather(
-            [
-                [s[i] for i in whole] + [loss_shard]
-                for s, (_, loss_shard) in zip(shards, scattered, strict=True)
-            ],
-            like=[_spec(plan.shapes[i], plan.dtypes[i]) for i in whole]
-            + [_spec(np.shape(loss), loss.dtype)],
-            group=gcl.All(),
-            **kw,
-        )
-        # 2. Several domains: copy the all-shards of the same position of every domain.
-        if plan.num_domains > 1 and sharded:
-            views = gcl.all_gather(
-                [[s[i] for i in sharded] for s in shards],
-                like=[_spec((plan.view_size(i),), plan.dtypes[i]) for i in sharded],
-                group=gcl.Orthogonal(plan.num_domains),
-                **kw,
-            )
-        else:
-            views = [[s[i] for i in sharded] for s in shards]
-        grad_views = []
-        for view, gathered in zip(views, full, strict=True):
-            leaves = [None] * len(plan.shapes)
-            for i, x in zip(sharded, view, strict=True):
-                leaves[i] = x
-            for i, x in zip(whole, gathered[:-1], strict=True):
-                leaves[i] = x
-            grad_views.append(leaves)
-        loss_sum = float(full[0][-1])
-        bad = [float(not all(np.isfinite(x).all() for x in g)) for g in grad_views]
-        flags = gcl.all_reduce([np.array([b]) for b in bad], "max", group=gcl.All(), **kw)
-        if flags[0][0] > 0:
+        dtype = chunks[0].dtype
+        # Whole leaves, the loss and a finite flag: each element is written by its one owner,
+        # -inf elsewhere, so the max over replicas copies it exactly.
+        marks = []
+        for r, chunk in zip(replicas, chunks, strict=True):
+            mark = np.full(plan.whole_elements + 2, -np.inf, dtype)
+            for lo, at, n in plan.whole_runs(r):
+                mark[at : at + n] = chunk[lo : lo + n]
+            mark[-1] = 0 if np.isfinite(chunk).all() else 1
+            marks.append(mark)
+        merged = gcl.all_reduce(marks, "max", group=gcl.All(), **kw)[0]
+        loss_sum = float(merged[-2])
+        if merged[-1] > 0:
             return StageResult(state, loss_sum, False)
-        # 3. Each local replica updates its view (fresh arrays: the update may donate them).
-        new_views, new_states = [], []
-        for k, (grads, opt_state) in enumerate(
-            zip(grad_views, state.opt_state.states, strict=True)
-        ):
-            view = plan.local_view(state.params, self.replica_offset + k)
-            view = jax.tree_util.tree_map(lambda x: jax.numpy.array(x, copy=True), view)
-            new_view, new_state = self.update_fn(view, opt_state, plan.treedef.unflatten(grads))
-            new_views.append(plan.treedef.flatten_up_to(new_view))
-            new_states.append(new_state)
-        # 4. All-gather the updated views within the domain into full parameters.
-        out = [None] * len(plan.shapes)
-        if sharded:
-            gathered = gcl.all_gather(
-                [[np.asarray(v[i]) for i in sharded] for v in new_views],
-                like=[
-                    _spec((plan.domain_size * plan.view_size(i),), plan.dtypes[i]) for i in sharded
-                ],
-                group=gcl.Consecutive(plan.domain_size),
-                **kw,
-            )[0]
-            for i, x in zip(sharded, gathered, strict=True):
-                out[i] = jax.device_put(plan.unview(i, x))
-        for i in whole:
-            out[i] = new_views[0][i]
-        params = plan.treedef.unflatten(out)
-        return StageResult(TrainState(params, ShardedOptState(tuple(new_states))), loss_sum, True)
+        # 2. Several domains: copy the chunks of the same position of every domain.
+        if d > 1 and any_sharded:
+            spec = jax.ShapeDtypeStruct((d * s,), dtype)
+            buffers = gcl.all_gather(chunks, like=spec, group=gcl.Orthogonal(d), **kw)
+        else:
+            buffers = chunks
+        # 3. One full-shape update per domain present here, owned elements filled in.
+        opt_state: ShardedOptState = state.opt_state
+        new_shards: list[Any] = [None] * len(replicas)
+        owned_params: list[list[np.ndarray]] = [[] for _ in replicas]
+        for group in _by_domain(replicas, k):
+            grads = np.zeros(sum(plan.sizes), dtype)
+            for i in group:
+                self._fill_gradient(grads, replicas[i], buffers[i], merged)
+            members = [replicas[i] for i in group]
+            full_state = unshard_state(plan, opt_state, members, group)
+            full_state = jax.tree_util.tree_map(jax.numpy.array, full_state)
+            params = jax.tree_util.tree_map(lambda x: jax.numpy.array(x, copy=True), state.params)
+            new_params, new_state = self.update_fn(params, full_state, grads)
+            for i, shard in zip(group, shard_state(plan, new_state, members).shards, strict=True):
+                new_shards[i] = shard
+            new_leaves = plan.treedef.flatten_up_to(new_params)
+            for i in group:
+                owned_params[i] = [plan.take(j, replicas[i], x) for j, x in enumerate(new_leaves)]
+        # 4. All-gather the updated owned elements within the domain into full parameters.
+        out = [jax.numpy.asarray(x) for x in new_leaves]
+        if any_sharded:
+            pieces = []
+            for r, owned in zip(replicas, owned_params, strict=True):
+                buffer = np.zeros(d * s, dtype)
+                for leaf, runs in enumerate(plan.pieces(r)):
+                    at = 0
+                    for p in runs:
+                        buffer[p.buffer_start : p.buffer_start + p.count] = owned[leaf][
+                            at : at + p.count
+                        ]
+                        at += p.count
+                pieces.append(buffer)
+            spec = jax.ShapeDtypeStruct((k * d * s,), dtype)
+            gathered = gcl.all_gather(pieces, like=spec, group=gcl.Consecutive(k), **kw)[0]
+            flat = gathered.reshape(k, d, s).transpose(1, 0, 2).reshape(-1)
+            for leaf, (start, size) in enumerate(zip(plan.offsets, plan.sizes, strict=True)):
+                if plan.sharded[leaf]:
+                    values = flat[start : start + size].reshape(plan.shapes[leaf])
+                    out[leaf] = jax.device_put(values.astype(plan.dtypes[leaf]))
+        new_opt_state = opt_state._replace(shards=tuple(new_shards))
+        result = TrainState(plan.treedef.unflatten(out), new_opt_state)
+        return StageResult(result, loss_sum, True)
+
+    def _fill_gradient(self, grads: np.ndarray, r: int, buffer: Any, merged: Any) -> None:
+        """Writes replica ``r``'s reduced gradient elements (its chunks, and every whole leaf
+        from ``merged``) into the flat ``grads``."""
+        plan, w = self.plan, 0
+        for leaf, (start, size) in enumerate(zip(plan.offsets, plan.sizes, strict=True)):
+            if plan.sharded[leaf]:
+                for p in plan.pieces(r)[leaf]:
+                    at = start + p.leaf_start
+                    grads[at : at + p.count] = buffer[p.buffer_start : p.buffer_start + p.count]
+            else:
+                grads[start : start + size] = merged[w : w + size]
+                w += size
 
     def collectives(self, accumulator: Any, num_replicas: int) -> tuple[Any, ...]:
-        """The collectives one call runs, from the accumulator's shapes, for the cost model."""
-        from popdist_emu._reduce_update import CollectiveRecord, tree_nbytes
+        """The collectives one call runs, from the flat accumulator's shape, for the cost
+        model: reduce-scatter, the small all-reduce (max) of whole leaves, loss and flag, and
+        the all-gathers."""
+        from popdist_emu._reduce_update import CollectiveRecord
 
-        plan = self.plan
-        _, loss = accumulator
-        itemsize = [d.itemsize for d in plan.dtypes]
-        n = [math.prod(s) for s in plan.shapes]
-        r = plan.num_replicas
-        shard_bytes = [shard_size(n[i], r) * itemsize[i] for i in range(len(n))]
-        sharded = [i for i, on in enumerate(plan.sharded) if on]
-        whole = [i for i, on in enumerate(plan.sharded) if not on]
-        loss_bytes = np.dtype(loss.dtype).itemsize
+        plan, r = self.plan, num_replicas
+        itemsize = np.dtype(accumulator.dtype).itemsize
+        size = math.prod(accumulator.shape) * itemsize
         records = [
+            CollectiveRecord("reduce_scatter", "add", self.method, "All", size, r),
             CollectiveRecord(
-                "reduce_scatter", "add", self.method, "All", tree_nbytes(accumulator), r
-            ),
-            CollectiveRecord(
-                "all_gather",
-                None,
-                "auto",
-                "All",
-                sum(shard_bytes[i] for i in whole) + loss_bytes,
-                r,
+                "all_reduce", "max", "auto", "All", (plan.whole_elements + 2) * itemsize, r
             ),
         ]
-        if plan.num_domains > 1 and sharded:
+        if any(plan.sharded):
+            chunk = plan.chunk * itemsize
+            if plan.num_domains > 1:
+                group = f"Orthogonal({plan.num_domains})"
+                records.append(CollectiveRecord("all_gather", None, "auto", group, chunk, r))
+            group = f"Consecutive({plan.domain_size})"
             records.append(
-                CollectiveRecord(
-                    "all_gather",
-                    None,
-                    "auto",
-                    f"Orthogonal({plan.num_domains})",
-                    sum(shard_bytes[i] for i in sharded),
-                    r,
-                )
-            )
-        records.append(CollectiveRecord("all_reduce", "max", "auto", "All", 8, r))
-        if sharded:
-            records.append(
-                CollectiveRecord(
-                    "all_gather",
-                    None,
-                    "auto",
-                    f"Consecutive({plan.domain_size})",
-                    sum(plan.view_size(i) * itemsize[i] for i in sharded),
-                    r,
-                )
+                CollectiveRecord("all_gather", None, "auto", group, plan.num_domains * chunk, r)
             )
         return tuple(records)
+
+
+def _by_domain(replicas: Sequence[int], k: int) -> list[list[int]]:
+    """Indices into ``replicas`` grouped by sharding domain, in order."""
+    groups: dict[int, list[int]] = {}
+    for i, r in enumerate(replicas):
+        groups.setdefault(r // k, []).append(i)
+    return list(groups.values())
 
 
 def sharded_stage(
@@ -598,22 +733,21 @@ def sharded_stage(
     num_local_replicas: int,
     domain: Any = None,
     min_elements: int | None = None,
-    offload: bool = False,
     method: str = "auto",
     comm: Any = None,
     timeout: float | None = None,
 ) -> tuple[ShardedReduceUpdate, ShardedOptState]:
     """Everything a runtime needs to train with RTS: the stage and the initial sharded state.
 
-    Plans the sharding, refuses optimisers whose sharded update would differ, and initialises
-    each local replica's state (in streaming memory with ``offload=True``).
+    Plans the sharding, refuses optimisers whose sharded update would differ, and gives each
+    local replica its part of ``optimizer.init(params)``. The parts are host arrays between
+    updates, so combined with optimiser offloading nothing changes here: only the cost model
+    moves them to streaming memory (``offload_traffic`` of one replica's part, per update).
 
     Returns:
         ``(stage, opt_state)``: use ``stage`` as the reduce-and-update stage and
         ``TrainState(params, opt_state)`` as the initial state.
     """
-    from popdist_emu._offload import OffloadedUpdate, stream_out
-
     plan = plan_sharding(
         params,
         num_replicas=num_replicas,
@@ -624,8 +758,5 @@ def sharded_stage(
     check_elementwise(optimizer, params, plan)
     replicas = range(replica_offset, replica_offset + num_local_replicas)
     state = init_sharded_state(optimizer, plan, params, replicas)
-    if offload:
-        update_fn = OffloadedUpdate(update_fn)
-        state = ShardedOptState(tuple(stream_out(s) for s in state.states))
     stage = ShardedReduceUpdate(plan, update_fn, replica_offset, method, comm, timeout)
     return stage, state
