@@ -155,10 +155,10 @@ def resolve_domain(domain: Any, *, num_replicas: int, num_instances: int = 1) ->
 
 # -- the plan: which elements of the flat accumulator each replica owns -------------------------
 class Piece(NamedTuple):
-    """A run of one leaf's elements inside a replica's view buffer.
+    """A run of one leaf's elements inside the chunks a replica owns.
 
     Attributes:
-        buffer_start: first index in the replica's view buffer (its chunks, in order).
+        buffer_start: first index in the replica's chunks, concatenated in order.
         leaf_start: first index in the flattened leaf.
         count: elements in the run.
     """
@@ -176,12 +176,9 @@ class ShardingPlan:
     The runtime reduces one flat accumulator per replica: every gradient element (leaves in
     tree order) then the loss, ``F + 1`` elements, which ``gcl.reduce_scatter`` splits into
     ``R`` chunks of ``S = ceil((F + 1) / R)``. Replica ``r`` (position ``p = r % k`` in its
-    domain) owns chunks ``p, p + k, ..., p + (D - 1) k`` (one chunk when ``D = 1``): its *view*
-    of a sharded leaf is that leaf's elements inside those chunks, as a 1-D array. A leaf with
-    no element there gets one zero placeholder instead of an empty array: XLA compiles an
-    update with a single live leaf differently (it fuses the scalar bias corrections into the
-    loop) and rounds differently, so every view keeps as many live leaves as the full tree.
-    Leaves smaller than ``min_elements`` are whole in every view.
+    domain) owns chunks ``p, p + k, ..., p + (D - 1) k`` (one chunk when ``D = 1``): of each
+    sharded leaf, the elements inside those chunks (possibly none), about ``1/k`` of it.
+    Leaves smaller than ``min_elements`` are whole: every replica owns all of them.
 
     Attributes:
         num_replicas: replicas of the job (``R``).
