@@ -7,6 +7,12 @@ same compiled function on its own micro-batch, one call after the other: DESIGN.
 that ``vmap`` over replicas changes the last bits of the gradients, and a per-replica call
 keeps a replica's arithmetic independent of how many replicas share its instance.
 
+Measured on the example network (1 CPU): ``vmap`` over 4 or 16 replicas again gave other
+bits than per-replica calls; one jit holding the replicas' calls unrolled gave the same bits
+but was no faster (4 x micro-batch 8: 2.36 ms vs 2.42 ms for the loop; 16 x 8: slower), so
+the Python loop over one compiled function stays: its dispatch cost is negligible next to
+the compute. 16 calls of micro-batch 32 cost about 1.1-1.2x one call on all 512 samples.
+
 References:
     PopTorch User Guide, gradient accumulation and
     ``accumulationAndReplicationReductionType`` (Mean divides the sum over accumulation
