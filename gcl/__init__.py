@@ -5,6 +5,17 @@ Values are a sequence with one entry per local replica of this instance (entry k
 replica ``instance * L + k``); each entry is an array or a pytree of arrays (numpy or jax).
 The reduction order depends only on global replica indices, so results are bit-identical
 for any layout of the same replicas over instances.
+
+How it runs: every chunk of a group's padded buffer follows a fixed route (``_routes``);
+consecutive ring positions on one instance are one in-memory hop, instance changes are
+nonblocking MPI messages on a private duplicate of COMM_WORLD, pipelined in pieces. Jobs
+whose data is small in total are gathered once and reduced by each instance alone
+(``_gathered``), which gives the same bits. Every wait is bounded by ``timeout``.
+
+Environment knobs (defaults in brackets): ``GCL_EMU_TIMEOUT`` default timeout in seconds
+[300]; ``GCL_EMU_PIECE_BYTES`` pipelined piece size [1 MiB]; ``GCL_EMU_SMALL_JOB_BYTES``
+largest job (all replicas' bytes) that is gathered instead of run as a ring [256 KiB];
+``GCL_EMU_BUSY_S`` seconds of busy polling before yielding the CPU [0].
 """
 
 from gcl._all_gather import all_gather as all_gather

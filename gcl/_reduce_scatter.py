@@ -131,8 +131,22 @@ def reduce_scatter_packed(
     return results
 
 
-def prepare(values, what, arg, options, op, group, comm, timeout):
-    """Validate a reducing collective's call; returns (call, layout, group, transport, deadline)."""
+def prepare(
+    values: Sequence[Any],
+    what: str,
+    arg: str,
+    options: str,
+    op: Operator,
+    group: Group,
+    comm: Any,
+    timeout: float | None,
+) -> tuple[Call, Layout, Any, float]:
+    """Validate a reducing collective's call.
+
+    Returns:
+        The validated call, its packing for the group size, the transport (None when this
+        is the only instance) and the deadline.
+    """
     transport = transport_for(comm)
     deadline = deadline_of(timeout)
     single = transport.size == 1
