@@ -1,9 +1,10 @@
 """A small training job for the layout test, run by ``poprun-emu`` (not collected by pytest).
 
 A tiny conv net (the layer type whose gradients showed layout-dependent bits under vmap) on
-seeded synthetic data, trained a few steps with accumulation and device iterations; instance
-0 saves the final parameters to ``argv[1]``. ``debug=True`` also checks across instances,
-every step, that all replicas hold identical parameters.
+seeded synthetic data, trained a few steps with accumulation and device iterations, then one
+step with an Inf planted in one replica's data; instance 0 saves the final parameters and the
+error message it got to ``argv[1]``. ``debug=True`` also checks across instances, every step,
+that all replicas hold identical parameters.
 """
 
 import sys
@@ -13,6 +14,8 @@ import numpy as np
 import optax
 
 import popdist_emu as popdist
+
+BAD_REPLICA = 13
 
 
 def loss_fn(params, batch):
@@ -39,8 +42,24 @@ def main(path: str) -> None:
     loader = popdist.ReplicaLoader((images, labels), 2, options, seed=4)
     for call in range(2):
         trainer.step(loader.batch(call))
+    # Then an Inf in global replica 13's second micro-batch of step 4: every instance must
+    # name that replica and step, whichever instance it lives on.
+    images, labels = loader.batch(2)
+    local = BAD_REPLICA - options.replica_offset
+    if 0 <= local < options.replication_factor:
+        images = images.copy()
+        images[0, 1, local, 0, 0, 0, 0] = np.inf
+    try:
+        trainer.step((images, labels))
+        message = "no error"
+    except popdist.NonFiniteGradientError as err:
+        message = str(err)
     popdist.execute_on_instances(
-        {0}, np.savez, path, **{k: np.asarray(v) for k, v in trainer.params.items()}
+        {0},
+        np.savez,
+        path,
+        nan_message=np.array(message),
+        **{k: np.asarray(v) for k, v in trainer.params.items()},
     )
 
 

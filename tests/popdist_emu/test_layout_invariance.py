@@ -1,4 +1,5 @@
-"""Final parameters are bit-identical for 16 replicas on 1, 4 and 16 instances.
+"""Final parameters are bit-identical for 16 replicas on 1, 4 and 16 instances, and a NaN/Inf
+gradient is reported with the same replica and step by every instance of every layout.
 
 Runs the real launcher; every instance computes under one CPU (poprun-emu pins it), so the
 layouts differ only in how replicas are spread over processes.
@@ -27,6 +28,9 @@ def test_final_params_bit_identical_across_layouts(tmp_path):
         assert proc.returncode == 0, f"{instances} instances failed:\n{proc.stderr[-3000:]}"
         with np.load(out) as saved:
             results[instances] = {k: saved[k] for k in saved.files}
+    for instances, saved in results.items():
+        message = str(saved.pop("nan_message"))
+        assert "global replica 13 at step 4 (micro-batch 1 of" in message, (instances, message)
     reference = results[1]
     assert set(reference) == {"conv", "dense"}
     for instances in (4, 16):
