@@ -14,5 +14,7 @@ def run_worker(
 ) -> subprocess.CompletedProcess:
     """``mpiexec -n instances python gcl_worker.py args`` with a timeout, output captured."""
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(env or {}))
-    cmd = ["mpiexec", "-n", str(instances), sys.executable, WORKER, *args]
+    # ``python -m mpi4py`` aborts the whole job on an exception in any rank, so a failing
+    # rank cannot leave the others waiting until the timeout.
+    cmd = ["mpiexec", "-n", str(instances), sys.executable, "-m", "mpi4py", WORKER, *args]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

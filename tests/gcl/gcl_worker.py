@@ -1,4 +1,4 @@
-"""MPI worker for the gcl tests: ``mpiexec -n N python gcl_worker.py MODE OUT [ARGS]``.
+"""MPI worker for the gcl tests: ``mpiexec -n N python -m mpi4py gcl_worker.py MODE OUT ...``.
 
 NumPy only (no JAX import), so each run costs well under a second. Every rank draws the
 same seeded cases; rank 0 gathers every global replica's results into one ``.npz``.
@@ -36,6 +36,10 @@ def run_cases(out: str, num_replicas: int, num_cases: int, seed: int) -> None:
     local = num_replicas // SIZE
     rng = np.random.default_rng(seed)
     results: dict[str, np.ndarray] = {}
+    # A receive the user left open on COMM_WORLD must not swallow any gcl message: the
+    # collectives talk on a private duplicate.
+    marker = np.full(1, -1, np.int64)
+    user_recv = COMM.Irecv(marker, source=MPI.ANY_SOURCE, tag=MPI.ANY_TAG)
     for c in range(num_cases):
         case = draw_case(rng, num_replicas)
         mine = _local(case["values"], local)
@@ -53,6 +57,17 @@ def run_cases(out: str, num_replicas: int, num_cases: int, seed: int) -> None:
             for k, leaves in enumerate(res):
                 for j, leaf in enumerate(leaves):
                     results[f"{c}/{name}/{RANK * local + k}/{j}"] = np.asarray(leaf)
+    COMM.Barrier()  # nobody has sent the marker yet
+    assert not user_recv.Test(), "a gcl message reached the user's COMM_WORLD receive"
+    COMM.Barrier()
+    COMM.Send(np.array([RANK], np.int64), dest=(RANK + 1) % SIZE, tag=7)
+    user_recv.Wait()
+    assert marker[0] == (RANK - 1) % SIZE, marker
+    # An explicit communicator works too: the last case again, on the user's COMM_WORLD.
+    explicit = gcl.all_reduce(mine, case["op"], method=case["method"], comm=COMM, **kw)
+    for k, leaves in enumerate(explicit):
+        for j, leaf in enumerate(leaves):
+            results[f"explicit_comm/{RANK * local + k}/{j}"] = np.asarray(leaf)
     gathered = COMM.gather(results, root=0)
     if RANK == 0:
         merged = {k: v for part in gathered for k, v in part.items()}

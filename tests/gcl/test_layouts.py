@@ -62,6 +62,15 @@ def test_results_match_the_reference(layouts):
                     assert g.tobytes() == np.asarray(leaf).tobytes(), (c, name, r, j, case)
 
 
+def test_explicit_communicator_gives_the_same_result(layouts):
+    got = layouts[4, True]
+    explicit = [k for k in got if k.startswith("explicit_comm/")]
+    assert len(explicit) >= REPLICAS
+    for key in explicit:
+        _, replica, leaf = key.split("/")
+        assert got[key].tobytes() == got[f"{CASES - 1}/all_reduce/{replica}/{leaf}"].tobytes()
+
+
 def test_instances_that_disagree_are_named(tmp_path):
     out = tmp_path / "mismatch"
     proc = run_worker(2, "mismatch", str(out))
