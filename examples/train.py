@@ -178,7 +178,7 @@ def offline_report(trainer: popdist.Trainer, options: popdist.Options, micro: in
         "final_loss": None,
         "test_accuracy": None,
         "micro_step_flops": float(cost.get("flops", 0.0)) if cost else None,
-        "allreduce_bytes": compiled.collectives[0].num_bytes,
+        "allreduce_bytes": compiled.collectives[0].bytes,
     }
 
 

@@ -20,7 +20,6 @@ from popdist_emu._popdist_api import isPopdistEnvSet as isPopdistEnvSet
 # Runtime names -> the private module that defines them; imported lazily (they need JAX).
 _LAZY: dict[str, str] = {
     "AllReduceUpdate": "popdist_emu._reduce_update",
-    "CollectiveRecord": "popdist_emu._reduce_update",
     "CompiledStep": "popdist_emu._runtime",
     "DigitsSplit": "popdist_emu._digits",
     "Infeed": "popdist_emu._infeed",

@@ -19,27 +19,8 @@ from typing import Any, NamedTuple, Protocol
 import jax
 import numpy as np
 
+from hardware import CollectiveRecord
 from popdist_emu._replica_step import Accumulator, TrainState
-
-
-class CollectiveRecord(NamedTuple):
-    """One collective a step runs, for the hardware model to cost.
-
-    Attributes:
-        kind: ``"all_reduce"``, ``"reduce_scatter"``, ``"all_gather"`` or ``"broadcast"``.
-        op: reduction operator (``"add"``, ...), or None for data movement.
-        method: GCL method name passed to gcl (``"auto"`` lets gcl choose).
-        group: replica group, ``"All"`` or e.g. ``"Consecutive(4)"``.
-        num_bytes: bytes each replica contributes.
-        num_replicas: replicas taking part over the whole job.
-    """
-
-    kind: str
-    op: str | None
-    method: str
-    group: str
-    num_bytes: int
-    num_replicas: int
 
 
 class StageResult(NamedTuple):
@@ -57,8 +38,8 @@ class ReduceUpdateStage(Protocol):
         """Reduces ``replica_sums`` (flat accumulators, one per local replica), then updates."""
         ...
 
-    def collectives(self, accumulator: Any, num_replicas: int) -> tuple[CollectiveRecord, ...]:
-        """The collectives one call runs, from the accumulator's shapes."""
+    def collectives(self, accumulator: Any) -> tuple[CollectiveRecord, ...]:
+        """The collectives one call runs (``hardware.CollectiveRecord``), from shapes."""
         ...
 
 
@@ -100,10 +81,6 @@ class AllReduceUpdate:
         params, opt_state = self.update_fn(state.params, state.opt_state, grad_sum)
         return StageResult(TrainState(params, opt_state), float(loss_sum), True)
 
-    def collectives(self, accumulator: Any, num_replicas: int) -> tuple[CollectiveRecord, ...]:
-        """One all-reduce of the gradient sum and the loss sum per step."""
-        return (
-            CollectiveRecord(
-                "all_reduce", "add", self.method, "All", tree_nbytes(accumulator), num_replicas
-            ),
-        )
+    def collectives(self, accumulator: Any) -> tuple[CollectiveRecord, ...]:
+        """One all-reduce (add, all replicas) of the gradient sum and the loss sum per step."""
+        return (CollectiveRecord("all_reduce", self.method, "all", tree_nbytes(accumulator)),)

@@ -110,6 +110,16 @@ def make_micro_step(loss_fn: Callable) -> Callable:
     return jax.jit(micro_step)
 
 
+@functools.lru_cache(maxsize=16)
+def make_tree_grad(loss_fn: Callable) -> Callable:
+    """``(params, micro_batch) -> grads`` as a tree: the micro-step's compute, for profiling.
+
+    The hardware model's ``profile_step`` compiles it (never runs it) to cost a replica's
+    gradient; the runtime itself runs :func:`make_micro_step`.
+    """
+    return jax.jit(jax.grad(loss_fn))
+
+
 def unflatten_like(params: Params, flat: jax.Array) -> Params:
     """Splits a flat gradient vector back into a tree shaped (and typed) like ``params``."""
     leaves, treedef = jax.tree.flatten(params)
@@ -143,6 +153,22 @@ def make_update(optimizer: optax.GradientTransformation, scale: float | None) ->
 
     # The old params and optimiser state are dead after the update: reuse their buffers.
     return jax.jit(update, donate_argnums=(0, 1))
+
+
+@functools.lru_cache(maxsize=16)
+def make_tree_update(optimizer: optax.GradientTransformation, scale: float | None) -> Callable:
+    """``(params, opt_state, grads) -> (params', opt_state')`` on a gradient tree.
+
+    The same update as :func:`make_update` without the flat vector, for profiling.
+    """
+
+    def update(params: Params, opt_state: optax.OptState, grads: Params):
+        if scale is not None:
+            grads = jax.tree.map(lambda g: g * scale, grads)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state
+
+    return jax.jit(update)
 
 
 def shape_struct(tree: Any) -> Any:

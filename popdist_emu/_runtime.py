@@ -9,7 +9,8 @@ copy for all of its local replicas. One call of :meth:`Trainer.step` runs
 
 The pieces the hardware model and the sharding levers need are exposed as attributes:
 ``grad_fn`` (the jitted per-replica micro-step), ``update_fn``, :meth:`example_args` and
-:meth:`collectives`; ``reduce_update`` is the replaceable reduce-and-update stage.
+:meth:`collectives`; ``tree_grad_fn``, ``tree_update_fn`` and :meth:`profile_kwargs` in the
+form ``profile_step`` takes; ``reduce_update`` is the replaceable reduce-and-update stage.
 
 References:
     PopTorch User Guide, ``trainingModel`` with replication, gradient accumulation and
@@ -26,17 +27,16 @@ import jax
 import numpy as np
 import optax
 
+from hardware import CollectiveRecord
 from popdist_emu._options import Options, is_offline_mode
-from popdist_emu._reduce_update import (
-    AllReduceUpdate,
-    CollectiveRecord,
-    ReduceUpdateStage,
-)
+from popdist_emu._reduce_update import AllReduceUpdate, ReduceUpdateStage
 from popdist_emu._replica_step import (
     TrainState,
     accumulator_struct,
     check_scalar_loss,
     make_micro_step,
+    make_tree_grad,
+    make_tree_update,
     make_update,
     shape_struct,
     zero_accumulator,
@@ -114,6 +114,9 @@ class Trainer:
         )
         self.grad_fn = make_micro_step(loss_fn)
         self.update_fn = make_update(optimizer, scale)
+        # The same compute on gradient trees, for the hardware model's profile_step.
+        self.tree_grad_fn = make_tree_grad(loss_fn)
+        self.tree_update_fn = make_tree_update(optimizer, scale)
         self.reduce_update: ReduceUpdateStage = AllReduceUpdate(
             self.update_fn, comm=comm, timeout=timeout
         )
@@ -162,7 +165,23 @@ class Trainer:
         """The collectives one optimiser step runs (the same for every step)."""
         self._prepare(batch)
         acc = accumulator_struct(self._params_shape, self._loss_shape.dtype)
-        return self.reduce_update.collectives(acc, self.num_total_replicas)
+        return self.reduce_update.collectives(acc)
+
+    def profile_kwargs(self, batch: Any) -> dict[str, Any]:
+        """Keyword arguments of ``profile_step(trainer.tree_grad_fn, trainer.tree_update_fn,
+        **kwargs)``: shapes of one replica's step, its accumulation and its collectives."""
+        micro = self._prepare(batch)
+        opts = self.options
+        return {
+            "params": self._params_shape,
+            "batch": (micro,),
+            "opt_state": self._opt_state_shape,
+            "loss_fn": self.loss_fn,
+            "micro_batch_size": int(jax.tree.leaves(micro)[0].shape[0]),
+            "gradient_accumulation": opts.gradient_accumulation,
+            "device_iterations": opts.device_iterations,
+            "collectives": self.collectives(batch),
+        }
 
     def compile(self, batch: Any) -> CompiledStep:
         """Lowers and compiles the step from shapes only: no data, no collective.

@@ -196,7 +196,11 @@ def test_offline_mode_compiles_from_shapes_without_collectives():
             trainer.step(batch)
     assert compiled.micro_step.cost_analysis() is not None
     (record,) = compiled.collectives
-    assert record.kind == "all_reduce" and record.num_replicas == 4
-    assert record.num_bytes == 4 * (IN * OUT + OUT) + 4  # gradients + the loss sum
+    assert (record.kind, record.group) == ("all_reduce", "all")
+    assert record.bytes == 4 * (IN * OUT + OUT) + 4  # gradients + the loss sum
     args = trainer.example_args(batch)
     assert args["micro_step"][2][0].shape == (8, IN)
+    kwargs = trainer.profile_kwargs(batch)
+    assert kwargs["micro_batch_size"] == 8 and kwargs["gradient_accumulation"] == 2
+    grads = jax.eval_shape(trainer.tree_grad_fn, kwargs["params"], *kwargs["batch"])
+    assert jax.tree.map(lambda g: g.shape, grads) == {"w": (IN, OUT), "b": (OUT,)}
