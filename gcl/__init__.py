@@ -15,7 +15,8 @@ whose data is small in total are gathered once and reduced by each instance alon
 Environment knobs (defaults in brackets): ``GCL_EMU_TIMEOUT`` default timeout in seconds
 [300]; ``GCL_EMU_PIECE_BYTES`` pipelined piece size [1 MiB]; ``GCL_EMU_SMALL_JOB_BYTES``
 largest job (all replicas' bytes) that is gathered instead of run as a ring [256 KiB];
-``GCL_EMU_BUSY_S`` seconds of busy polling before yielding the CPU [0].
+``GCL_EMU_BUSY_S`` seconds of busy polling before yielding the CPU [0.05; 0 when a host
+runs more instances than it has CPUs].
 """
 
 from gcl._all_gather import all_gather as all_gather
