@@ -16,7 +16,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
-from hardware import LayoutError, ReplicaLayout
+from hardware import LayoutError, ReplicaLayout, SystemSelectionError, select_system
 from launch._errors import UsageError
 from launch._job import CONFIG_VARIABLE, instance_environment
 from launch._mpi import adapt_mpi_args, find_mpiexec, mpi_flavour, mpiexec_command
@@ -74,8 +74,9 @@ def validate(options: LaunchOptions) -> tuple[ReplicaLayout, list[str]]:
     """The job's layout and the command each instance runs, or a UsageError.
 
     Raises:
-        UsageError: a layout PopRun refuses, a bad program, a malformed ``-x`` in the MPI
-            arguments, or an instance index for ``--only-output-from-instance`` outside
+        UsageError: a layout PopRun refuses, an unknown ``--system`` or one with fewer IPUs
+            than the job needs, a bad program, a malformed ``-x`` in the MPI arguments, or an
+            instance index for ``--only-output-from-instance`` outside
             ``[0, num_instances)``.
     """
     try:
@@ -86,6 +87,11 @@ def validate(options: LaunchOptions) -> tuple[ReplicaLayout, list[str]]:
             hosts=options.hosts,
         )
     except LayoutError as error:
+        raise UsageError(str(error)) from None
+    try:
+        # Refused here, before any instance starts, rather than by every instance later.
+        select_system(options.system, layout.num_ipus)
+    except SystemSelectionError as error:
         raise UsageError(str(error)) from None
     only = options.only_output_from_instance
     if only is not None and not 0 <= only < layout.num_instances:
