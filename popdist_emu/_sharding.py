@@ -684,29 +684,29 @@ class ShardedReduceUpdate:
                 grads[start : start + size] = merged[w : w + size]
                 w += size
 
-    def collectives(self, accumulator: Any, num_replicas: int) -> tuple[Any, ...]:
+    def collectives(self, accumulator: Any) -> tuple[Any, ...]:
         """The collectives one call runs, from the flat accumulator's shape, for the cost
-        model: reduce-scatter, the small all-reduce (max) of whole leaves, loss and flag, and
-        the all-gathers."""
-        from popdist_emu._reduce_update import CollectiveRecord
+        model (``hardware.CollectiveRecord``, the same form as ``AllReduceUpdate``'s):
+        reduce-scatter, the small all-reduce (max) of whole leaves, loss and flag, and the
+        all-gathers (bytes of the gathered result, as the record defines)."""
+        from hardware import CollectiveRecord
 
-        plan, r = self.plan, num_replicas
+        plan = self.plan
         itemsize = np.dtype(accumulator.dtype).itemsize
         size = math.prod(accumulator.shape) * itemsize
         records = [
-            CollectiveRecord("reduce_scatter", "add", self.method, "All", size, r),
-            CollectiveRecord(
-                "all_reduce", "max", "auto", "All", (plan.whole_elements + 2) * itemsize, r
-            ),
+            CollectiveRecord("reduce_scatter", self.method, "all", size),
+            CollectiveRecord("all_reduce", "auto", "all", (plan.whole_elements + 2) * itemsize),
         ]
         if any(plan.sharded):
             chunk = plan.chunk * itemsize
-            if plan.num_domains > 1:
-                group = f"Orthogonal({plan.num_domains})"
-                records.append(CollectiveRecord("all_gather", None, "auto", group, chunk, r))
-            group = f"Consecutive({plan.domain_size})"
+            d, k = plan.num_domains, plan.domain_size
+            if d > 1:
+                records.append(
+                    CollectiveRecord("all_gather", "auto", f"orthogonal({d})", d * chunk)
+                )
             records.append(
-                CollectiveRecord("all_gather", None, "auto", group, plan.num_domains * chunk, r)
+                CollectiveRecord("all_gather", "auto", f"consecutive({k})", k * d * chunk)
             )
         return tuple(records)
 

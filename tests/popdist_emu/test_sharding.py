@@ -304,17 +304,17 @@ def test_rts_replaces_all_reduce_by_reduce_scatter_and_all_gathers():
     plan = plan_sharding(params, num_replicas=8, num_instances=2)
     stage = ShardedReduceUpdate(plan, None)
     acc = jax.ShapeDtypeStruct((67,), jnp.float32)  # 66 gradient elements, then the loss
-    records = stage.collectives(acc, 8)
+    records = stage.collectives(acc)
     assert [(c.kind, c.group) for c in records] == [
-        ("reduce_scatter", "All"),
-        ("all_reduce", "All"),
-        ("all_gather", "Orthogonal(2)"),
-        ("all_gather", "Consecutive(4)"),
+        ("reduce_scatter", "all"),
+        ("all_reduce", "all"),
+        ("all_gather", "orthogonal(2)"),
+        ("all_gather", "consecutive(4)"),
     ]
-    assert records[0].num_bytes == 4 * 67
-    assert records[1].num_bytes == 4 * (2 + 2)  # b (whole), the loss, the finite flag
-    assert records[2].num_bytes == 4 * 9  # one chunk: ceil(67 / 8)
-    assert records[3].num_bytes == 4 * 18  # two domains' chunks
+    assert records[0].bytes == 4 * 67
+    assert records[1].bytes == 4 * (2 + 2)  # b (whole), the loss, the finite flag
+    assert records[2].bytes == 4 * 2 * 9  # two domains' chunks of ceil(67 / 8)
+    assert records[3].bytes == 4 * 4 * 18  # the domain's four pieces of two chunks
 
 
 def test_non_finite_gradient_leaves_the_state_untouched():
