@@ -11,12 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from gcl._all_gather import all_gather_packed, finish_replicas
-from gcl._gathered import gather_if_small
-from gcl._groups import Group, as_group
-from gcl._operators import Operator, as_operator
-from gcl._pytree import pack
-from gcl._reduce_scatter import prepare, reduce_scatter_packed
-from gcl._routes import as_method, resolve_method
+from gcl._groups import Group
+from gcl._operators import Operator
+from gcl._reduce_scatter import reduce_scatter_replicas
 
 
 def all_reduce(
@@ -51,19 +48,8 @@ def all_reduce(
         ValueError: replicas or instances disagree on structure, shapes, dtypes or options.
         gcl.CollectiveTimeout: a peer instance did not take part within ``timeout``.
     """
-    op = as_operator(op)
-    group = as_group(group)
-    method = as_method(method)
-    options = f"op={op.value}, method={method}, group={group}"
-    call, layout, transport, deadline = prepare(
-        values, "all_reduce", "values", options, op, group, comm, timeout
+    s = reduce_scatter_replicas(values, "all_reduce", op, method, group, comm, timeout)
+    out = all_gather_packed(
+        s.call, s.rows, s.layout, s.group, s.transport, s.deadline, "all_reduce"
     )
-    nbytes = sum(leaf.nbytes for leaf in call.leaves[0])
-    method = resolve_method(method, nbytes, layout.group_size)
-    call, transport, mine = gather_if_small(call, transport, deadline, "all_reduce")
-    buffers = [pack(leaves, layout) for leaves in call.leaves]
-    rows = reduce_scatter_packed(
-        call, buffers, layout, op, method, group, transport, deadline, "all_reduce"
-    )
-    out = all_gather_packed(call, rows, layout, group, transport, deadline, "all_reduce")
-    return finish_replicas(call, out, layout, group, call.treedef)[mine]
+    return finish_replicas(s.call, out, s.layout, s.group, s.call.treedef)[s.mine]

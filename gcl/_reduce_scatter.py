@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -185,18 +185,45 @@ def reduce_scatter(
         ``ceil(leaf.size / G)`` elements: shard ``p`` (the replica's position in its group)
         of the reduced leaf, zero-padded at the end.
     """
+    scattered = reduce_scatter_replicas(values, "reduce_scatter", op, method, group, comm, timeout)
+    call, layout, rows, mine = scattered.call, scattered.layout, scattered.rows, scattered.mine
+    return [unflatten(call.treedef, unpack_rows(r, layout)) for r in rows[mine]]
+
+
+class Scattered(NamedTuple):
+    """What a reduce-scatter leaves behind for the caller (all_reduce gathers it back)."""
+
+    call: Call
+    layout: Layout
+    group: Group
+    transport: Any
+    deadline: float
+    rows: list  # per replica of the (possibly gathered) call: its reduced shard rows
+    mine: slice  # which of ``rows`` belong to this instance's replicas
+
+
+def reduce_scatter_replicas(
+    values: Sequence[Any],
+    what: str,
+    op: str | Operator,
+    method: str,
+    group: Group | None,
+    comm: Any,
+    timeout: float | None,
+) -> Scattered:
+    """Validates a call, then ring reduce-scatters it: the first half of an all-reduce too."""
     op = as_operator(op)
     group = as_group(group)
     method = as_method(method)
     options = f"op={op.value}, method={method}, group={group}"
     call, layout, transport, deadline = prepare(
-        values, "reduce_scatter", "values", options, op, group, comm, timeout
+        values, what, "values", options, op, group, comm, timeout
     )
     nbytes = sum(leaf.nbytes for leaf in call.leaves[0])
     method = resolve_method(method, nbytes, layout.group_size)
-    call, transport, mine = gather_if_small(call, transport, deadline, "reduce_scatter")
+    call, transport, mine = gather_if_small(call, transport, deadline, what)
     buffers = [pack(leaves, layout) for leaves in call.leaves]
     rows = reduce_scatter_packed(
-        call, buffers, layout, op, method, group, transport, deadline, "reduce_scatter"
+        call, buffers, layout, op, method, group, transport, deadline, what
     )
-    return [unflatten(call.treedef, unpack_rows(r, layout)) for r in rows[mine]]
+    return Scattered(call, layout, group, transport, deadline, rows, mine)
