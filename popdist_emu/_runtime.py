@@ -28,6 +28,7 @@ import numpy as np
 import optax
 
 from hardware import CollectiveRecord
+from popdist_emu._offload import OffloadedUpdate, state_nbytes, stream_out
 from popdist_emu._options import Options, is_offline_mode
 from popdist_emu._reduce_update import AllReduceUpdate, ReduceUpdateStage
 from popdist_emu._replica_step import (
@@ -41,10 +42,38 @@ from popdist_emu._replica_step import (
     shape_struct,
     zero_accumulator,
 )
+from popdist_emu._sharding import (
+    ShardedReduceUpdate,
+    ShardingPlan,
+    check_elementwise,
+    plan_sharding,
+    sharded_stage,
+    sharded_state_nbytes,
+)
 
 
 class NonFiniteGradientError(FloatingPointError):
     """A replica produced a NaN or Inf loss or gradient; the message names replica and step."""
+
+
+class LeverInfo(NamedTuple):
+    """The memory and traffic effect of RTS and optimiser offloading on one replica.
+
+    Attributes:
+        optimiser_state_bytes_per_replica: optimiser state kept on chip by the replica that
+            holds the most (the whole state without RTS, about 1/k of it with RTS over a
+            domain of k replicas, 0 when offloaded).
+        sharding_domain_size: replicas an RTS shard spans (1 without RTS).
+        offload_bytes_per_update: bytes streamed in and out of streaming memory by one
+            weight update (0 without offloading).
+
+    References:
+        PopART User Guide, "Tensor locations" (RTS and ``TensorStorage.OffChip``).
+    """
+
+    optimiser_state_bytes_per_replica: int
+    sharding_domain_size: int
+    offload_bytes_per_update: int
 
 
 class CompiledStep(NamedTuple):
@@ -97,7 +126,6 @@ class Trainer:
         debug: bool = False,
     ) -> None:
         self.options = Options() if options is None else options
-        self._refuse_unwired_levers()
         self.loss_fn = loss_fn
         self.optimizer = optimizer
         self.offline = is_offline_mode()
@@ -117,9 +145,6 @@ class Trainer:
         # The same compute on gradient trees, for the hardware model's profile_step.
         self.tree_grad_fn = make_tree_grad(loss_fn)
         self.tree_update_fn = make_tree_update(optimizer, scale)
-        self.reduce_update: ReduceUpdateStage = AllReduceUpdate(
-            self.update_fn, comm=comm, timeout=timeout
-        )
         if self.offline:
             self._params_shape = shape_struct(params)
             self.state = None
@@ -127,8 +152,11 @@ class Trainer:
             # A private copy: the update donates (reuses) the parameter buffers.
             params = jax.tree.map(lambda x: jax.device_put(np.array(x)), params)
             self._params_shape = shape_struct(params)
-            self.state = TrainState(params, optimizer.init(params))
         self._opt_state_shape = jax.eval_shape(optimizer.init, self._params_shape)
+        self.reduce_update: ReduceUpdateStage
+        self.reduce_update, opt_state = self._select_stage(params, comm, timeout)
+        if not self.offline:
+            self.state = TrainState(params, opt_state)
         self._micro_batch_shape: Any = None
         self._loss_shape: Any = None
         self._zeros: Any = None
@@ -269,17 +297,76 @@ class Trainer:
             )
 
     # ----------------------------------------------------------------- helpers
-    def _refuse_unwired_levers(self) -> None:
-        opts = self.options
-        for name, on in (
-            ("replicated_tensor_sharding", opts.replicated_tensor_sharding),
-            ("offload_optimiser", opts.offload_optimiser),
-        ):
-            if on:
-                raise NotImplementedError(
-                    f"Trainer: Options.{name}=True is not supported by this runtime yet; "
-                    f"drop the flag (--{name.replace('_', '-')})."
+    def _select_stage(self, params: Any, comm: Any, timeout: float | None) -> tuple[Any, Any]:
+        """The reduce-and-update stage the levers ask for, and the initial optimiser state.
+
+        RTS swaps in the sharded stage (reduce-scatter, owned-element update, all-gathers)
+        with each local replica's part of the state; offloading wraps the update so the state
+        lives in host memory (streaming memory) between updates. Both keep the numbers of the
+        plain all-reduce path bit for bit. With RTS and offloading together the sharded parts
+        already stay on the host between updates, so only the accounting changes
+        (:attr:`lever_info`). Offline mode plans the same stage from shapes, with no state.
+
+        Returns:
+            ``(stage, opt_state)``; ``opt_state`` is None in offline mode.
+        """
+        opts, optimizer = self.options, self.optimizer
+        kw = {"comm": comm, "timeout": timeout}
+        self._plan: ShardingPlan | None = None
+        if opts.replicated_tensor_sharding:
+            layout = {
+                "num_replicas": opts.num_total_replicas,
+                "num_instances": opts.num_instances,
+            }
+            if self.offline:
+                plan = plan_sharding(self._params_shape, domain=opts.sharding_domain, **layout)
+                # Shapes only: the element-wise probe update needs values, so trace only.
+                check_elementwise(optimizer, self._params_shape)
+                stage, opt_state = (
+                    ShardedReduceUpdate(plan, self.update_fn, opts.replica_offset, **kw),
+                    None,
                 )
+            else:
+                stage, opt_state = sharded_stage(
+                    optimizer,
+                    params,
+                    self.update_fn,
+                    replica_offset=opts.replica_offset,
+                    num_local_replicas=opts.replication_factor,
+                    domain=opts.sharding_domain,
+                    **layout,
+                    **kw,
+                )
+                plan = stage.plan
+            self._plan = plan
+            return stage, opt_state
+        if opts.offload_optimiser:
+            stage = AllReduceUpdate(OffloadedUpdate(self.update_fn), **kw)
+            return stage, None if self.offline else stream_out(optimizer.init(params))
+        return AllReduceUpdate(self.update_fn, **kw), (
+            None if self.offline else optimizer.init(params)
+        )
+
+    @property
+    def lever_info(self) -> LeverInfo:
+        """What RTS and offloading buy and cost per replica, from shapes (offline too)."""
+        opts = self.options
+        if self._plan is not None:
+            state_bytes = sharded_state_nbytes(self.optimizer, self._plan)
+            domain = self._plan.domain_size
+        else:
+            state_bytes = state_nbytes(self._opt_state_shape)
+            domain = 1
+        if opts.offload_optimiser:
+            # The whole (or this replica's sharded part of the) state, in then out per update.
+            return LeverInfo(0, domain, 2 * state_bytes)
+        return LeverInfo(state_bytes, domain, 0)
+
+    @property
+    def optimiser_state_bytes_per_replica(self) -> int:
+        """Optimiser-state bytes one replica keeps on chip (the most-loaded replica under RTS;
+        0 when offloaded)."""
+        return self.lever_info.optimiser_state_bytes_per_replica
 
     def _prepare(self, batch: Any) -> Any:
         """Checks a call's batch layout; on first sight traces the loss and sets shapes.
