@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+import hardware
 import popdist_emu as popdist
 
 # Chosen by measurement on the 2-core development machine: with 16 replicas (global batch
@@ -152,23 +153,40 @@ def main(argv: list[str] | None = None) -> dict:
         "global_batch": options.global_batch_size(args.micro_batch_size),
     }
     leader = popdist.getInstanceIndex() == 0
+    shapes = batch_shapes(options, args.micro_batch_size)
+    try:
+        # Before any step, as Poplar refuses at compile time a graph that does not fit.
+        simulation = popdist.simulate(trainer, shapes, name="digits-cnn")
+    except hardware.OutOfMemoryError as error:
+        print(error, file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
     if popdist.is_offline_mode():
-        report |= offline_report(trainer, options, args.micro_batch_size)
+        report |= offline_report(trainer, shapes)
     else:
-        report |= train(trainer, options, args, leader)
+        result, stats = train(trainer, options, args, leader)
+        report |= result
+        simulation = popdist.with_infeed_stats(simulation, stats)
+    popdist.report_simulation(simulation)
+    report["simulated_step_seconds"] = simulation.simulated_step_seconds
+    report["samples_per_second"] = simulation.samples_per_second
+    report["system"] = simulation.system.name
     report["wall_seconds"] = round(time.perf_counter() - start, 3)
     if leader:
         print(json.dumps(report), flush=True)
     return report
 
 
-def offline_report(trainer: popdist.Trainer, options: popdist.Options, micro: int) -> dict:
-    """Compiles the step from shapes (no data, no collective) and reports its cost."""
+def batch_shapes(options: popdist.Options, micro: int) -> tuple:
+    """One call's batch as shapes, with the dtypes ``ReplicaLoader`` delivers the digits in."""
     lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
-    shapes = (
+    return (
         jax.ShapeDtypeStruct((*lead, micro, 8, 8, 1), jnp.float32),
         jax.ShapeDtypeStruct((*lead, micro), jnp.int32),
     )
+
+
+def offline_report(trainer: popdist.Trainer, shapes: tuple) -> dict:
+    """Compiles the step from shapes (no data, no collective) and reports its cost."""
     compiled = trainer.compile(shapes)
     cost = compiled.micro_step.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
@@ -182,8 +200,13 @@ def offline_report(trainer: popdist.Trainer, options: popdist.Options, micro: in
     }
 
 
-def train(trainer: popdist.Trainer, options: popdist.Options, args, leader: bool) -> dict:
-    """Trains for ``args.steps`` steps and evaluates on the held-out digits."""
+def train(trainer: popdist.Trainer, options: popdist.Options, args, leader: bool) -> tuple:
+    """Trains for ``args.steps`` steps and evaluates on the held-out digits.
+
+    Returns:
+        ``(results, infeed_stats)``: the figures for the JSON line, and what the infeed
+        delivered (host bytes for the hardware model).
+    """
     data = popdist.load_digits_split(seed=0)
     loader = popdist.ReplicaLoader(
         (data.train_images, data.train_labels), args.micro_batch_size, options, seed=args.seed
@@ -198,19 +221,21 @@ def train(trainer: popdist.Trainer, options: popdist.Options, args, leader: bool
         for batch in feed:
             losses.extend(np.atleast_1d(trainer.step(batch)).tolist())
             progress.update(len(losses), losses[-1])
+        stats = feed.stats
     progress.close()
     train_seconds = time.perf_counter() - t0
     params = trainer.params
     if args.save:
         popdist.execute_on_instances({0}, np.savez, args.save, **flat_params(params))
     test_accuracy = accuracy(params, data.test_images, data.test_labels) if leader else None
-    return {
+    results = {
         "first_loss": losses[0],
         "final_loss": losses[-1],
         "test_accuracy": test_accuracy,
         "epochs": round(args.steps / loader.steps_per_epoch, 2),
         "train_seconds": round(train_seconds, 3),
     }
+    return results, stats
 
 
 if __name__ == "__main__":

@@ -49,14 +49,17 @@ _LAZY: dict[str, str] = {
     "load_digits_split": "popdist_emu._digits",
     "offload_traffic": "popdist_emu._offload",
     "plan_sharding": "popdist_emu._sharding",
+    "report_simulation": "popdist_emu._simulation",
     "resolve_domain": "popdist_emu._sharding",
     "shard": "popdist_emu._sharding",
     "shard_size": "popdist_emu._sharding",
     "sharded_stage": "popdist_emu._sharding",
     "sharded_state_nbytes": "popdist_emu._sharding",
+    "simulate": "popdist_emu._simulation",
     "stream_in": "popdist_emu._offload",
     "stream_out": "popdist_emu._offload",
     "unshard": "popdist_emu._sharding",
+    "with_infeed_stats": "popdist_emu._simulation",
 }
 
 __all__ = [
