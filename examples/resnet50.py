@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 
@@ -206,22 +205,17 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Profiles the step, simulates it on the job's system and prints the summary.
+    """Profiles the step, simulates it on the job's system and reports it.
 
-    SEAM: until the runtime's offline path exists, this calls the hardware model directly;
-    the runtime will take over profiling, simulation and reporting for every example.
+    Reports through the runtime's glue (``popdist_emu.simulate_profile`` and
+    ``report_simulation``), as every example does: the summary is printed by instance 0,
+    ``--report-dir`` gets ``summary.json`` and ``trace.json``, and a step that does not fit
+    is refused with Poplar's ``Out of memory:`` and exit code 1.
     """
     import hardware
-    from popdist_emu._report import format_summary, write_reports
+    import popdist_emu
 
     args = _parse(argv)
-    layout, instance = hardware.ReplicaLayout.from_environment(os.environ)
-    system_name = os.environ.get("POPDIST_EMU_SYSTEM", "")
-    system = (
-        hardware.get_system(system_name)
-        if system_name
-        else hardware.default_system(layout.num_ipus)
-    )
     step = profile(
         args.micro_batch_size,
         args.gradient_accumulation,
@@ -229,29 +223,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         dtype=jnp.dtype(args.precision),
         recomputation=args.recomputation,
     )
-    simulation = hardware.simulate_step(step, layout, system)
     try:
-        hardware.check_memory(simulation)
+        simulation = popdist_emu.simulate_profile(step)
     except hardware.OutOfMemoryError as error:
         # Poplar refuses to compile a graph that does not fit; so does the emulator.
-        print(error, file=sys.stderr)
+        print(error, file=sys.stderr, flush=True)
         return 1
-    if instance == 0:
-        print(format_summary(simulation))
-        report_dir = os.environ.get("POPDIST_EMU_REPORT_DIR", "")
-        if report_dir:
-            write_reports(simulation, report_dir)
+    popdist_emu.report_simulation(simulation)
+    if popdist_emu.getInstanceIndex() == 0:
         print(
             json.dumps(
                 {
-                    "system": system.name,
-                    "replicas": layout.num_replicas,
+                    "system": simulation.system.name,
+                    "replicas": simulation.layout.num_replicas,
                     "simulated_step_seconds": simulation.simulated_step_seconds,
                     "samples_per_second": simulation.samples_per_second,
                 }
-            )
+            ),
+            flush=True,
         )
-    sys.stdout.flush()
     return 0
 
 

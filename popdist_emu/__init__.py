@@ -56,6 +56,7 @@ _LAZY: dict[str, str] = {
     "sharded_stage": "popdist_emu._sharding",
     "sharded_state_nbytes": "popdist_emu._sharding",
     "simulate": "popdist_emu._simulation",
+    "simulate_profile": "popdist_emu._simulation",
     "stream_in": "popdist_emu._offload",
     "stream_out": "popdist_emu._offload",
     "unshard": "popdist_emu._sharding",

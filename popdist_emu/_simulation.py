@@ -111,11 +111,45 @@ def simulate(
         sharding_domain=int(opts.sharding_domain or 0),
         name=name,
     )
-    layout = job_layout(trainer.num_total_replicas, environ)
+    simulation = simulate_profile(
+        profile,
+        num_total_replicas=trainer.num_total_replicas,
+        prefetch_depth=int(opts.prefetch_depth),
+        system=system,
+        environ=environ,
+    )
+    return simulation if infeed_stats is None else with_infeed_stats(simulation, infeed_stats)
+
+
+def simulate_profile(
+    profile: hardware.StepProfile,
+    *,
+    num_total_replicas: int | None = None,
+    prefetch_depth: int | None = None,
+    system: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> hardware.StepSimulation:
+    """``simulate`` for a step already profiled (``profile_step``), e.g. without a Trainer.
+
+    Args:
+        profile: one replica's step.
+        num_total_replicas: replicas of the job; None takes the launcher's layout.
+        prefetch_depth: the infeed's prefetch depth; None is the hardware model's default.
+        system: system name overriding ``POPDIST_EMU_SYSTEM``; None reads the environment.
+        environ: the environment to read (default ``os.environ``).
+
+    Raises:
+        hardware.OutOfMemoryError: as ``simulate``.
+        hardware.SystemSelectionError: unknown system, or too small for the job.
+    """
+    environ = os.environ if environ is None else environ
+    if num_total_replicas is None:
+        layout, _ = hardware.ReplicaLayout.from_environment(environ)
+    else:
+        layout = job_layout(num_total_replicas, environ)
     name_of_system = environ.get(ENV_SYSTEM, "") if system is None else system
     spec = hardware.select_system(name_of_system, layout.num_ipus)
-    simulation = _checked(profile, layout, spec, int(opts.prefetch_depth), None)
-    return simulation if infeed_stats is None else with_infeed_stats(simulation, infeed_stats)
+    return _checked(profile, layout, spec, prefetch_depth, None)
 
 
 def with_infeed_stats(
@@ -144,9 +178,8 @@ def with_infeed_stats(
 
 
 def _checked(profile, layout, system, prefetch_depth, parameters) -> hardware.StepSimulation:
-    simulation = hardware.simulate_step(
-        profile, layout, system, parameters=parameters, prefetch_depth=prefetch_depth
-    )
+    depth = {} if prefetch_depth is None else {"prefetch_depth": prefetch_depth}
+    simulation = hardware.simulate_step(profile, layout, system, parameters=parameters, **depth)
     # Poplar refuses to compile a graph that does not fit; so does the emulator.
     hardware.check_memory(simulation)
     return simulation
