@@ -151,6 +151,10 @@ def main(argv: list[str] | None = None) -> dict:
         "gradient_accumulation": args.gradient_accumulation,
         "device_iterations": args.device_iterations,
         "global_batch": options.global_batch_size(args.micro_batch_size),
+        # What --replicated-tensor-sharding / --offload-optimiser buy and cost per replica.
+        "optimiser_state_bytes_per_replica": trainer.lever_info.optimiser_state_bytes_per_replica,
+        "sharding_domain_size": trainer.lever_info.sharding_domain_size,
+        "offload_bytes_per_update": trainer.lever_info.offload_bytes_per_update,
     }
     leader = popdist.getInstanceIndex() == 0
     shapes = batch_shapes(options, args.micro_batch_size)
