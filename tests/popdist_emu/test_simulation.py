@@ -1,0 +1,226 @@
+"""popdist_emu.simulate / simulate_profile / with_infeed_stats / report_simulation, in-process
+and through poprun-emu with examples/train.py (functional, offline, 65,536 replicas, OOM)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from unittest import mock
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import hardware
+import popdist_emu
+
+TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
+SUMMARY_KEYS = (
+    "system",
+    "replicas",
+    "simulated_step_seconds",
+    "samples_per_second",
+    "phases",
+    "memory_per_ipu",
+    "host_io_exposed_seconds",
+)
+
+
+def loss_fn(params, batch):
+    x, y = batch
+    return jnp.mean((x @ params["w"] + params["b"] - y) ** 2)
+
+
+PARAMS = {"w": np.ones((6, 3), np.float32), "b": np.zeros((3,), np.float32)}
+
+
+def make_trainer(offline: bool, replicas: int = 4, **option_kwargs):
+    env = {"POPDIST_EMU_OFFLINE": "1" if offline else "0"}
+    with mock.patch.dict(os.environ, env):
+        options = popdist_emu.Options(replication_factor=replicas, **option_kwargs)
+        return popdist_emu.Trainer(loss_fn, optax.sgd(0.1), PARAMS, options)
+
+
+def shapes(options, micro: int, x_dtype=jnp.float32):
+    lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
+    return (
+        jax.ShapeDtypeStruct((*lead, micro, 6), x_dtype),
+        jax.ShapeDtypeStruct((*lead, micro, 3), jnp.float32),
+    )
+
+
+def arrays(options, micro: int):
+    return tuple(np.zeros(s.shape, s.dtype) for s in shapes(options, micro))
+
+
+def test_offline_and_functional_trainers_simulate_the_same_step():
+    functional = make_trainer(False, gradient_accumulation=2)
+    offline = make_trainer(True, gradient_accumulation=2)
+    env = {"POPDIST_EMU_SYSTEM": ""}
+    real = popdist_emu.simulate(functional, arrays(functional.options, 8), environ=env)
+    shaped = popdist_emu.simulate(offline, shapes(offline.options, 8), environ=env)
+    assert real.simulated_step_seconds == shaped.simulated_step_seconds
+    assert real.phases == shaped.phases
+    assert real.memory == shaped.memory
+    # Outside PopRun the trainer's 4 replicas run on one instance of the default system.
+    assert (real.layout.num_replicas, real.layout.num_instances) == (4, 1)
+    assert real.system.name == "pod16"
+    assert real.samples_per_step == 4 * 2 * 8
+
+
+def test_system_comes_from_the_environment_or_the_argument():
+    trainer = make_trainer(True)
+    batch = shapes(trainer.options, 2)
+    bow = popdist_emu.simulate(trainer, batch, environ={"POPDIST_EMU_SYSTEM": "bow-pod64"})
+    assert bow.system.name == "bow-pod64"
+    assert popdist_emu.simulate(trainer, batch, system="pod128", environ={}).system.name == (
+        "pod128"
+    )
+    with pytest.raises(hardware.SystemSelectionError, match="is not a known IPU-POD"):
+        popdist_emu.simulate(trainer, batch, environ={"POPDIST_EMU_SYSTEM": "pod99"})
+
+
+def test_oversized_micro_batch_is_out_of_memory():
+    trainer = make_trainer(True, replicas=1)
+    with pytest.raises(hardware.OutOfMemoryError, match=r"^Out of memory:"):
+        popdist_emu.simulate(trainer, shapes(trainer.options, 20_000_000), environ={})
+
+
+def test_infeed_stats_set_the_host_bytes():
+    trainer = make_trainer(False, replicas=2)
+    options = trainer.options
+    simulation = popdist_emu.simulate(trainer, arrays(options, 4), environ={})
+    per_micro = simulation.profile.host_bytes_per_micro_batch
+    assert per_micro == 4 * (6 + 3) * 4
+
+    def produce(i, dtype=np.float32):
+        return (np.zeros(shapes(options, 4)[0].shape, dtype), np.zeros((1, 1, 2, 4, 3), dtype))
+
+    with popdist_emu.Infeed(produce, 3, prefetch_depth=1) as feed:
+        for _ in feed:
+            pass
+        same = feed.stats
+    assert popdist_emu.with_infeed_stats(simulation, same) is simulation
+
+    # The same call sent as uint8 (the infeed's data-size reduction): a quarter of the bytes.
+    with popdist_emu.Infeed(lambda i: produce(i, np.uint8), 3, prefetch_depth=1) as feed:
+        for _ in feed:
+            pass
+        small = feed.stats
+    smaller = popdist_emu.with_infeed_stats(simulation, small)
+    assert smaller.profile.host_bytes_per_micro_batch == per_micro // 4
+    assert smaller.host_io_seconds < simulation.host_io_seconds
+
+
+def test_simulate_profile_reads_the_launcher_layout():
+    trainer = make_trainer(True, replicas=1)
+    profile = popdist_emu.simulate(trainer, shapes(trainer.options, 2), environ={}).profile
+    env = {
+        "POPDIST_NUM_TOTAL_REPLICAS": "64",
+        "POPDIST_NUM_LOCAL_REPLICAS": "8",
+        "POPDIST_NUM_IPUS_PER_REPLICA": "1",
+    }
+    simulation = popdist_emu.simulate_profile(profile, environ=env)
+    assert (simulation.layout.num_replicas, simulation.layout.num_instances) == (64, 8)
+    assert simulation.system.name == "pod64"
+
+
+def test_report_from_instance_0_only(tmp_path, capsys):
+    trainer = make_trainer(True)
+    simulation = popdist_emu.simulate(trainer, shapes(trainer.options, 2), environ={})
+    others = {"POPDIST_EMU_INSTANCE_INDEX": "1", "POPDIST_EMU_REPORT_DIR": str(tmp_path / "x")}
+    assert popdist_emu.report_simulation(simulation, environ=others) is None
+    assert capsys.readouterr().out == "" and not (tmp_path / "x").exists()
+
+    leader = {"POPDIST_EMU_INSTANCE_INDEX": "0", "POPDIST_EMU_REPORT_DIR": str(tmp_path / "r")}
+    assert popdist_emu.report_simulation(simulation, environ=leader) == str(tmp_path / "r")
+    assert "[popdist-emu] simulated pod16" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert summary["simulated_step_seconds"] == simulation.simulated_step_seconds
+    # No directory asked for: the summary is printed and nothing is written.
+    assert popdist_emu.report_simulation(simulation, environ={}) is None
+
+
+# ------------------------------------------------------------ through poprun-emu
+
+
+def poprun(cwd, *words, timeout=180):
+    script = shutil.which("poprun-emu")
+    command = [script] if script else [sys.executable, "-m", "launch"]
+    return subprocess.run(
+        [*command, *words], capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )
+
+
+def final_line(stdout: str) -> dict:
+    line = stdout.strip().splitlines()[-1]
+    return json.loads(line[line.index("{") :])
+
+
+def test_functional_and_offline_runs_report_the_same_step(tmp_path):
+    layout = ("--num-replicas", "4", "--num-instances", "2")
+    args = (str(TRAIN), "--steps", "2", "--micro-batch-size", "4")
+    functional = poprun(tmp_path, *layout, "--report-dir", "fun", *args)
+    assert functional.returncode == 0, functional.stderr[-2000:]
+    offline = poprun(tmp_path, "--offline-mode", *layout, "--report-dir", "off", *args)
+    assert offline.returncode == 0, offline.stderr[-2000:]
+
+    summary = json.loads((tmp_path / "fun" / "summary.json").read_text())
+    for key in SUMMARY_KEYS:
+        assert key in summary
+    assert {"compute", "allreduce"} <= set(summary["phases"])
+    assert summary["replicas"] == 4 and summary["system"] == "pod16"
+    assert json.loads((tmp_path / "off" / "summary.json").read_text()) == summary
+
+    trace = json.loads((tmp_path / "fun" / "trace.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert spans and all(e["dur"] >= 0 and {"ts", "pid", "tid"} <= set(e) for e in spans)
+
+    for run in (functional, offline):
+        assert "[popdist-emu] simulated pod16" in run.stdout
+        line = final_line(run.stdout)
+        assert line["simulated_step_seconds"] == summary["simulated_step_seconds"]
+        assert line["samples_per_second"] == summary["samples_per_second"]
+
+
+def test_offline_65536_replicas_picks_the_largest_pod(tmp_path):
+    run = poprun(
+        tmp_path,
+        "--offline-mode",
+        "--num-replicas",
+        "65536",
+        "--num-instances",
+        "2048",
+        "--report-dir",
+        "r",
+        str(TRAIN),
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert (summary["system"], summary["replicas"], summary["instances"]) == (
+        "pod65536",
+        65536,
+        2048,
+    )
+    assert final_line(run.stdout)["samples_per_second"] == summary["samples_per_second"]
+
+
+def test_oversized_micro_batch_fails_the_run(tmp_path):
+    run = poprun(
+        tmp_path,
+        "--offline-mode",
+        "--num-replicas",
+        "4",
+        "--num-instances",
+        "2",
+        str(TRAIN),
+        "--micro-batch-size",
+        "100000",
+    )
+    assert run.returncode != 0
+    assert "Out of memory:" in run.stderr
+    assert "Remedies:" in run.stderr
