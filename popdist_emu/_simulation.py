@@ -108,7 +108,7 @@ def simulate(
         **kwargs,
         replicated_tensor_sharding=bool(opts.replicated_tensor_sharding),
         offload_optimizer_state=bool(opts.offload_optimiser),
-        sharding_domain=int(opts.sharding_domain or 0),
+        sharding_domain=_sharding_domain(trainer),
         name=name,
     )
     simulation = simulate_profile(
@@ -119,6 +119,14 @@ def simulate(
         environ=environ,
     )
     return simulation if infeed_stats is None else with_infeed_stats(simulation, infeed_stats)
+
+
+def _sharding_domain(trainer: Any) -> int:
+    """Replicas an RTS shard spans, as the trainer resolved it (0 = all replicas)."""
+    info = getattr(trainer, "lever_info", None)
+    if trainer.options.replicated_tensor_sharding and info is not None:
+        return int(info.sharding_domain_size)
+    return int(trainer.options.sharding_domain or 0)
 
 
 def simulate_profile(
