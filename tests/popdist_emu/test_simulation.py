@@ -70,6 +70,11 @@ def test_offline_and_functional_trainers_simulate_the_same_step():
     assert (real.layout.num_replicas, real.layout.num_instances) == (4, 1)
     assert real.system.name == "pod16"
     assert real.samples_per_step == 4 * 2 * 8
+    assert real.prefetch_depth == functional.options.prefetch_depth
+    shallow = make_trainer(True, gradient_accumulation=2, prefetch_depth=1)
+    assert (
+        popdist_emu.simulate(shallow, shapes(shallow.options, 8), environ=env).prefetch_depth == 1
+    )
 
 
 def test_system_comes_from_the_environment_or_the_argument():
