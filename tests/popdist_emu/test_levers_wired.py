@@ -106,6 +106,18 @@ def test_rts_refuses_a_cross_element_optimiser():
         popdist.Trainer(_loss, clipped, _params(np.random.default_rng(0)), options)
 
 
+def test_rts_takes_the_sharding_domain_from_options():
+    params = _params(np.random.default_rng(0))
+    options = popdist.Options(
+        replication_factor=4, replicated_tensor_sharding=True, sharding_domain=2
+    )
+    trainer = popdist.Trainer(_loss, optax.adamw(1e-2), params, options)
+    assert trainer.lever_info.sharding_domain_size == 2
+    bad = popdist.Options(replication_factor=4, replicated_tensor_sharding=True, sharding_domain=3)
+    with pytest.raises(popdist.ShardingError, match="must be a group size that divides"):
+        popdist.Trainer(_loss, optax.adamw(1e-2), params, bad)
+
+
 def test_offline_mode_plans_rts_from_shapes():
     shapes = jax.tree.map(
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), _params(np.random.default_rng(0))

@@ -161,13 +161,6 @@ def test_nan_gradient_names_replica_and_step():
         np.testing.assert_array_equal(a, b)  # the bad step was not applied
 
 
-def test_unwired_levers_are_refused():
-    with pytest.raises(
-        NotImplementedError, match="replicated_tensor_sharding=True is not supported"
-    ):
-        Trainer(loss_fn, optax.sgd(0.1), init_params(), Options(replicated_tensor_sharding=True))
-
-
 def test_replicas_identical_check_passes():
     opts = Options(replication_factor=2)
     trainer = Trainer(loss_fn, optax.adam(0.1), init_params(), opts, debug=True)
