@@ -42,14 +42,8 @@ from popdist_emu._replica_step import (
     shape_struct,
     zero_accumulator,
 )
-from popdist_emu._sharding import (
-    ShardedReduceUpdate,
-    ShardingPlan,
-    check_elementwise,
-    plan_sharding,
-    sharded_stage,
-    sharded_state_nbytes,
-)
+from popdist_emu._sharded_update import ShardedReduceUpdate, sharded_stage, sharded_state_nbytes
+from popdist_emu._sharding import ShardingPlan, check_elementwise, plan_sharding
 
 
 class NonFiniteGradientError(FloatingPointError):

@@ -24,11 +24,15 @@ changes the last bits. Hence, for ``R`` replicas and domains of ``k`` (``D = R /
    go through one small ``all_reduce(max)`` in which only the owner writes each element.
 3. Each replica updates only its elements (element-wise optimisers only, checked): the
    emulator runs the runtime's own compiled update once per domain on this instance on
-   full-shape arrays with the owned elements filled in (see :class:`ShardedReduceUpdate`).
+   full-shape arrays with the owned elements filled in (see
+   :class:`~popdist_emu._sharded_update.ShardedReduceUpdate`).
 4. ``gcl.all_gather`` over the domain (``Consecutive(k)``) rebuilds the full parameters.
 
 Traffic equals PopART's reduce-scatter in the domain + all-reduce across domains + all-gather:
 ``N[(R - 1)/R + (D - 1)/R + (k - 1)/k]`` elements per replica either way.
+
+This module plans (shard sizes, domains, the plan, which optimisers qualify);
+``popdist_emu._sharded_update`` holds the sharded state and the stage that runs the plan.
 
 References:
     PopART User Guide, "Tensor locations" (replicated tensor sharding, ceil(N/R) shards with
@@ -437,7 +441,7 @@ def _owned_elements_independent(optimizer: Any, params: Any, plan: ShardingPlan)
     g1, g2 = draw(), draw()
     _, state = step(g1, optimizer.init(values), values)
     whole, _ = step(g2, state, values)
-    mirrors = _mirrors(plan, state)
+    mirrors = state_mirrors(plan, state)
     for p in range(plan.domain_size):
         masks = _owned_mask(plan, [p])
 
@@ -464,8 +468,8 @@ def _owned_elements_independent(optimizer: Any, params: Any, plan: ShardingPlan)
     return True
 
 
-# -- the sharded optimiser state ------------------------------------------------------------------
-def _mirrors(plan: ShardingPlan, state: Any) -> tuple[int | None, ...]:
+# -- which optimiser-state leaves mirror a parameter ---------------------------------------------
+def state_mirrors(plan: ShardingPlan, state: Any) -> tuple[int | None, ...]:
     """For each leaf of an optimiser state, the parameter leaf it mirrors (Adam's ``mu`` and
     ``nu`` do), or None (step counts, scalars, state of other shapes)."""
 
@@ -484,276 +488,3 @@ def _mirrors(plan: ShardingPlan, state: Any) -> tuple[int | None, ...]:
         else:
             out.append(None)
     return tuple(out)
-
-
-class ShardedOptState(NamedTuple):
-    """Under RTS, what each local replica holds of the optimiser state: of every state leaf
-    that mirrors a sharded parameter, only the elements the replica owns (1-D host arrays);
-    other leaves whole.
-
-    Attributes:
-        shards: per local replica, the state's leaves (in ``jax.tree_util`` order).
-        treedef: the full optimiser state's structure.
-        shapes: the full state leaves' shapes.
-        mirrors: for each state leaf, the parameter leaf it mirrors, or None.
-    """
-
-    shards: tuple[tuple[np.ndarray, ...], ...]
-    treedef: Any
-    shapes: tuple[tuple[int, ...], ...]
-    mirrors: tuple[int | None, ...]
-
-
-def shard_state(plan: ShardingPlan, state: Any, replicas: Sequence[int]) -> ShardedOptState:
-    """Each replica's part of a full optimiser state (host copies)."""
-    leaves, treedef = jax.tree_util.tree_flatten(state)
-    mirrors = _mirrors(plan, state)
-    shards = tuple(
-        tuple(
-            np.array(x, copy=True) if m is None else plan.take(m, r, x)
-            for x, m in zip(leaves, mirrors, strict=True)
-        )
-        for r in replicas
-    )
-    shapes = tuple(tuple(np.shape(x)) for x in leaves)
-    return ShardedOptState(shards, treedef, shapes, mirrors)
-
-
-def unshard_state(
-    plan: ShardingPlan, state: ShardedOptState, replicas: Sequence[int], which: Sequence[int]
-) -> Any:
-    """A full-shape optimiser state from the shards ``which`` (indices into ``state.shards``)
-    of ``replicas``; elements none of them owns are zero."""
-    out = []
-    for idx, (shape, m) in enumerate(zip(state.shapes, state.mirrors, strict=True)):
-        first = state.shards[which[0]][idx]
-        if m is None:
-            out.append(first)
-            continue
-        full = np.zeros(math.prod(shape), first.dtype)
-        for r, i in zip(replicas, which, strict=True):
-            plan.put(m, r, state.shards[i][idx], full)
-        out.append(full.reshape(shape))
-    return state.treedef.unflatten(out)
-
-
-def init_sharded_state(
-    optimizer: Any, plan: ShardingPlan, params: Any, replicas: Sequence[int]
-) -> ShardedOptState:
-    """``optimizer.init(params)``, each given global replica keeping only its part."""
-    return shard_state(plan, optimizer.init(params), replicas)
-
-
-def sharded_state_nbytes(optimizer: Any, plan: ShardingPlan) -> int:
-    """Optimiser-state bytes of the replica holding the most under ``plan`` (shapes only)."""
-    shapes = plan.treedef.unflatten(
-        [jax.ShapeDtypeStruct(s, d) for s, d in zip(plan.shapes, plan.dtypes, strict=True)]
-    )
-    state = jax.eval_shape(optimizer.init, shapes)
-    leaves = jax.tree_util.tree_leaves(state)
-    mirrors = _mirrors(plan, state)
-    return max(
-        sum(
-            (math.prod(x.shape) if m is None else plan.owned(m, p)) * np.dtype(x.dtype).itemsize
-            for x, m in zip(leaves, mirrors, strict=True)
-        )
-        for p in range(plan.domain_size)
-    )
-
-
-# -- the sharded reduce-and-update stage ---------------------------------------------------------
-@dataclasses.dataclass(frozen=True)
-class ShardedReduceUpdate:
-    """The RTS reduce-and-update stage: reduce-scatter, sharded update, all-gather.
-
-    Drops in for the runtime's ``AllReduceUpdate`` (same call signature, flat accumulators of
-    ``F`` gradient elements then the loss, and ``collectives``); ``state.opt_state`` is a
-    :class:`ShardedOptState`. Parameters come out bit-identical to the all-reduce path (see
-    the module docstring for why this composition).
-
-    The emulator computes the update of the local replicas of one domain in ONE call of the
-    runtime's compiled ``update_fn`` on full-shape arrays, their owned elements filled in and
-    the rest zero (and discarded): the same executable as the all-reduce path, so each owned
-    element goes through the same instructions and rounds the same. Updating 1-D shards
-    instead would compile different programs, and XLA's fusion choices (e.g. whether Adam's
-    scalar bias correction is computed once or fused into the loop) change the last bits.
-    The simulated IPU time still charges each replica a 1/k update.
-
-    Args:
-        plan: which leaves are sharded and the domain size.
-        update_fn: the runtime's ``(params, opt_state, grad_flat) -> (params, opt_state)``
-            (it may donate its inputs).
-        replica_offset: global index of this instance's first replica.
-        method: GCL method of the runtime's all-reduce (the reduce-scatter must match it).
-        comm: mpi4py communicator of the instances; None is gcl's default.
-        timeout: seconds before a missing peer raises ``gcl.CollectiveTimeout``.
-    """
-
-    plan: ShardingPlan
-    update_fn: Any
-    replica_offset: int = 0
-    method: str = "auto"
-    comm: Any = None
-    timeout: float | None = None
-
-    def __call__(self, state: Any, replica_sums: Sequence[Any]) -> Any:
-        from popdist_emu._reduce_update import StageResult
-        from popdist_emu._replica_step import TrainState
-
-        plan, kw = self.plan, {"comm": self.comm, "timeout": self.timeout}
-        s, k, d = plan.chunk, plan.domain_size, plan.num_domains
-        any_sharded = any(plan.sharded)
-        replicas = [self.replica_offset + i for i in range(len(replica_sums))]
-        # 1. One reduce-scatter of exactly what the all-reduce path reduces: the same order.
-        chunks = gcl.reduce_scatter(
-            list(replica_sums), "add", method=self.method, group=gcl.All(), **kw
-        )
-        dtype = chunks[0].dtype
-        # Whole leaves, the loss and a finite flag: each element is written by its one owner,
-        # -inf elsewhere, so the max over replicas copies it exactly.
-        marks = []
-        for r, chunk in zip(replicas, chunks, strict=True):
-            mark = np.full(plan.whole_elements + 2, -np.inf, dtype)
-            for lo, at, n in plan.whole_runs(r):
-                mark[at : at + n] = chunk[lo : lo + n]
-            mark[-1] = 0 if np.isfinite(chunk).all() else 1
-            marks.append(mark)
-        merged = gcl.all_reduce(marks, "max", group=gcl.All(), **kw)[0]
-        loss_sum = float(merged[-2])
-        if merged[-1] > 0:
-            return StageResult(state, loss_sum, False)
-        # 2. Several domains: copy the chunks of the same position of every domain.
-        if d > 1 and any_sharded:
-            spec = jax.ShapeDtypeStruct((d * s,), dtype)
-            buffers = gcl.all_gather(chunks, like=spec, group=gcl.Orthogonal(d), **kw)
-        else:
-            buffers = chunks
-        # 3. One full-shape update per domain present here, owned elements filled in.
-        opt_state: ShardedOptState = state.opt_state
-        new_shards: list[Any] = [None] * len(replicas)
-        owned_params: list[list[np.ndarray]] = [[] for _ in replicas]
-        for group in _by_domain(replicas, k):
-            grads = np.zeros(sum(plan.sizes), dtype)
-            for i in group:
-                self._fill_gradient(grads, replicas[i], buffers[i], merged)
-            members = [replicas[i] for i in group]
-            full_state = unshard_state(plan, opt_state, members, group)
-            full_state = jax.tree_util.tree_map(jax.numpy.array, full_state)
-            params = jax.tree_util.tree_map(lambda x: jax.numpy.array(x, copy=True), state.params)
-            new_params, new_state = self.update_fn(params, full_state, grads)
-            for i, shard in zip(group, shard_state(plan, new_state, members).shards, strict=True):
-                new_shards[i] = shard
-            new_leaves = plan.treedef.flatten_up_to(new_params)
-            for i in group:
-                owned_params[i] = [plan.take(j, replicas[i], x) for j, x in enumerate(new_leaves)]
-        # 4. All-gather the updated owned elements within the domain into full parameters.
-        out = [jax.numpy.asarray(x) for x in new_leaves]
-        if any_sharded:
-            pieces = []
-            for r, owned in zip(replicas, owned_params, strict=True):
-                buffer = np.zeros(d * s, dtype)
-                for leaf, runs in enumerate(plan.pieces(r)):
-                    at = 0
-                    for p in runs:
-                        buffer[p.buffer_start : p.buffer_start + p.count] = owned[leaf][
-                            at : at + p.count
-                        ]
-                        at += p.count
-                pieces.append(buffer)
-            spec = jax.ShapeDtypeStruct((k * d * s,), dtype)
-            gathered = gcl.all_gather(pieces, like=spec, group=gcl.Consecutive(k), **kw)[0]
-            flat = gathered.reshape(k, d, s).transpose(1, 0, 2).reshape(-1)
-            for leaf, (start, size) in enumerate(zip(plan.offsets, plan.sizes, strict=True)):
-                if plan.sharded[leaf]:
-                    values = flat[start : start + size].reshape(plan.shapes[leaf])
-                    out[leaf] = jax.device_put(values.astype(plan.dtypes[leaf]))
-        new_opt_state = opt_state._replace(shards=tuple(new_shards))
-        result = TrainState(plan.treedef.unflatten(out), new_opt_state)
-        return StageResult(result, loss_sum, True)
-
-    def _fill_gradient(self, grads: np.ndarray, r: int, buffer: Any, merged: Any) -> None:
-        """Writes replica ``r``'s reduced gradient elements (its chunks, and every whole leaf
-        from ``merged``) into the flat ``grads``."""
-        plan, w = self.plan, 0
-        for leaf, (start, size) in enumerate(zip(plan.offsets, plan.sizes, strict=True)):
-            if plan.sharded[leaf]:
-                for p in plan.pieces(r)[leaf]:
-                    at = start + p.leaf_start
-                    grads[at : at + p.count] = buffer[p.buffer_start : p.buffer_start + p.count]
-            else:
-                grads[start : start + size] = merged[w : w + size]
-                w += size
-
-    def collectives(self, accumulator: Any) -> tuple[Any, ...]:
-        """The collectives one call runs, from the flat accumulator's shape, for the cost
-        model (``hardware.CollectiveRecord``, the same form as ``AllReduceUpdate``'s):
-        reduce-scatter, the small all-reduce (max) of whole leaves, loss and flag, and the
-        all-gathers (bytes of the gathered result, as the record defines)."""
-        from hardware import CollectiveRecord
-
-        plan = self.plan
-        itemsize = np.dtype(accumulator.dtype).itemsize
-        size = math.prod(accumulator.shape) * itemsize
-        records = [
-            CollectiveRecord("reduce_scatter", self.method, "all", size),
-            CollectiveRecord("all_reduce", "auto", "all", (plan.whole_elements + 2) * itemsize),
-        ]
-        if any(plan.sharded):
-            chunk = plan.chunk * itemsize
-            d, k = plan.num_domains, plan.domain_size
-            if d > 1:
-                records.append(
-                    CollectiveRecord("all_gather", "auto", f"orthogonal({d})", d * chunk)
-                )
-            records.append(
-                CollectiveRecord("all_gather", "auto", f"consecutive({k})", k * d * chunk)
-            )
-        return tuple(records)
-
-
-def _by_domain(replicas: Sequence[int], k: int) -> list[list[int]]:
-    """Indices into ``replicas`` grouped by sharding domain, in order."""
-    groups: dict[int, list[int]] = {}
-    for i, r in enumerate(replicas):
-        groups.setdefault(r // k, []).append(i)
-    return list(groups.values())
-
-
-def sharded_stage(
-    optimizer: Any,
-    params: Any,
-    update_fn: Any,
-    *,
-    num_replicas: int,
-    num_instances: int,
-    replica_offset: int,
-    num_local_replicas: int,
-    domain: Any = None,
-    min_elements: int | None = None,
-    method: str = "auto",
-    comm: Any = None,
-    timeout: float | None = None,
-) -> tuple[ShardedReduceUpdate, ShardedOptState]:
-    """Everything a runtime needs to train with RTS: the stage and the initial sharded state.
-
-    Plans the sharding, refuses optimisers whose sharded update would differ, and gives each
-    local replica its part of ``optimizer.init(params)``. The parts are host arrays between
-    updates, so combined with optimiser offloading nothing changes here: only the cost model
-    moves them to streaming memory (``offload_traffic`` of one replica's part, per update).
-
-    Returns:
-        ``(stage, opt_state)``: use ``stage`` as the reduce-and-update stage and
-        ``TrainState(params, opt_state)`` as the initial state.
-    """
-    plan = plan_sharding(
-        params,
-        num_replicas=num_replicas,
-        num_instances=num_instances,
-        domain=domain,
-        min_elements=min_elements,
-    )
-    check_elementwise(optimizer, params, plan)
-    replicas = range(replica_offset, replica_offset + num_local_replicas)
-    state = init_sharded_state(optimizer, plan, params, replicas)
-    stage = ShardedReduceUpdate(plan, update_fn, replica_offset, method, comm, timeout)
-    return stage, state

@@ -16,22 +16,24 @@ from hypothesis import strategies as st
 
 import gcl
 from popdist_emu import AllReduceUpdate, TrainState
-from popdist_emu._sharding import (
+from popdist_emu._sharded_update import (
     ShardedReduceUpdate,
+    init_sharded_state,
+    shard_state,
+    sharded_stage,
+    sharded_state_nbytes,
+    unshard_state,
+)
+from popdist_emu._sharding import (
     ShardingError,
     check_elementwise,
-    init_sharded_state,
     padded_size,
     plan_sharding,
     resolve_domain,
     shard,
     shard_real_elements,
     shard_size,
-    shard_state,
-    sharded_stage,
-    sharded_state_nbytes,
     unshard,
-    unshard_state,
 )
 
 POWERS = [1, 2, 4, 8]
@@ -336,7 +338,8 @@ import sys
 import jax, jax.numpy as jnp, numpy as np, optax
 import popdist_emu as popdist
 from popdist_emu import AllReduceUpdate, TrainState
-from popdist_emu._sharding import ShardedReduceUpdate, init_sharded_state, plan_sharding
+from popdist_emu._sharded_update import ShardedReduceUpdate, init_sharded_state
+from popdist_emu._sharding import plan_sharding
 
 r, local = popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas()
 offset, instances = popdist.getReplicaIndexOffset(), popdist.getNumInstances()
