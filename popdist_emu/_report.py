@@ -111,12 +111,19 @@ def _bytes(n: float) -> str:
     return f"{n / 2**20:,.1f} MiB"
 
 
+def _duration(seconds: float) -> str:
+    """Milliseconds, or microseconds for the tiny phases of small models (never "0.00 ms")."""
+    if 0 < seconds < 1e-4:
+        return f"{seconds * 1e6:.1f} us"
+    return f"{seconds * 1e3:.2f} ms"
+
+
 def format_summary(simulation: StepSimulation) -> str:
     """The short human summary every run prints."""
     sim, layout = simulation, simulation.layout
     step = sim.simulated_step_seconds
     phases = ", ".join(
-        f"{name} {seconds * 1e3:.2f} ms" for name, seconds in sim.phases.items() if seconds > 0
+        f"{name} {_duration(seconds)}" for name, seconds in sim.phases.items() if seconds > 0
     )
     memory = sim.memory
     largest = sorted(memory.categories.items(), key=lambda kv: -kv[1])[:3]
@@ -125,9 +132,9 @@ def format_summary(simulation: StepSimulation) -> str:
             f"[popdist-emu] simulated {sim.system.name} ({sim.system.ipu.name}): "
             f"{layout.num_replicas} replicas x {layout.ipus_per_replica} IPU, "
             f"{layout.num_instances} instances",
-            f"  step {step * 1e3:.2f} ms for {sim.samples_per_step} samples -> "
+            f"  step {_duration(step)} for {sim.samples_per_step} samples -> "
             f"{sim.samples_per_second:,.0f} samples/s; host IO exposed "
-            f"{sim.host_io_exposed_seconds * 1e3:.2f} ms",
+            f"{_duration(sim.host_io_exposed_seconds)}",
             f"  phases: {phases}",
             f"  memory per IPU: {_bytes(memory.total)} of {_bytes(memory.capacity)} "
             f"({'fits' if memory.fits else 'DOES NOT FIT'}); largest: "
