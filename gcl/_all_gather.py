@@ -10,7 +10,7 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -42,26 +42,51 @@ def all_gather_packed(
         call.num_replicas, call.num_instances, group, layout.widths, piece_cols(layout)
     )
     groups = groups_of(group, call.num_replicas)
-    index = group_index(group, call.num_replicas)
-    local_groups = sorted({index[offset + k][0] for k in range(call.local)})
     out = {
         g: [
             POOL.empty((layout.group_size, w), d)
             for d, w in zip(layout.dtypes, layout.widths, strict=True)
         ]
-        for g in local_groups
+        for g in local_groups(call, group)
     }
+
+    def source(it: Any) -> np.ndarray:
+        owner = groups[it.group][it.position] - offset
+        return rows[owner][it.dtype][it.col0 : it.col1]
+
+    run_copy_items(transport, items, call, out, lambda it: it.position, source, deadline, what)
+    return out
+
+
+def local_groups(call: Call, group: Group) -> list[int]:
+    """The groups with at least one member among this instance's replicas, in order."""
+    offset = call.instance * call.local
+    index = group_index(group, call.num_replicas)
+    return sorted({index[offset + k][0] for k in range(call.local)})
+
+
+def run_copy_items(
+    transport: Any,
+    items: Sequence[Any],
+    call: Call,
+    out: dict[int, list[np.ndarray]],
+    row_of: Callable[[Any], int],
+    source: Callable[[Any], np.ndarray],
+    deadline: float,
+    what: str,
+) -> None:
+    """Runs a copy-only dataflow (all-gather, broadcast): item ``it`` lands in row
+    ``row_of(it)`` of ``out[it.group][it.dtype]``, either received into place or, where this
+    instance starts its route, copied from ``source(it)``."""
 
     def dest(i: int) -> np.ndarray:
         it = items[i]
-        return out[it.group][it.dtype][it.position, it.col0 : it.col1]
+        return out[it.group][it.dtype][row_of(it), it.col0 : it.col1]
 
     def step(i: int, h: int, piece: np.ndarray | None) -> np.ndarray:
         if piece is None:
-            it = items[i]
-            owner = groups[it.group][it.position] - offset
             piece = dest(i)
-            np.copyto(piece, rows[owner][it.dtype][it.col0 : it.col1])
+            np.copyto(piece, source(items[i]))
         return piece
 
     run_items(
@@ -74,7 +99,6 @@ def all_gather_packed(
         deadline,
         what,
     )
-    return out
 
 
 def _like_shapes(like: Any) -> tuple[list[tuple[tuple[int, ...], np.dtype]], Any]:

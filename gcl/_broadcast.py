@@ -11,13 +11,12 @@ from typing import Any
 
 import numpy as np
 
-from gcl._all_gather import finish_replicas
+from gcl._all_gather import finish_replicas, local_groups, run_copy_items
 from gcl._buffers import POOL
-from gcl._dataflow import run_items
 from gcl._gathered import gather_if_small
 from gcl._groups import Group, as_group, groups_of
 from gcl._pytree import layout_of, pack
-from gcl._reduce_scatter import group_index, piece_cols
+from gcl._reduce_scatter import piece_cols
 from gcl._routes import broadcast_items
 from gcl._transport import deadline_of, transport_for
 from gcl._validation import validate
@@ -68,38 +67,18 @@ def broadcast(
         call.num_replicas, call.num_instances, group, root, layout.widths, piece_cols(layout)
     )
     groups = groups_of(group, call.num_replicas)
-    index = group_index(group, call.num_replicas)
-    local_groups = sorted({index[offset + k][0] for k in range(call.local)})
     out = {
         g: [POOL.empty((1, w), d) for d, w in zip(layout.dtypes, layout.widths, strict=True)]
-        for g in local_groups
+        for g in local_groups(call, group)
     }
 
     packed: dict[int, list[np.ndarray]] = {}
 
-    def dest(i: int) -> np.ndarray:
-        it = items[i]
-        return out[it.group][it.dtype][0, it.col0 : it.col1]
+    def source(it: Any) -> np.ndarray:
+        root_replica = groups[it.group][root] - offset
+        if root_replica not in packed:
+            packed[root_replica] = pack(call.leaves[root_replica], layout)
+        return packed[root_replica][it.dtype][0, it.col0 : it.col1]
 
-    def step(i: int, h: int, piece: np.ndarray | None) -> np.ndarray:
-        if piece is None:
-            it = items[i]
-            source = groups[it.group][root] - offset
-            if source not in packed:
-                packed[source] = pack(call.leaves[source], layout)
-            src = packed[source][it.dtype]
-            piece = dest(i)
-            np.copyto(piece, src[0, it.col0 : it.col1])
-        return piece
-
-    run_items(
-        transport,
-        items,
-        call.instance,
-        step,
-        lambda i, h: dest(i),
-        lambda i, p: None,
-        deadline,
-        "broadcast",
-    )
+    run_copy_items(transport, items, call, out, lambda it: 0, source, deadline, "broadcast")
     return finish_replicas(call, out, layout, group, call.treedef)[mine]
