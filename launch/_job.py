@@ -10,6 +10,7 @@ import os
 from collections.abc import Mapping
 
 from hardware import ReplicaLayout
+from popdist_emu._files import write_atomically as write_atomically
 
 CONFIG_VARIABLE = "POPDIST_EMU_BOOTSTRAP"
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
@@ -24,14 +25,6 @@ def pid_path(job_dir: str, instance: int) -> str:
 def status_path(job_dir: str, instance: int) -> str:
     """Where instance ``instance`` records its program's exit status."""
     return os.path.join(job_dir, f"instance-{instance}.status")
-
-
-def write_atomically(path: str, text: str) -> None:
-    """Writes ``text`` so that a reader sees either nothing or all of it."""
-    temporary = f"{path}.tmp"
-    with open(temporary, "w") as f:
-        f.write(text)
-    os.replace(temporary, path)
 
 
 def instance_environment(

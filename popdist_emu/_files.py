@@ -1,0 +1,67 @@
+"""Files written so that a reader sees the old file or the whole new one, never a part.
+
+Every file the project writes (parameters, reports, checkpoints, the launcher's job files)
+goes through :func:`atomic_write`: the content is written to a temporary file in the same
+directory, flushed to disk, and renamed over the destination. A failed or interrupted write
+leaves the previous file intact, and the rename replaces a symlink at the destination
+instead of following it. JAX-free, so the launcher may use it too.
+
+References:
+    POSIX ``rename(2)``: "If newpath already exists, it will be atomically replaced"; a
+    symbolic link named by newpath is itself replaced. The same write-then-rename is what
+    ``git`` and SQLite's rollback journal rely on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from typing import IO
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+    """Yields a file to write ``path``'s new content into; renamed into place on success.
+
+    Args:
+        path: the destination; its directory must exist.
+        mode: ``"wb"`` or ``"w"`` (text, UTF-8).
+
+    Raises:
+        OSError: the temporary file could not be created or written (e.g. disk full); the
+            destination is then untouched and no temporary file is left behind.
+    """
+    if mode not in ("wb", "w"):
+        raise ValueError(f"atomic_write: `mode` must be 'wb' or 'w', got {mode!r}.")
+    path = os.fspath(path)
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, temporary = tempfile.mkstemp(
+        prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory
+    )
+    try:
+        # mkstemp makes the file 0600; give it the permissions open() would have given.
+        os.fchmod(fd, 0o666 & ~_umask())
+        encoding = None if "b" in mode else "utf-8"
+        with os.fdopen(fd, mode, encoding=encoding) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+
+
+def write_atomically(path: str | os.PathLike, data: bytes | str) -> None:
+    """Writes ``data`` (bytes, or text as UTF-8) to ``path`` through :func:`atomic_write`."""
+    with atomic_write(path, "w" if isinstance(data, str) else "wb") as f:
+        f.write(data)
