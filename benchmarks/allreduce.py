@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import statistics
 import time
 
@@ -29,6 +28,7 @@ import numpy as np
 from mpi4py import MPI
 
 import gcl
+import popdist_emu
 
 
 def _time_interleaved(fns: dict, comm, warmup: int, iters: int) -> dict[str, float]:
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> None:
 
     comm = MPI.COMM_WORLD
     instances, rank = comm.Get_size(), comm.Get_rank()
-    local = int(os.environ.get("POPDIST_NUM_LOCAL_REPLICAS", "1"))
+    local = popdist_emu.getNumLocalReplicas()
     replicas = local * instances
     methods = list(gcl.METHODS) if args.method == "all" else [args.method]
     for nbytes in args.bytes:

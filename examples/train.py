@@ -112,7 +112,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save", metavar="PATH", help="write the final params as .npz")
     parser.add_argument("--replicated-tensor-sharding", action="store_true")
     parser.add_argument("--offload-optimiser", action="store_true")
-    parser.add_argument("--prefetch-depth", type=int, default=3)
+    parser.add_argument("--prefetch-depth", type=int, default=hardware.DEFAULT_PREFETCH_DEPTH)
     args = parser.parse_args(argv)
     if args.steps < 1 or args.steps % args.device_iterations:
         parser.error(

@@ -18,6 +18,7 @@ from hardware._memory import MemoryBreakdown as MemoryBreakdown
 from hardware._memory import OutOfMemoryError as OutOfMemoryError
 from hardware._memory import check_memory as check_memory
 from hardware._memory import memory_per_ipu as memory_per_ipu
+from hardware._parameters import DEFAULT_PREFETCH_DEPTH as DEFAULT_PREFETCH_DEPTH
 from hardware._parameters import ModelParameters as ModelParameters
 from hardware._parameters import load_parameters as load_parameters
 from hardware._specs import BOW_2000 as BOW_2000
@@ -44,6 +45,7 @@ from hardware._timeline import simulate_step as simulate_step
 __all__ = [
     "BOW_2000",
     "BOW_IPU",
+    "DEFAULT_PREFETCH_DEPTH",
     "GC200",
     "IPU_M2000",
     "MEMORY_CATEGORIES",

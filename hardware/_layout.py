@@ -1,32 +1,19 @@
 """The replica layout: how replicas, IPUs and host instances are arranged.
 
-One small value type, computed in one place and read by both the launcher (which
-validates it and exports it to every instance) and the runtime (which reads it back
-from the environment), so the two can never disagree.
+One small, pure value type: the launcher validates it, and the runtime and the hardware
+model read it. How it crosses the process boundary (PopRun's ``POPDIST_*`` variables) is
+``popdist_emu._environment``'s business, not the hardware model's.
 
 References:
     PopRun/PopDist User Guide, "Configuration" and "Python API": replicas are divided
-    evenly among instances, instances evenly among hosts, and PopRun exports the layout
-    to each instance as ``POPDIST_*`` environment variables.
+    evenly among instances, instances evenly among hosts.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 
 VALID_IPUS_PER_REPLICA = (1, 2, 4, 8, 16)
-
-# The variables PopRun exports to every instance (graphcore-facts.md, section 1).
-ENV_NUM_TOTAL_REPLICAS = "POPDIST_NUM_TOTAL_REPLICAS"
-ENV_NUM_LOCAL_REPLICAS = "POPDIST_NUM_LOCAL_REPLICAS"
-ENV_NUM_IPUS_PER_REPLICA = "POPDIST_NUM_IPUS_PER_REPLICA"
-ENV_REPLICA_INDEX_OFFSET = "POPDIST_REPLICA_INDEX_OFFSET"
-ENV_LOCAL_INSTANCE_INDEX = "POPDIST_LOCAL_INSTANCE_INDEX"
-ENV_UNIFORM_REPLICAS_PER_INSTANCE = "POPDIST_UNIFORM_REPLICAS_PER_INSTANCE"
-# The emulator's own additions: the global instance index and the host list.
-ENV_INSTANCE_INDEX = "POPDIST_EMU_INSTANCE_INDEX"
-ENV_HOSTS = "POPDIST_EMU_HOSTS"
 
 
 class LayoutError(ValueError):
@@ -132,55 +119,6 @@ class ReplicaLayout:
         """An instance's index among the instances of its host."""
         self._check_instance(instance)
         return instance % self.instances_per_host
-
-    def instance_environment(self, instance: int) -> dict[str, str]:
-        """The ``POPDIST_*`` variables PopRun exports to ``instance``."""
-        return {
-            ENV_NUM_TOTAL_REPLICAS: str(self.num_replicas),
-            ENV_NUM_LOCAL_REPLICAS: str(self.num_local_replicas),
-            ENV_NUM_IPUS_PER_REPLICA: str(self.ipus_per_replica),
-            ENV_REPLICA_INDEX_OFFSET: str(self.replica_offset(instance)),
-            ENV_LOCAL_INSTANCE_INDEX: str(self.local_instance_index(instance)),
-            ENV_UNIFORM_REPLICAS_PER_INSTANCE: "1",
-            ENV_INSTANCE_INDEX: str(instance),
-            ENV_HOSTS: ",".join(self.hosts),
-        }
-
-    @classmethod
-    def from_environment(cls, environ: Mapping[str, str]) -> tuple[ReplicaLayout, int]:
-        """Reads the layout and this process's instance index back from ``POPDIST_*``.
-
-        Outside PopRun (no variables set) this is the single-instance, single-replica
-        layout, as PopDist's getters default to it.
-
-        Returns:
-            ``(layout, instance_index)``.
-        """
-
-        def read(name: str, default: int) -> int:
-            value = environ.get(name)
-            if value is None or value == "":
-                return default
-            try:
-                return int(value)
-            except ValueError:
-                raise LayoutError(f"{name}={value!r} is not an integer.") from None
-
-        local = read(ENV_NUM_LOCAL_REPLICAS, 1)
-        total = read(ENV_NUM_TOTAL_REPLICAS, local)
-        offset = read(ENV_REPLICA_INDEX_OFFSET, 0)
-        if local < 1:
-            raise LayoutError(f"{ENV_NUM_LOCAL_REPLICAS}={local} must be at least 1.")
-        hosts = tuple(h for h in environ.get(ENV_HOSTS, "localhost").split(",") if h)
-        layout = cls(
-            num_replicas=total,
-            num_instances=max(total // local, 1),
-            ipus_per_replica=read(ENV_NUM_IPUS_PER_REPLICA, 1),
-            hosts=hosts or ("localhost",),
-        )
-        instance = read(ENV_INSTANCE_INDEX, offset // local)
-        layout._check_instance(instance)
-        return layout, instance
 
     def _check_instance(self, instance: int) -> None:
         if not 0 <= instance < self.num_instances:

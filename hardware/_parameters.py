@@ -84,5 +84,6 @@ CODE_BYTES_PER_OP_PER_TILE = 16
 # its ring schedules per peer set, so exchange code grows with replicas (MPO section 7.7,
 # "Memory for more replicas"). UNCONFIRMED magnitude.
 EXCHANGE_CODE_BYTES_PER_TILE = 256
-# Micro-batches the infeed keeps in flight ahead of the one being computed.
-DEFAULT_PREFETCH_DEPTH = 2
+# Input the infeed keeps in flight ahead of the one being computed: the project's one default
+# (PopTorch's default prefetch depth is also 3); the runtime's Options and Infeed follow it.
+DEFAULT_PREFETCH_DEPTH = 3

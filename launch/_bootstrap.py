@@ -18,7 +18,6 @@ child is the MPI process (MPICH's ``PMI_FD`` stays open for it). It
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -30,12 +29,12 @@ from collections.abc import Mapping
 from typing import BinaryIO
 
 from launch._job import (
-    CONFIG_VARIABLE,
     instance_environment,
     pid_path,
     status_path,
     write_atomically,
 )
+from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig
 
 # Rank variables of MPICH Hydra, Open MPI and PMIx launchers, in that order.
 _RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
@@ -98,9 +97,9 @@ def _watch_launcher(launcher_pid: int, child: subprocess.Popen) -> None:
             return
 
 
-def run_instance(program: list[str], config: Mapping[str, object]) -> int:
+def run_instance(program: list[str], config: JobConfig) -> int:
     """Runs ``program`` as this rank's instance; returns the exit code for this process."""
-    forced = config.get("instance")
+    forced = config.instance
     instance = forced if forced is not None else _first_int(os.environ, _RANK_VARIABLES)
     if instance is None:
         print(
@@ -111,7 +110,7 @@ def run_instance(program: list[str], config: Mapping[str, object]) -> int:
         return 2
     local_index = _first_int(os.environ, _LOCAL_RANK_VARIABLES)
     _pin_to_one_cpu(instance if local_index is None or forced is not None else local_index)
-    job_dir = str(config["job_dir"])
+    job_dir = config.job_dir
     # A process group of our own (MPICH already gives each rank a session), so the watchdog
     # can end this instance and everything it started with one killpg.
     if os.getpgrp() != os.getpid():
@@ -122,7 +121,7 @@ def run_instance(program: list[str], config: Mapping[str, object]) -> int:
     except FileNotFoundError:  # the launcher died and another instance cleaned up
         return 1
 
-    only = config.get("only_output_from")
+    only = config.only_output_from
     tagged = only is None
     if tagged:
         stdout = stderr = subprocess.PIPE
@@ -164,7 +163,7 @@ def run_instance(program: list[str], config: Mapping[str, object]) -> int:
         ):
             tag = f"[1,{instance}]<{stream}>:".encode()
             pumps.append(threading.Thread(target=_pump, args=(pipe, sink, tag), daemon=True))
-    launcher_pid = config.get("launcher_pid")
+    launcher_pid = config.launcher_pid
     watcher = threading.Thread(target=_watch_launcher, args=(launcher_pid, child), daemon=True)
     for thread in (*pumps, watcher) if isinstance(launcher_pid, int) else pumps:
         thread.start()
@@ -184,15 +183,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    text = os.environ.get(CONFIG_VARIABLE)
+    text = os.environ.get(ENV_BOOTSTRAP)
     if text is None or not argv:
         print(
-            f"poprun-emu bootstrap: {CONFIG_VARIABLE} is unset or no program was given: this "
+            f"poprun-emu bootstrap: {ENV_BOOTSTRAP} is unset or no program was given: this "
             f"module is started by poprun-emu; run poprun-emu [options] program instead.",
             file=sys.stderr,
         )
         return 2
-    return run_instance(argv, json.loads(text))
+    return run_instance(argv, JobConfig.from_json(text))
 
 
 if __name__ == "__main__":

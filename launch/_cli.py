@@ -18,13 +18,14 @@ from collections.abc import Sequence
 
 from hardware import LayoutError, ReplicaLayout, SystemSelectionError, select_system
 from launch._errors import UsageError
-from launch._job import CONFIG_VARIABLE, instance_environment
+from launch._job import instance_environment
 from launch._mpi import adapt_mpi_args, find_mpiexec, mpi_flavour, mpiexec_command
 from launch._options import OPTIONS, LaunchOptions, parse_command_line
 from launch._program import program_command
 from launch._topology import format_topology
 from launch._version import launcher_version
 from launch._watchdog import run_job
+from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig
 
 
 def help_text() -> str:
@@ -136,27 +137,24 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
         _log(f"MPI arguments not used with this MPI ({flavour}): {' '.join(dropped)}")
 
     exports = global_args.exports + local_args.exports
-    if options.executable_cache_path:
-        cache = os.path.abspath(options.executable_cache_path)
-        exports += (("JAX_COMPILATION_CACHE_DIR", cache),)
     job_dir = tempfile.mkdtemp(prefix="poprun-emu-")
     try:
-        config = {
-            "layout": {
-                "num_replicas": layout.num_replicas,
-                "num_instances": layout.num_instances,
-                "ipus_per_replica": layout.ipus_per_replica,
-                "hosts": list(layout.hosts),
-            },
-            "job_dir": job_dir,
-            "exports": [list(kv) for kv in exports],
-            "only_output_from": options.only_output_from_instance,
-            "system": options.system,
-            "report_dir": options.report_dir,
-            "offline": options.offline_mode,
-            "launcher_pid": os.getpid(),
-            "instance": 0 if options.offline_mode else None,
-        }
+        config = JobConfig(
+            layout=layout,
+            job_dir=job_dir,
+            exports=exports,
+            only_output_from=options.only_output_from_instance,
+            system=options.system or "",
+            report_dir=options.report_dir or "",
+            offline=options.offline_mode,
+            launcher_pid=os.getpid(),
+            instance=0 if options.offline_mode else None,
+            executable_cache_path=(
+                os.path.abspath(options.executable_cache_path)
+                if options.executable_cache_path
+                else ""
+            ),
+        )
         bootstrap = [sys.executable, "-m", "launch._bootstrap", "--", *program]
         if options.offline_mode:
             command, instances = bootstrap, [0]
@@ -177,7 +175,7 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
                 env = instance_environment(config, i, os.environ)
                 exported = {k: v for k, v in env.items() if os.environ.get(k) != v}
                 _log(f"instance {i} exports: {' '.join(f'{k}={v}' for k, v in exported.items())}")
-        env = {**os.environ, CONFIG_VARIABLE: json.dumps(config)}
+        env = {**os.environ, ENV_BOOTSTRAP: config.to_json()}
         return run_job(command, env=env, job_dir=job_dir, instances=instances)
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)

@@ -17,50 +17,43 @@ from popdist_emu._popdist_api import getReplicaIndexOffset as getReplicaIndexOff
 from popdist_emu._popdist_api import init as init
 from popdist_emu._popdist_api import isPopdistEnvSet as isPopdistEnvSet
 
-# Runtime names -> the private module that defines them; imported lazily (they need JAX).
+# Runtime and simulation names -> the private module that defines them; imported lazily
+# (they need JAX). These are what a user's program needs; everything else is private.
 _LAZY: dict[str, str] = {
-    "AllReduceUpdate": "popdist_emu._reduce_update",
+    # training runtime
+    "Options": "popdist_emu._options",
+    "Trainer": "popdist_emu._runtime",
+    "TrainState": "popdist_emu._replica_step",
     "CompiledStep": "popdist_emu._runtime",
-    "DigitsSplit": "popdist_emu._digits",
-    "Infeed": "popdist_emu._infeed",
-    "InfeedError": "popdist_emu._infeed",
-    "InfeedStats": "popdist_emu._infeed",
     "LeverInfo": "popdist_emu._runtime",
     "NonFiniteGradientError": "popdist_emu._runtime",
     "NonScalarLossError": "popdist_emu._replica_step",
-    "OffloadedUpdate": "popdist_emu._offload",
-    "Options": "popdist_emu._options",
-    "Progress": "popdist_emu._progress",
-    "ReduceUpdateStage": "popdist_emu._reduce_update",
-    "ReplicaLoader": "popdist_emu._loader",
-    "ShardedOptState": "popdist_emu._sharded_update",
-    "ShardedReduceUpdate": "popdist_emu._sharded_update",
     "ShardingError": "popdist_emu._sharding",
-    "ShardingPlan": "popdist_emu._sharding",
+    "is_offline_mode": "popdist_emu._options",
+    # the replaceable reduce-and-update stage (RTS and offloading are stages too)
+    "ReduceUpdateStage": "popdist_emu._reduce_update",
     "StageResult": "popdist_emu._reduce_update",
-    "StreamTraffic": "popdist_emu._offload",
+    "AllReduceUpdate": "popdist_emu._reduce_update",
+    "ShardedReduceUpdate": "popdist_emu._sharded_update",
+    "OffloadedUpdate": "popdist_emu._offload",
+    "ShardedOptState": "popdist_emu._sharded_update",
     "StreamingState": "popdist_emu._offload",
-    "TrainState": "popdist_emu._replica_step",
-    "Trainer": "popdist_emu._runtime",
-    "check_elementwise": "popdist_emu._sharding",
+    # input: loader, host-IO infeed, the example dataset, progress
+    "ReplicaLoader": "popdist_emu._loader",
+    "Infeed": "popdist_emu._infeed",
+    "InfeedError": "popdist_emu._infeed",
+    "InfeedStats": "popdist_emu._infeed",
     "compress": "popdist_emu._infeed",
     "decompress": "popdist_emu._infeed",
-    "is_offline_mode": "popdist_emu._options",
+    "DigitsSplit": "popdist_emu._digits",
     "load_digits_split": "popdist_emu._digits",
-    "offload_traffic": "popdist_emu._offload",
-    "plan_sharding": "popdist_emu._sharding",
-    "report_simulation": "popdist_emu._simulation",
-    "resolve_domain": "popdist_emu._sharding",
-    "shard": "popdist_emu._sharding",
-    "shard_size": "popdist_emu._sharding",
-    "sharded_stage": "popdist_emu._sharded_update",
-    "sharded_state_nbytes": "popdist_emu._sharded_update",
+    "Progress": "popdist_emu._progress",
+    # simulated IPU-POD time and memory
+    "profile_step": "popdist_emu._profile",
     "simulate": "popdist_emu._simulation",
     "simulate_profile": "popdist_emu._simulation",
-    "stream_in": "popdist_emu._offload",
-    "stream_out": "popdist_emu._offload",
-    "unshard": "popdist_emu._sharding",
     "with_infeed_stats": "popdist_emu._simulation",
+    "report_simulation": "popdist_emu._simulation",
 }
 
 __all__ = [

@@ -30,9 +30,9 @@ from typing import Any, Generic, NamedTuple, TypeVar
 
 import numpy as np
 
-T = TypeVar("T")
+from hardware import DEFAULT_PREFETCH_DEPTH
 
-DEFAULT_PREFETCH_DEPTH = 3
+T = TypeVar("T")
 
 
 class InfeedError(RuntimeError):

@@ -1,9 +1,11 @@
-"""Training options with PopTorch's concepts and names, and the offline-mode switch.
+"""Training options with PopTorch's concepts and names, holding the job's replica layout.
 
 One frozen value decides the shape of a step: how many local replicas, how many micro-batches
 are accumulated, how many steps one call runs, what a call returns and how gradients are
-reduced. The replica count that the options do not carry (other instances' replicas) comes
-from PopDist, so the same options work under ``poprun-emu`` and in a plain process.
+reduced, and the job's replica layout. The layout is resolved once, when the options are
+made: from PopDist's environment by default (so the same options work under ``poprun-emu``
+and in a plain process) or given explicitly; a later change of the environment does not
+change existing options, and two equal options describe the same job.
 
 References:
     PopTorch User Guide, ``poptorch.Options`` (replicationFactor, deviceIterations,
@@ -16,12 +18,10 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Literal
 
-from popdist_emu import _popdist_api as popdist
-
-ENV_OFFLINE = "POPDIST_EMU_OFFLINE"
+from hardware import DEFAULT_PREFETCH_DEPTH, LayoutError, ReplicaLayout
+from popdist_emu._environment import InstanceEnvironment, offline_mode
 
 OutputMode = Literal["final", "all"]
 Reduction = Literal["mean", "sum"]
@@ -37,11 +37,7 @@ def is_offline_mode() -> bool:
     runtime only lowers and compiles the step from shapes, as PopRun's offline mode compiles
     without attaching to IPUs.
     """
-    return os.environ.get(ENV_OFFLINE, "") == "1"
-
-
-def _local_replicas() -> int:
-    return popdist.getNumLocalReplicas()
+    return offline_mode()
 
 
 def _check_positive(name: str, value: object, poptorch_name: str) -> None:
@@ -70,13 +66,18 @@ class Options:
             per step (PopTorch's outputMode Final / All).
         reduction: how gradients are combined over accumulation and replicas, ``"mean"`` or
             ``"sum"`` (PopTorch's accumulationAndReplicationReductionType).
-        replicated_tensor_sharding: shard optimiser state over replicas (RTS); reserved.
+        replicated_tensor_sharding: shard optimiser state over replicas (RTS).
         sharding_domain: replicas an RTS shard spans; None means the default domain.
         offload_optimiser: keep optimiser state in host memory (streamed in for the update).
         prefetch_depth: calls of input the host-IO infeed prepares ahead (at least 1).
+        layout: the job's replica layout. None (the default) resolves it once, at
+            construction: PopRun's layout under ``poprun-emu``, otherwise one instance
+            driving ``replication_factor`` replicas.
+        instance_index: this instance's index in the layout; None resolves it with the
+            layout (PopDist's ``getInstanceIndex()``, or 0 for an explicit layout).
     """
 
-    replication_factor: int = dataclasses.field(default_factory=_local_replicas)
+    replication_factor: int = None  # type: ignore[assignment]  # resolved in __post_init__
     gradient_accumulation: int = 1
     device_iterations: int = 1
     output_mode: OutputMode = "final"
@@ -84,9 +85,12 @@ class Options:
     replicated_tensor_sharding: bool = False
     sharding_domain: int | None = None
     offload_optimiser: bool = False
-    prefetch_depth: int = 3
+    prefetch_depth: int = DEFAULT_PREFETCH_DEPTH
+    layout: ReplicaLayout = None  # type: ignore[assignment]  # resolved in __post_init__
+    instance_index: int = None  # type: ignore[assignment]  # resolved in __post_init__
 
     def __post_init__(self) -> None:
+        self._resolve_layout()
         _check_positive("replication_factor", self.replication_factor, "replicationFactor")
         _check_positive("gradient_accumulation", self.gradient_accumulation, "gradientAccumulation")
         _check_positive("device_iterations", self.device_iterations, "deviceIterations")
@@ -112,29 +116,63 @@ class Options:
                 f"Options: `prefetch_depth` must be >= 1 (1 = only the next batch is "
                 f"prepared ahead), got {self.prefetch_depth}."
             )
-        if popdist.isPopdistEnvSet():
-            local = popdist.getNumLocalReplicas()
-            if self.replication_factor != local:
+
+    def _resolve_layout(self) -> None:
+        """Fixes ``layout``, ``instance_index`` and ``replication_factor`` once."""
+        layout, instance, rf = self.layout, self.instance_index, self.replication_factor
+        if rf is not None:
+            _check_positive("replication_factor", rf, "replicationFactor")
+        if layout is None:
+            view = InstanceEnvironment.from_environ()
+            if view.popdist_set:
+                layout, source = view.layout, "PopRun gave this instance"
+                instance = view.instance if instance is None else instance
+            else:
+                try:
+                    layout = dataclasses.replace(view.layout, num_replicas=rf or 1)
+                except LayoutError as error:
+                    raise ValueError(f"Options: replication_factor={rf}: {error}") from None
+                source = None
+        else:
+            if not isinstance(layout, ReplicaLayout):
                 raise ValueError(
-                    f"Options: `replication_factor` is {self.replication_factor} but PopRun "
-                    f"gave this instance {local} local replicas; leave it unset (it defaults "
-                    f"to popdist.getNumLocalReplicas()) or pass {local}."
+                    f"Options: `layout` must be a hardware.ReplicaLayout, got "
+                    f"{type(layout).__name__}; pass e.g. ReplicaLayout(num_replicas=8, "
+                    f"num_instances=2)."
                 )
+            source = "the given layout has"
+        instance = 0 if instance is None else instance
+        if isinstance(instance, bool) or not isinstance(instance, int):
+            raise ValueError(f"Options: `instance_index` must be an int, got {instance!r}.")
+        if not 0 <= instance < layout.num_instances:
+            raise ValueError(
+                f"Options: `instance_index` {instance} is outside [0, {layout.num_instances}) "
+                f"of the layout's instances."
+            )
+        local = layout.num_local_replicas
+        if rf is not None and rf != local:
+            raise ValueError(
+                f"Options: `replication_factor` is {rf} but {source} {local} local replicas; "
+                f"leave it unset (it defaults to popdist.getNumLocalReplicas()) or pass {local}."
+            )
+        object.__setattr__(self, "layout", layout)
+        object.__setattr__(self, "instance_index", instance)
+        object.__setattr__(self, "replication_factor", local)
 
     @property
     def num_instances(self) -> int:
         """Instances of the job (1 outside PopRun)."""
-        return popdist.getNumInstances()
+        return self.layout.num_instances
 
     @property
     def num_total_replicas(self) -> int:
         """Replicas over all instances: this instance's replicas times the instances."""
-        return self.replication_factor * self.num_instances
+        return self.layout.num_replicas
 
     @property
     def replica_offset(self) -> int:
         """Global index of this instance's first replica."""
-        return popdist.getInstanceIndex() * self.replication_factor
+        return self.layout.replica_offset(self.instance_index)
 
     def global_batch_size(self, micro_batch_size: int) -> int:
         """Samples that one optimiser step consumes over all replicas."""

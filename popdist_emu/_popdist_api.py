@@ -4,7 +4,8 @@ Names and defaults follow the PopDist reference, so unmodified host code runs: e
 falls back to the single-instance, single-replica layout when PopRun did not start the process.
 
 References:
-    PopRun/PopDist User Guide, "Python API" (api_python.html); graphcore-facts.md, section 1.
+    PopRun/PopDist User Guide, "Python API" (api_python.html,
+    https://docs.graphcore.ai/projects/poprun-user-guide/en/latest/api_python.html).
 """
 
 from __future__ import annotations
@@ -14,22 +15,23 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from hardware import ReplicaLayout
-from hardware._layout import (
-    ENV_LOCAL_INSTANCE_INDEX,
-    ENV_NUM_LOCAL_REPLICAS,
-    ENV_NUM_TOTAL_REPLICAS,
-)
+from popdist_emu._environment import InstanceEnvironment
 
 _T = TypeVar("_T")
 
 
+def _view() -> InstanceEnvironment:
+    return InstanceEnvironment.from_environ(os.environ)
+
+
 def _layout() -> tuple[ReplicaLayout, int]:
-    return ReplicaLayout.from_environment(os.environ)
+    view = _view()
+    return view.layout, view.instance
 
 
 def isPopdistEnvSet() -> bool:  # noqa: N802 - PopDist's name
     """Whether this process was started by PopRun, which exports the replica counts."""
-    return ENV_NUM_TOTAL_REPLICAS in os.environ and ENV_NUM_LOCAL_REPLICAS in os.environ
+    return _view().popdist_set
 
 
 def getNumTotalReplicas() -> int:  # noqa: N802
@@ -54,7 +56,7 @@ def getInstanceIndex() -> int:  # noqa: N802
 
 def getLocalInstanceIndex() -> int:  # noqa: N802
     """This instance's index among the instances of its host; 0 when unset."""
-    return int(os.environ.get(ENV_LOCAL_INSTANCE_INDEX) or 0)
+    return _view().local_instance_index
 
 
 def getReplicaIndexOffset() -> int:  # noqa: N802

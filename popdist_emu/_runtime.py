@@ -28,8 +28,9 @@ import numpy as np
 import optax
 
 from hardware import CollectiveRecord
+from popdist_emu._environment import offline_mode
 from popdist_emu._offload import OffloadedUpdate, state_nbytes, stream_out
-from popdist_emu._options import Options, is_offline_mode
+from popdist_emu._options import Options
 from popdist_emu._reduce_update import AllReduceUpdate, ReduceUpdateStage
 from popdist_emu._replica_step import (
     TrainState,
@@ -106,6 +107,8 @@ class Trainer:
         comm: mpi4py communicator of the instances for gcl; None is gcl's default.
         timeout: seconds a collective waits for a peer before raising.
         debug: after every step, check that all instances hold identical parameters.
+        offline: compile only, run nothing (``poprun-emu --offline-mode``); None (the
+            default) takes the launcher's setting, False outside the launcher.
     """
 
     def __init__(
@@ -118,11 +121,12 @@ class Trainer:
         comm: Any = None,
         timeout: float | None = None,
         debug: bool = False,
+        offline: bool | None = None,
     ) -> None:
         self.options = Options() if options is None else options
         self.loss_fn = loss_fn
         self.optimizer = optimizer
-        self.offline = is_offline_mode()
+        self.offline = offline_mode() if offline is None else bool(offline)
         self.comm = comm
         self.timeout = timeout
         self.debug = debug
@@ -163,7 +167,7 @@ class Trainer:
         if self.state is None:
             raise RuntimeError(
                 "Trainer.params: offline mode holds no parameter values, only shapes; "
-                "unset POPDIST_EMU_OFFLINE (drop --offline-mode) to train."
+                "drop --offline-mode (or pass Trainer(..., offline=False)) to train."
             )
         return self.state.params
 

@@ -28,22 +28,19 @@ from collections.abc import Mapping
 from typing import Any
 
 import hardware
+from popdist_emu._environment import InstanceEnvironment
 from popdist_emu._infeed import InfeedStats
 from popdist_emu._profile import profile_step
 from popdist_emu._report import format_summary, write_reports
-
-ENV_SYSTEM = "POPDIST_EMU_SYSTEM"
-ENV_REPORT_DIR = "POPDIST_EMU_REPORT_DIR"
-ENV_INSTANCE_INDEX = "POPDIST_EMU_INSTANCE_INDEX"
 
 
 def job_layout(num_total_replicas: int, environ: Mapping[str, str]) -> hardware.ReplicaLayout:
     """The job's layout: PopRun's, or, outside PopRun, one instance driving every replica.
 
-    Outside the launcher ``ReplicaLayout.from_environment`` reads one replica, yet a program
-    may still drive several (``Options(replication_factor=4)``); the trainer's count wins.
+    Outside the launcher the environment reads one replica, yet a program may still drive
+    several (``Options(replication_factor=4)``); the given count wins.
     """
-    layout, _ = hardware.ReplicaLayout.from_environment(environ)
+    layout = InstanceEnvironment.from_environ(environ).layout
     if layout.num_replicas == num_total_replicas:
         return layout
     return hardware.ReplicaLayout(
@@ -113,7 +110,7 @@ def simulate(
     )
     simulation = simulate_profile(
         profile,
-        num_total_replicas=trainer.num_total_replicas,
+        layout=opts.layout,
         prefetch_depth=int(opts.prefetch_depth),
         system=system,
         environ=environ,
@@ -132,6 +129,7 @@ def _sharding_domain(trainer: Any) -> int:
 def simulate_profile(
     profile: hardware.StepProfile,
     *,
+    layout: hardware.ReplicaLayout | None = None,
     num_total_replicas: int | None = None,
     prefetch_depth: int | None = None,
     system: str | None = None,
@@ -141,7 +139,9 @@ def simulate_profile(
 
     Args:
         profile: one replica's step.
-        num_total_replicas: replicas of the job; None takes the launcher's layout.
+        layout: the job's layout (e.g. ``Options.layout``); None takes the launcher's.
+        num_total_replicas: with no ``layout``, replicas of the job on one instance outside
+            PopRun; None takes the launcher's layout.
         prefetch_depth: the infeed's prefetch depth; None is the hardware model's default.
         system: system name overriding ``POPDIST_EMU_SYSTEM``; None reads the environment.
         environ: the environment to read (default ``os.environ``).
@@ -151,11 +151,12 @@ def simulate_profile(
         hardware.SystemSelectionError: unknown system, or too small for the job.
     """
     environ = os.environ if environ is None else environ
-    if num_total_replicas is None:
-        layout, _ = hardware.ReplicaLayout.from_environment(environ)
-    else:
-        layout = job_layout(num_total_replicas, environ)
-    name_of_system = environ.get(ENV_SYSTEM, "") if system is None else system
+    view = InstanceEnvironment.from_environ(environ)
+    if layout is None:
+        layout = (
+            view.layout if num_total_replicas is None else job_layout(num_total_replicas, environ)
+        )
+    name_of_system = view.system if system is None else system
     spec = hardware.select_system(name_of_system, layout.num_ipus)
     return _checked(profile, layout, spec, prefetch_depth, None)
 
@@ -212,11 +213,11 @@ def report_simulation(
     Returns:
         The report directory written, or None (no directory asked for, or not instance 0).
     """
-    environ = os.environ if environ is None else environ
-    if int(environ.get(ENV_INSTANCE_INDEX, "0") or 0) != 0:
+    view = InstanceEnvironment.from_environ(os.environ if environ is None else environ)
+    if view.instance != 0:
         return None
     print(format_summary(simulation), file=file or sys.stdout, flush=True)
-    directory = environ.get(ENV_REPORT_DIR, "") if report_dir is None else report_dir
+    directory = view.report_dir if report_dir is None else report_dir
     if not directory:
         return None
     return str(write_reports(simulation, directory))

@@ -1,8 +1,6 @@
 """Tests of the replica layout value type (hardware/_layout.py)."""
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from hardware import LayoutError, ReplicaLayout
 
@@ -34,21 +32,3 @@ def test_instances_are_divided_evenly_among_hosts():
     layout = ReplicaLayout(num_replicas=8, num_instances=4, hosts=("h0", "h1"))
     assert [layout.host_of_instance(i) for i in range(4)] == ["h0", "h0", "h1", "h1"]
     assert [layout.local_instance_index(i) for i in range(4)] == [0, 1, 0, 1]
-
-
-@given(
-    log_replicas=st.integers(0, 10),
-    log_instances=st.integers(0, 10),
-    ipr=st.sampled_from([1, 2, 4, 8, 16]),
-)
-def test_environment_round_trip(log_replicas, log_instances, ipr):
-    replicas, instances = 2**log_replicas, 2 ** min(log_instances, log_replicas)
-    layout = ReplicaLayout(num_replicas=replicas, num_instances=instances, ipus_per_replica=ipr)
-    for instance in {0, instances // 2, instances - 1}:
-        back, index = ReplicaLayout.from_environment(layout.instance_environment(instance))
-        assert (back, index) == (layout, instance)
-        assert layout.instance_of_replica(layout.replica_offset(index)) == index
-
-
-def test_outside_poprun_is_one_replica():
-    assert ReplicaLayout.from_environment({}) == (ReplicaLayout(), 0)

@@ -37,7 +37,8 @@ def test_categories_add_up():
     assert memory.total == memory.always_live + memory.not_always_live
     assert memory.categories["weights"] == 40_000_000
     assert memory.categories["gradient_accumulators"] == 40_000_000
-    assert memory.categories["stream_buffers"] == 3 * 1_000_000  # computing + 2 prefetched
+    # the micro-batch being computed + the prefetched ones
+    assert memory.categories["stream_buffers"] == (1 + hardware.DEFAULT_PREFETCH_DEPTH) * 1_000_000
     assert memory.capacity == hardware.GC200.in_processor_memory
 
 

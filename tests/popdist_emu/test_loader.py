@@ -10,11 +10,12 @@ from hypothesis import strategies as st
 
 from hardware import ReplicaLayout
 from popdist_emu import Options, ReplicaLoader
+from popdist_emu._environment import layout_environment
 
 
 def instance_env(layout: ReplicaLayout, instance: int):
     """The environment poprun-emu gives ``instance`` (for emulating it in one process)."""
-    return mock.patch.dict(os.environ, layout.instance_environment(instance))
+    return mock.patch.dict(os.environ, layout_environment(layout, instance))
 
 
 def dataset(n: int) -> tuple[np.ndarray, np.ndarray]:

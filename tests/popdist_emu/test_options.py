@@ -7,11 +7,12 @@ import pytest
 
 from hardware import ReplicaLayout
 from popdist_emu import Options, is_offline_mode
+from popdist_emu._environment import layout_environment
 
 
 def test_defaults_follow_popdist():
     layout = ReplicaLayout(num_replicas=16, num_instances=4)
-    with mock.patch.dict(os.environ, layout.instance_environment(2)):
+    with mock.patch.dict(os.environ, layout_environment(layout, 2)):
         opts = Options(gradient_accumulation=3)
         assert opts.replication_factor == 4
         assert opts.num_total_replicas == 16
@@ -45,7 +46,7 @@ def test_bad_values_fail_clearly(kwargs, match):
 def test_replication_factor_must_match_poprun():
     layout = ReplicaLayout(num_replicas=8, num_instances=2)
     with (
-        mock.patch.dict(os.environ, layout.instance_environment(0)),
+        mock.patch.dict(os.environ, layout_environment(layout, 0)),
         pytest.raises(ValueError, match="PopRun gave this instance 4 local replicas"),
     ):
         Options(replication_factor=2)
@@ -61,3 +62,26 @@ def test_offline_mode_from_environment():
         assert is_offline_mode()
     with mock.patch.dict(os.environ, {"POPDIST_EMU_OFFLINE": ""}):
         assert not is_offline_mode()
+
+
+def test_layout_is_resolved_once_and_held():
+    layout = ReplicaLayout(num_replicas=16, num_instances=4)
+    with mock.patch.dict(os.environ, layout_environment(layout, 1)):
+        opts = Options(gradient_accumulation=2)
+    # A later change of the environment does not change existing options.
+    other = ReplicaLayout(num_replicas=8, num_instances=8)
+    with mock.patch.dict(os.environ, layout_environment(other, 5)):
+        assert (opts.layout, opts.instance_index) == (layout, 1)
+        assert (opts.num_total_replicas, opts.num_instances, opts.replica_offset) == (16, 4, 4)
+        assert Options(gradient_accumulation=2) != opts  # the new environment's job
+    assert opts == Options(gradient_accumulation=2, layout=layout, instance_index=1)
+
+
+def test_an_explicit_layout_needs_no_environment():
+    layout = ReplicaLayout(num_replicas=8, num_instances=2)
+    opts = Options(layout=layout, instance_index=1)
+    assert (opts.replication_factor, opts.replica_offset, opts.num_instances) == (4, 4, 2)
+    with pytest.raises(ValueError, match="the given layout has 4 local replicas"):
+        Options(layout=layout, replication_factor=2)
+    with pytest.raises(ValueError, match="`instance_index` 2 is outside"):
+        Options(layout=layout, instance_index=2)

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 import popdist_emu as popdist
 from hardware import ReplicaLayout
+from popdist_emu._environment import layout_environment
 
 POPDIST_VARIABLES = (
     "POPDIST_NUM_TOTAL_REPLICAS",
@@ -27,7 +28,7 @@ def outside_poprun(monkeypatch):
 
 
 def _enter(monkeypatch, layout, instance):
-    for name, value in layout.instance_environment(instance).items():
+    for name, value in layout_environment(layout, instance).items():
         monkeypatch.setenv(name, value)
 
 

@@ -17,6 +17,7 @@ import pytest
 
 import hardware
 import popdist_emu
+from popdist_emu._environment import ENV_REPORT_DIR, layout_environment
 
 TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
 SUMMARY_KEYS = (
@@ -151,11 +152,12 @@ def test_simulate_profile_reads_the_launcher_layout():
 def test_report_from_instance_0_only(tmp_path, capsys):
     trainer = make_trainer(True)
     simulation = popdist_emu.simulate(trainer, shapes(trainer.options, 2), environ={})
-    others = {"POPDIST_EMU_INSTANCE_INDEX": "1", "POPDIST_EMU_REPORT_DIR": str(tmp_path / "x")}
+    job = hardware.ReplicaLayout(num_replicas=4, num_instances=2)
+    others = {**layout_environment(job, 1), ENV_REPORT_DIR: str(tmp_path / "x")}
     assert popdist_emu.report_simulation(simulation, environ=others) is None
     assert capsys.readouterr().out == "" and not (tmp_path / "x").exists()
 
-    leader = {"POPDIST_EMU_INSTANCE_INDEX": "0", "POPDIST_EMU_REPORT_DIR": str(tmp_path / "r")}
+    leader = {**layout_environment(job, 0), ENV_REPORT_DIR: str(tmp_path / "r")}
     assert popdist_emu.report_simulation(simulation, environ=leader) == str(tmp_path / "r")
     assert "[popdist-emu] simulated pod16" in capsys.readouterr().out
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
