@@ -167,7 +167,7 @@ def profile(
     recomputation: bool = True,
 ):
     """The hardware.StepProfile of one ResNet-50 training step (compile only, never run)."""
-    from popdist_emu._profile import profile_step
+    from popdist_emu import profile_step
 
     grad_fn, update_fn, _ = make_step_functions(recomputation=recomputation)
     params, opt_state, images, labels = example_shapes(micro_batch_size, dtype)

@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> dict:
     except hardware.OutOfMemoryError as error:
         print(error, file=sys.stderr, flush=True)
         raise SystemExit(1) from None
-    if popdist.is_offline_mode():
+    if trainer.offline:
         report |= offline_report(trainer, shapes)
     else:
         result, stats = train(trainer, options, args, leader)
@@ -191,8 +191,8 @@ def batch_shapes(options: popdist.Options, micro: int) -> tuple:
 
 def offline_report(trainer: popdist.Trainer, shapes: tuple) -> dict:
     """Compiles the step from shapes (no data, no collective) and reports its cost."""
-    compiled = trainer.compile(shapes)
-    cost = compiled.micro_step.cost_analysis()
+    compiled = trainer.compile(shapes)  # compiled once: simulate() already compiled them
+    cost = compiled.micro_step.compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list | tuple) else cost
     return {
         "offline": True,

@@ -1,11 +1,14 @@
-"""The cost of one replica's training step, from XLA's analysis of the compiled step.
+"""The cost of one replica's training step, from XLA's analysis of the programs that run it.
 
-The gradient and update functions are lowered and compiled, never run, so this works on
-``jax.ShapeDtypeStruct`` shapes as well as on arrays and is what offline mode uses. XLA's
-``cost_analysis()`` gives FLOPs, bytes accessed and transcendentals; ``memory_analysis()``
-gives argument, output and temporary sizes. The saved activations come from the forward
-pass's residuals (what the backward pass keeps), which, unlike XLA's CPU temporary size,
-honour ``jax.checkpoint`` as the IPU's recomputation does.
+A :class:`Program` is a ``jax.stages.Compiled`` with the jaxpr it came from; the runtime
+compiles its micro-step and update once (:func:`compile_program`), calls those executables,
+and :func:`profile_programs` reads the same executables' ``cost_analysis()`` (FLOPs, bytes
+accessed, transcendentals) and ``memory_analysis()`` into a ``hardware.StepProfile``, so the
+simulated step is the step that runs, functional and offline alike. Compiling works on
+``jax.ShapeDtypeStruct`` shapes as well as on arrays, which is what offline mode uses. The
+saved activations come from the forward pass's residuals (what the backward pass keeps),
+which, unlike XLA's CPU temporary size, honour ``jax.checkpoint`` as the IPU's recomputation
+does.
 
 References:
     JAX ahead-of-time lowering (``jax.jit(f).lower(...).compile()``,
@@ -14,9 +17,10 @@ References:
 
 from __future__ import annotations
 
+import collections
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.extend.core as jex
@@ -25,9 +29,14 @@ import numpy as np
 from hardware import CollectiveRecord, StepProfile
 
 
-def _tree_bytes(tree: Any) -> int:
+def tree_nbytes(tree: Any) -> int:
+    """Bytes of all leaves of a pytree of arrays or ``jax.ShapeDtypeStruct`` (the project's one
+    byte count of a pytree)."""
     return int(
-        sum(math.prod(leaf.shape) * np.dtype(leaf.dtype).itemsize for leaf in jax.tree.leaves(tree))
+        sum(
+            math.prod(np.shape(leaf)) * np.dtype(leaf.dtype).itemsize
+            for leaf in jax.tree.leaves(tree)
+        )
     )
 
 
@@ -42,9 +51,69 @@ def _cost(compiled) -> dict[str, float]:
     return totals
 
 
-def _compile(fn: Callable, *args):
-    jitted = fn if hasattr(fn, "lower") else jax.jit(fn)
-    return jitted.lower(*args).compile()
+class Program(NamedTuple):
+    """One compiled program and the jaxpr it was compiled from.
+
+    Calling it calls the ``jax.stages.Compiled`` directly, which never traces or compiles
+    again: the program that runs is the program that was analysed.
+
+    Attributes:
+        compiled: the ``jax.stages.Compiled`` executable.
+        jaxpr: the ``ClosedJaxpr`` it was lowered from (its operations and intermediates).
+    """
+
+    compiled: jax.stages.Compiled
+    jaxpr: Any
+
+    def __call__(self, *args: Any) -> Any:
+        return self.compiled(*args)
+
+    @property
+    def out_info(self) -> Any:
+        """Shapes and dtypes of the program's outputs (``jax.ShapeDtypeStruct`` leaves)."""
+        return jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), self.compiled.out_info
+        )
+
+
+# Programs compiled in this process, by function and argument shapes (most recent last).
+_PROGRAMS: collections.OrderedDict[Any, Program] = collections.OrderedDict()
+_MAX_PROGRAMS = 64
+
+
+def _struct(x: Any) -> jax.ShapeDtypeStruct:
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return x
+    dtype = getattr(x, "dtype", None)
+    return jax.ShapeDtypeStruct(
+        np.shape(x),
+        np.dtype(dtype) if dtype is not None else np.result_type(x),
+        weak_type=bool(getattr(x, "weak_type", False)),
+    )
+
+
+def compile_program(fn: Callable, *args: Any) -> Program:
+    """Traces, lowers and compiles ``fn`` for ``args`` (arrays or shape structs), once per
+    process: a second request for the same function and argument shapes returns the same
+    :class:`Program`.
+
+    ``fn`` may be jitted already (its ``donate_argnums`` and the like are kept) or a plain
+    function, which is jitted here (pass the same jitted function to share programs).
+    """
+    structs = jax.tree.map(_struct, args)
+    leaves, treedef = jax.tree.flatten(structs)
+    key = (fn, treedef, tuple(leaves))
+    program = _PROGRAMS.get(key)
+    if program is None:
+        jitted = fn if hasattr(fn, "trace") else jax.jit(fn)
+        traced = jitted.trace(*structs)
+        program = Program(traced.lower().compile(), traced.jaxpr)
+        _PROGRAMS[key] = program
+        while len(_PROGRAMS) > _MAX_PROGRAMS:
+            _PROGRAMS.popitem(last=False)
+    else:
+        _PROGRAMS.move_to_end(key)
+    return program
 
 
 def _walk(jaxpr) -> tuple[int, int]:
@@ -64,17 +133,17 @@ def _walk(jaxpr) -> tuple[int, int]:
     return ops, largest
 
 
-def _residual_bytes(loss_fn: Callable, params: Any, batch: Sequence[Any]) -> int:
-    """Bytes the forward pass saves for the backward pass (its vjp residuals).
+def _residual_bytes(loss_fn: Callable, params: Any, micro_batch: Any) -> int:
+    """Bytes the forward pass saves for the backward pass (its vjp residuals), by tracing.
 
     The residuals are the leaves of the vjp closure; those that are the weights themselves
     are not activations and are left out.
     """
 
-    def residuals(p, *b):
-        return jax.vjp(lambda q: loss_fn(q, *b), p)[1]
+    def residuals(p, b):
+        return jax.vjp(lambda q: loss_fn(q, b), p)[1]
 
-    closed = jax.make_jaxpr(residuals)(params, *batch)
+    closed = jax.make_jaxpr(residuals)(params, micro_batch)
     inputs = {v for v in closed.jaxpr.invars}
     seen, total = set(), 0
     for var in closed.jaxpr.outvars:
@@ -97,6 +166,105 @@ def _precision(params: Any) -> str:
     return "float16" if max(by_width, key=lambda w: by_width[w] * w) <= 2 else "float32"
 
 
+def profile_programs(
+    micro_step: Program,
+    update: Program | None = None,
+    *,
+    params: Any,
+    micro_batch: Any,
+    opt_state: Any = None,
+    loss_fn: Callable | None = None,
+    gradient_bytes: int | None = None,
+    micro_batch_size: int | None = None,
+    gradient_accumulation: int = 1,
+    device_iterations: int = 1,
+    collectives: Sequence[CollectiveRecord] = (),
+    replicated_tensor_sharding: bool = False,
+    offload_optimiser_state: bool = False,
+    sharding_domain: int = 0,
+    recomputation: bool = False,
+    name: str = "model",
+) -> StepProfile:
+    """The ``hardware.StepProfile`` of one replica's step, from the programs that run it.
+
+    Nothing is compiled here: the cost is XLA's ``cost_analysis()`` of the compiled
+    ``micro_step`` (one micro-batch's forward, backward and accumulation) and ``update``
+    (one weight update); the operation count and the largest intermediate come from the
+    micro-step's jaxpr. This is how the runtime profiles the step it executes (see
+    ``Trainer.profile``); a pipelined executor profiles its stages the same way, and one
+    profile can be simulated over many layouts (``simulate_profile``).
+
+    Args:
+        micro_step: the compiled micro-step (``compile_program``).
+        update: the compiled weight update, or None when the update is not part of the step.
+        params: the weights (arrays or ``jax.ShapeDtypeStruct``): their bytes and precision.
+        micro_batch: one micro-batch of one replica (arrays or shapes): the bytes the host
+            streams per micro-batch.
+        opt_state: the optimiser state (arrays or shapes), if any.
+        loss_fn: ``loss_fn(params, micro_batch) -> scalar``; when given, the saved
+            activations are measured from its vjp residuals by tracing (honouring
+            ``jax.checkpoint``, as the IPU's recomputation does), otherwise XLA's temporary
+            size of the micro-step stands for them (an upper bound on the CPU).
+        gradient_bytes: bytes of one replica's gradient (what the accumulator holds);
+            default: the bytes of ``params``.
+        micro_batch_size: samples per micro-batch; default: the leading dimension of the
+            first leaf of ``micro_batch``.
+        gradient_accumulation: micro-batches per weight update.
+        device_iterations: weight updates per step.
+        collectives: the collectives of one update, as the reduce-and-update stage records
+            them.
+        replicated_tensor_sharding: the optimiser state is sharded over ``sharding_domain``.
+        offload_optimiser_state: the optimiser state lives in Streaming Memory.
+        sharding_domain: replicas of the RTS domain (0 = all).
+        recomputation: whether the micro-step recomputes activations (for the OOM remedies).
+        name: the model's name in reports.
+
+    Returns:
+        The StepProfile, pure data for ``hardware.simulate_step``.
+    """
+    if micro_batch_size is None:
+        leaves = jax.tree.leaves(micro_batch)
+        if not leaves or not np.shape(leaves[0]):
+            raise ValueError(
+                "profile_programs could not infer `micro_batch_size`: the first leaf of "
+                "`micro_batch` has no leading dimension; pass micro_batch_size=."
+            )
+        micro_batch_size = int(np.shape(leaves[0])[0])
+    micro_cost = _cost(micro_step.compiled)
+    ops, largest = _walk(micro_step.jaxpr.jaxpr)
+    if loss_fn is not None:
+        activations = _residual_bytes(loss_fn, params, micro_batch)
+    else:
+        activations = int(micro_step.compiled.memory_analysis().temp_size_in_bytes)
+    update_cost = _cost(update.compiled) if update is not None else {}
+    parameter_bytes = tree_nbytes(params)
+    return StepProfile(
+        grad_flops=micro_cost["flops"],
+        grad_bytes_accessed=micro_cost["bytes accessed"],
+        grad_transcendentals=micro_cost["transcendentals"],
+        update_flops=update_cost.get("flops", 0.0),
+        update_bytes_accessed=update_cost.get("bytes accessed", 0.0),
+        parameter_bytes=parameter_bytes,
+        optimizer_state_bytes=tree_nbytes(opt_state) if opt_state is not None else 0,
+        gradient_bytes=parameter_bytes if gradient_bytes is None else int(gradient_bytes),
+        activation_bytes=activations,
+        # The largest operation needs its input and its output at once.
+        temporary_bytes=2 * largest,
+        host_bytes_per_micro_batch=tree_nbytes(micro_batch),
+        num_ops=ops,
+        micro_batch_size=int(micro_batch_size),
+        gradient_accumulation=int(gradient_accumulation),
+        device_iterations=int(device_iterations),
+        precision=_precision(params),
+        collectives=tuple(collectives),
+        replicated_tensor_sharding=replicated_tensor_sharding,
+        offload_optimizer_state=offload_optimiser_state,
+        sharding_domain=sharding_domain,
+        recomputation=recomputation,
+        name=name,
+    )
+
+
 def profile_step(
     grad_fn: Callable,
     update_fn: Callable | None = None,
@@ -112,12 +280,16 @@ def profile_step(
     method: str = "auto",
     group: str = "all",
     replicated_tensor_sharding: bool = False,
-    offload_optimizer_state: bool = False,
+    offload_optimiser_state: bool = False,
     sharding_domain: int = 0,
     recomputation: bool = False,
     name: str = "model",
 ) -> StepProfile:
-    """Compiles (never runs) one replica's step and returns its ``hardware.StepProfile``.
+    """Compiles (never runs) a model's own step functions once and profiles them.
+
+    For a model that is not trained by a ``Trainer`` (e.g. ``examples/resnet50.py``, whose
+    step is only ever compiled): ``grad_fn`` and ``update_fn`` are compiled with
+    :func:`compile_program` and profiled with :func:`profile_programs`.
 
     Args:
         grad_fn: ``grad_fn(params, *batch) -> grads``, jitted or not.
@@ -127,9 +299,8 @@ def profile_step(
         batch: one micro-batch of one replica (inputs, labels, ...), arrays or shapes;
             its bytes are what the host streams per micro-batch.
         opt_state: the optimiser state (arrays or shapes), if any.
-        loss_fn: ``loss_fn(params, *batch) -> scalar``; when given, the saved activations
-            are measured from its vjp residuals (honouring ``jax.checkpoint``), otherwise
-            XLA's temporary size stands for them (an upper bound on the CPU).
+        loss_fn: ``loss_fn(params, *batch) -> scalar``, for the saved activations (see
+            :func:`profile_programs`).
         micro_batch_size: samples per micro-batch; default: the leading dimension of the
             first leaf of ``batch``.
         gradient_accumulation: micro-batches per weight update.
@@ -140,7 +311,7 @@ def profile_step(
         method: GCL method of the default collectives.
         group: GCL group of the default collectives ("all", "consecutive(k)", ...).
         replicated_tensor_sharding: the optimiser state is sharded over ``sharding_domain``.
-        offload_optimizer_state: the optimiser state lives in Streaming Memory.
+        offload_optimiser_state: the optimiser state lives in Streaming Memory.
         sharding_domain: replicas of the RTS domain (0 = all).
         recomputation: whether ``grad_fn`` recomputes activations (for the OOM remedies).
         name: the model's name in reports.
@@ -149,59 +320,32 @@ def profile_step(
         The StepProfile, pure data for ``hardware.simulate_step``.
     """
     batch = tuple(batch)
-    if micro_batch_size is None:
-        leaves = jax.tree.leaves(batch)
-        if not leaves or not leaves[0].shape:
-            raise ValueError(
-                "profile_step could not infer `micro_batch_size`: the first leaf of `batch` "
-                "has no leading dimension; pass micro_batch_size=."
-            )
-        micro_batch_size = int(leaves[0].shape[0])
-    grad_compiled = _compile(grad_fn, params, *batch)
-    grad_cost = _cost(grad_compiled)
-    grad_memory = grad_compiled.memory_analysis()
-    grads = jax.eval_shape(grad_fn, params, *batch)
-    gradient_bytes = _tree_bytes(grads)
-    ops, largest = _walk(jax.make_jaxpr(grad_fn)(params, *batch).jaxpr)
-    if loss_fn is not None:
-        activations = _residual_bytes(loss_fn, params, batch)
-    else:
-        activations = int(grad_memory.temp_size_in_bytes)
-
-    update_cost = {"flops": 0.0, "bytes accessed": 0.0}
-    if update_fn is not None:
-        update_cost = _cost(_compile(update_fn, params, opt_state, grads))
-
-    parameter_bytes = _tree_bytes(params)
+    micro = compile_program(grad_fn, params, *batch)
+    grads = micro.out_info
+    update = None if update_fn is None else compile_program(update_fn, params, opt_state, grads)
+    gradient_bytes = tree_nbytes(grads)
     if collectives is None:
         if replicated_tensor_sharding:
             collectives = (
                 CollectiveRecord("reduce_scatter", method, group, gradient_bytes),
-                CollectiveRecord("all_gather", method, group, parameter_bytes),
+                CollectiveRecord("all_gather", method, group, tree_nbytes(params)),
             )
         else:
             collectives = (CollectiveRecord("all_reduce", method, group, gradient_bytes),)
-    return StepProfile(
-        grad_flops=grad_cost["flops"],
-        grad_bytes_accessed=grad_cost["bytes accessed"],
-        grad_transcendentals=grad_cost["transcendentals"],
-        update_flops=update_cost["flops"],
-        update_bytes_accessed=update_cost["bytes accessed"],
-        parameter_bytes=parameter_bytes,
-        optimizer_state_bytes=_tree_bytes(opt_state) if opt_state is not None else 0,
+    return profile_programs(
+        micro,
+        update,
+        params=params,
+        micro_batch=batch,
+        opt_state=opt_state,
+        loss_fn=None if loss_fn is None else (lambda p, b: loss_fn(p, *b)),
         gradient_bytes=gradient_bytes,
-        activation_bytes=activations,
-        # The largest operation needs its input and its output at once.
-        temporary_bytes=2 * largest,
-        host_bytes_per_micro_batch=_tree_bytes(batch),
-        num_ops=ops,
-        micro_batch_size=int(micro_batch_size),
-        gradient_accumulation=int(gradient_accumulation),
-        device_iterations=int(device_iterations),
-        precision=_precision(params),
-        collectives=tuple(collectives),
+        micro_batch_size=micro_batch_size,
+        gradient_accumulation=gradient_accumulation,
+        device_iterations=device_iterations,
+        collectives=collectives,
         replicated_tensor_sharding=replicated_tensor_sharding,
-        offload_optimizer_state=offload_optimizer_state,
+        offload_optimiser_state=offload_optimiser_state,
         sharding_domain=sharding_domain,
         recomputation=recomputation,
         name=name,

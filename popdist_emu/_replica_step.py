@@ -3,11 +3,11 @@
 A replica's micro-step is one jitted function of ``(params, accumulator, micro_batch)`` that
 runs ``value_and_grad`` of the user's loss and adds the gradient and the loss into a flat
 accumulator vector, so gradient accumulation costs no extra dispatch. Every local replica calls the
-same compiled function on its own micro-batch, one call after the other: DESIGN.md measured
-that ``vmap`` over replicas changes the last bits of the gradients, and a per-replica call
+same compiled function on its own micro-batch, one call after the other: ``vmap`` over
+replicas was measured to change the last bits of the gradients, and a per-replica call
 keeps a replica's arithmetic independent of how many replicas share its instance.
 
-Measured on the example network (1 CPU): ``vmap`` over 4 or 16 replicas again gave other
+Measured on the example network (1 CPU): ``vmap`` over 4 or 16 replicas gave other
 bits than per-replica calls; one jit holding the replicas' calls unrolled gave the same bits
 but was no faster (4 x micro-batch 8: 2.36 ms vs 2.42 ms for the loop; 16 x 8: slower), so
 the Python loop over one compiled function stays: its dispatch cost is negligible next to
@@ -79,9 +79,12 @@ def accumulator_struct(params: Params, loss_dtype: Any) -> jax.ShapeDtypeStruct:
 
 
 def zero_accumulator(params: Params, loss_dtype: Any) -> jax.Array:
-    """The accumulator a replica starts each step from (shared: it is never written)."""
+    """The accumulator a replica starts each step from (shared: it is never written).
+
+    Made on the host and copied to the device, so it costs no compilation.
+    """
     struct = accumulator_struct(params, loss_dtype)
-    return jnp.zeros(struct.shape, struct.dtype)
+    return jax.device_put(np.zeros(struct.shape, struct.dtype))
 
 
 @functools.lru_cache(maxsize=16)
@@ -108,16 +111,6 @@ def make_micro_step(loss_fn: Callable) -> Callable:
         return acc + flat, finite
 
     return jax.jit(micro_step)
-
-
-@functools.lru_cache(maxsize=16)
-def make_tree_grad(loss_fn: Callable) -> Callable:
-    """``(params, micro_batch) -> grads`` as a tree: the micro-step's compute, for profiling.
-
-    The hardware model's ``profile_step`` compiles it (never runs it) to cost a replica's
-    gradient; the runtime itself runs :func:`make_micro_step`.
-    """
-    return jax.jit(jax.grad(loss_fn))
 
 
 def unflatten_like(params: Params, flat: jax.Array) -> Params:
@@ -156,19 +149,9 @@ def make_update(optimizer: optax.GradientTransformation, scale: float | None) ->
 
 
 @functools.lru_cache(maxsize=16)
-def make_tree_update(optimizer: optax.GradientTransformation, scale: float | None) -> Callable:
-    """``(params, opt_state, grads) -> (params', opt_state')`` on a gradient tree.
-
-    The same update as :func:`make_update` without the flat vector, for profiling.
-    """
-
-    def update(params: Params, opt_state: optax.OptState, grads: Params):
-        if scale is not None:
-            grads = jax.tree.map(lambda g: g * scale, grads)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state
-
-    return jax.jit(update)
+def make_init(optimizer: optax.GradientTransformation) -> Callable:
+    """``optimizer.init`` as one jitted program: one compile instead of one per leaf op."""
+    return jax.jit(optimizer.init)
 
 
 def shape_struct(tree: Any) -> Any:

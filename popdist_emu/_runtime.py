@@ -7,10 +7,12 @@ same update everywhere. Parameters are identical on all replicas, so an instance
 copy for all of its local replicas. One call of :meth:`Trainer.step` runs
 ``device_iterations`` such steps.
 
-The pieces the hardware model and the sharding levers need are exposed as attributes:
-``grad_fn`` (the jitted per-replica micro-step), ``update_fn``, :meth:`example_args` and
-:meth:`collectives`; ``tree_grad_fn``, ``tree_update_fn`` and :meth:`profile_kwargs` in the
-form ``profile_step`` takes; ``reduce_update`` is the replaceable reduce-and-update stage.
+Each distinct program (the micro-step, the update) is compiled once per process by
+:meth:`Trainer.compile` and the trainer calls those ``jax.stages.Compiled`` executables
+directly, so what runs is what was compiled, with no second compile; :meth:`Trainer.profile`
+turns the same executables' XLA cost and memory analysis into the hardware model's
+``StepProfile``, functional and offline alike. ``reduce_update`` is the replaceable
+reduce-and-update stage, and the one producer of the step's collective records.
 
 References:
     PopTorch User Guide, ``trainingModel`` with replication, gradient accumulation and
@@ -27,18 +29,18 @@ import jax
 import numpy as np
 import optax
 
-from hardware import CollectiveRecord
+from hardware import CollectiveRecord, StepProfile
 from popdist_emu._environment import offline_mode
-from popdist_emu._offload import OffloadedUpdate, state_nbytes, stream_out
+from popdist_emu._offload import OffloadedUpdate, stream_out
 from popdist_emu._options import Options
+from popdist_emu._profile import Program, compile_program, profile_programs, tree_nbytes
 from popdist_emu._reduce_update import AllReduceUpdate, ReduceUpdateStage
 from popdist_emu._replica_step import (
     TrainState,
     accumulator_struct,
     check_scalar_loss,
+    make_init,
     make_micro_step,
-    make_tree_grad,
-    make_tree_update,
     make_update,
     shape_struct,
     zero_accumulator,
@@ -72,16 +74,16 @@ class LeverInfo(NamedTuple):
 
 
 class CompiledStep(NamedTuple):
-    """A step compiled from shapes only (offline mode), for cost and memory analysis.
+    """The programs one optimiser step runs, each compiled once, and its collectives.
 
     Attributes:
-        micro_step: ``jax.stages.Compiled`` of one replica's micro-step.
-        update: ``jax.stages.Compiled`` of the optimiser update.
-        collectives: the collectives one step runs.
+        micro_step: one replica's micro-step ``(params, acc, micro_batch) -> (acc, finite)``.
+        update: the optimiser update ``(params, opt_state, grad_flat) -> (params, opt_state)``.
+        collectives: the collectives the reduce-and-update stage runs per update.
     """
 
-    micro_step: Any
-    update: Any
+    micro_step: Program
+    update: Program
     collectives: tuple[CollectiveRecord, ...]
 
 
@@ -140,9 +142,10 @@ class Trainer:
         )
         self.grad_fn = make_micro_step(loss_fn)
         self.update_fn = make_update(optimizer, scale)
-        # The same compute on gradient trees, for the hardware model's profile_step.
-        self.tree_grad_fn = make_tree_grad(loss_fn)
-        self.tree_update_fn = make_tree_update(optimizer, scale)
+        # Compiled programs, by argument shapes: each is compiled once and called directly.
+        self._micro_steps: dict[Any, Program] = {}
+        self._updates: dict[Any, Program] = {}
+        self._compiled: CompiledStep | None = None
         if self.offline:
             self._params_shape = shape_struct(params)
             self.state = None
@@ -193,33 +196,56 @@ class Trainer:
         acc = accumulator_struct(self._params_shape, self._loss_shape.dtype)
         return self.reduce_update.collectives(acc)
 
-    def profile_kwargs(self, batch: Any) -> dict[str, Any]:
-        """Keyword arguments of ``profile_step(trainer.tree_grad_fn, trainer.tree_update_fn,
-        **kwargs)``: shapes of one replica's step, its accumulation and its collectives."""
-        micro = self._prepare(batch)
-        opts = self.options
-        return {
-            "params": self._params_shape,
-            "batch": (micro,),
-            "opt_state": self._opt_state_shape,
-            "loss_fn": self.loss_fn,
-            "micro_batch_size": int(jax.tree.leaves(micro)[0].shape[0]),
-            "gradient_accumulation": opts.gradient_accumulation,
-            "device_iterations": opts.device_iterations,
-            "collectives": self.collectives(batch),
-        }
-
     def compile(self, batch: Any) -> CompiledStep:
-        """Lowers and compiles the step from shapes only: no data, no collective.
+        """The step's compiled programs for ``batch``'s shapes: no data, no collective.
+
+        Each distinct program is compiled once per trainer (on first sight of its argument
+        shapes); :meth:`step` calls exactly these executables and :meth:`profile` analyses
+        them.
 
         Args:
             batch: a call's input or its shapes (``jax.ShapeDtypeStruct`` leaves), laid out
                 ``[device_iterations, gradient_accumulation, replicas, micro_batch, *sample]``.
         """
-        args = self.example_args(batch)
-        micro = self.grad_fn.lower(*args["micro_step"]).compile()
-        update = self.update_fn.lower(*args["update"]).compile()
-        return CompiledStep(micro, update, self.collectives(batch))
+        self._prepare(batch)
+        assert self._compiled is not None
+        return self._compiled
+
+    def profile(self, batch: Any, *, name: str = "model") -> StepProfile:
+        """The hardware model's profile of one step: XLA's analysis of the compiled programs
+        :meth:`step` runs, with the collectives the reduce-and-update stage records.
+
+        Args:
+            batch: a call's input or its shapes, as for :meth:`compile`.
+            name: the model's name in reports.
+        """
+        step = self.compile(batch)
+        micro = self._micro_batch_shape
+        opts = self.options
+        acc = accumulator_struct(self._params_shape, self._loss_shape.dtype)
+        return profile_programs(
+            step.micro_step,
+            step.update,
+            params=self._params_shape,
+            micro_batch=micro,
+            opt_state=self._opt_state_shape,
+            loss_fn=self.loss_fn,
+            gradient_bytes=tree_nbytes(acc) - np.dtype(acc.dtype).itemsize,
+            micro_batch_size=int(np.shape(jax.tree.leaves(micro)[0])[0]),
+            gradient_accumulation=opts.gradient_accumulation,
+            device_iterations=opts.device_iterations,
+            collectives=step.collectives,
+            replicated_tensor_sharding=bool(opts.replicated_tensor_sharding),
+            offload_optimiser_state=bool(opts.offload_optimiser),
+            sharding_domain=self._sharding_domain(),
+            name=name,
+        )
+
+    def _sharding_domain(self) -> int:
+        """Replicas an RTS shard spans, as the trainer resolved it (0 = all replicas)."""
+        if self._plan is not None:
+            return int(self._plan.domain_size)
+        return int(self.options.sharding_domain or 0)
 
     # ----------------------------------------------------------------- training
     def step(self, batch: Any) -> float | np.ndarray:
@@ -249,18 +275,7 @@ class Trainer:
         return losses if opts.output_mode == "all" else float(losses[-1])
 
     def _one_step(self, batch: Any, d: int) -> float:
-        opts = self.options
-        leaves, treedef = jax.tree.flatten(batch)
-        sums, flags = [], []
-        for k in range(opts.replication_factor):
-            acc = self._zeros
-            replica_flags = []
-            for a in range(opts.gradient_accumulation):
-                micro = jax.tree.unflatten(treedef, [leaf[d, a, k] for leaf in leaves])
-                acc, finite = self.grad_fn(self.state.params, acc, micro)
-                replica_flags.append(finite)
-            sums.append(acc)
-            flags.append(replica_flags)
+        sums, flags = self._accumulate(batch, d)
         result = self.reduce_update(self.state, sums)
         if not result.finite:
             self._raise_non_finite(flags)
@@ -269,6 +284,36 @@ class Trainer:
         if self.debug:
             self.check_replicas_identical()
         return result.loss_sum
+
+    def _accumulate(self, batch: Any, d: int) -> tuple[list[Any], list[list[Any]]]:
+        """Every local replica's flat accumulator for device iteration ``d`` of ``batch``.
+
+        Each replica runs the compiled micro-step on its ``gradient_accumulation``
+        micro-batches, one call after the other.
+
+        Returns:
+            ``(sums, flags)``: one flat accumulator (gradient sum, then loss sum) per local
+            replica, and per replica the finite flag of each micro-batch.
+        """
+        opts = self.options
+        micro_step = self._compiled.micro_step
+        leaves, treedef = jax.tree.flatten(batch)
+        sums, flags = [], []
+        for k in range(opts.replication_factor):
+            acc = self._zeros
+            replica_flags = []
+            for a in range(opts.gradient_accumulation):
+                micro = jax.tree.unflatten(treedef, [leaf[d, a, k] for leaf in leaves])
+                acc, finite = micro_step(self.state.params, acc, micro)
+                replica_flags.append(finite)
+            sums.append(acc)
+            flags.append(replica_flags)
+        return sums, flags
+
+    def _run_update(self, params: Any, opt_state: Any, grad_flat: Any) -> tuple[Any, Any]:
+        """The compiled update of the current step shape; what every stage calls."""
+        assert self._compiled is not None, "Trainer: the step was not compiled"
+        return self._compiled.update(params, opt_state, grad_flat)
 
     def check_replicas_identical(self) -> None:
         """Checks, through gcl, that every instance holds the same parameters, bit for bit.
@@ -321,14 +366,14 @@ class Trainer:
                 # Shapes only: the element-wise probe update needs values, so trace only.
                 check_elementwise(optimizer, self._params_shape)
                 stage, opt_state = (
-                    ShardedReduceUpdate(plan, self.update_fn, opts.replica_offset, **kw),
+                    ShardedReduceUpdate(plan, self._run_update, opts.replica_offset, **kw),
                     None,
                 )
             else:
                 stage, opt_state = sharded_stage(
                     optimizer,
                     params,
-                    self.update_fn,
+                    self._run_update,
                     replica_offset=opts.replica_offset,
                     num_local_replicas=opts.replication_factor,
                     domain=opts.sharding_domain,
@@ -338,12 +383,11 @@ class Trainer:
                 plan = stage.plan
             self._plan = plan
             return stage, opt_state
+        init = make_init(optimizer)
         if opts.offload_optimiser:
-            stage = AllReduceUpdate(OffloadedUpdate(self.update_fn), **kw)
-            return stage, None if self.offline else stream_out(optimizer.init(params))
-        return AllReduceUpdate(self.update_fn, **kw), (
-            None if self.offline else optimizer.init(params)
-        )
+            stage = AllReduceUpdate(OffloadedUpdate(self._run_update), **kw)
+            return stage, None if self.offline else stream_out(init(params))
+        return AllReduceUpdate(self._run_update, **kw), (None if self.offline else init(params))
 
     @property
     def lever_info(self) -> LeverInfo:
@@ -353,7 +397,7 @@ class Trainer:
             state_bytes = sharded_state_nbytes(self.optimizer, self._plan)
             domain = self._plan.domain_size
         else:
-            state_bytes = state_nbytes(self._opt_state_shape)
+            state_bytes = tree_nbytes(self._opt_state_shape)
             domain = 1
         if opts.offload_optimiser:
             # The whole (or this replica's sharded part of the) state, in then out per update.
@@ -400,9 +444,29 @@ class Trainer:
         if micro != self._micro_batch_shape:
             self._loss_shape = check_scalar_loss(self.loss_fn, self._params_shape, micro)
             self._micro_batch_shape = micro
+            self._compiled = self._compile_programs(micro)
             if self.state is not None:
                 self._zeros = zero_accumulator(self.state.params, self._loss_shape.dtype)
         return micro
+
+    def _compile_programs(self, micro: Any) -> CompiledStep:
+        """Compiles the micro-step and the update for these shapes, each at most once."""
+        acc = accumulator_struct(self._params_shape, self._loss_shape.dtype)
+        grad = jax.ShapeDtypeStruct((acc.shape[0] - 1,), acc.dtype)
+        micro_key = (jax.tree.structure(micro), tuple(jax.tree.leaves(micro)), acc)
+        if micro_key not in self._micro_steps:
+            self._micro_steps[micro_key] = compile_program(
+                self.grad_fn, self._params_shape, acc, micro
+            )
+        if grad not in self._updates:
+            self._updates[grad] = compile_program(
+                self.update_fn, self._params_shape, self._opt_state_shape, grad
+            )
+        return CompiledStep(
+            self._micro_steps[micro_key],
+            self._updates[grad],
+            self.reduce_update.collectives(acc),
+        )
 
     def _raise_non_finite(self, flags: list[list[Any]]) -> None:
         """Finds, over all instances, the first replica and micro-batch that went non-finite."""

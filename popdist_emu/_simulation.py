@@ -6,7 +6,8 @@ of a configuration depends only on its shapes and layout, never on whether the n
     simulation = popdist_emu.simulate(trainer, batch_or_shapes)  # OutOfMemoryError if too big
     popdist_emu.report_simulation(simulation)  # instance 0 prints and writes the reports
 
-``simulate`` compiles (never runs) one replica's step with ``profile_step``, picks the system
+``simulate`` profiles the compiled programs the trainer runs (``Trainer.profile``; compiled
+once, offline from shapes only), picks the system
 from ``POPDIST_EMU_SYSTEM`` (``--system``; empty = the smallest Mk2 POD that holds the job),
 simulates the step and checks IPU memory, as Poplar refuses at compile time a graph that does
 not fit. It is deterministic and needs no communication, so every instance may call it and
@@ -30,7 +31,6 @@ from typing import Any
 import hardware
 from popdist_emu._environment import InstanceEnvironment
 from popdist_emu._infeed import InfeedStats
-from popdist_emu._profile import profile_step
 from popdist_emu._report import format_summary, write_reports
 
 
@@ -96,18 +96,8 @@ def simulate(
             with Poplar's ``Out of memory:`` and lists the categories and remedies.
         hardware.SystemSelectionError: unknown system, or too small for the job.
     """
-    environ = os.environ if environ is None else environ
     opts = trainer.options
-    kwargs = trainer.profile_kwargs(batch)
-    profile = profile_step(
-        trainer.tree_grad_fn,
-        trainer.tree_update_fn,
-        **kwargs,
-        replicated_tensor_sharding=bool(opts.replicated_tensor_sharding),
-        offload_optimizer_state=bool(opts.offload_optimiser),
-        sharding_domain=_sharding_domain(trainer),
-        name=name,
-    )
+    profile = trainer.profile(batch, name=name)
     simulation = simulate_profile(
         profile,
         layout=opts.layout,
@@ -116,14 +106,6 @@ def simulate(
         environ=environ,
     )
     return simulation if infeed_stats is None else with_infeed_stats(simulation, infeed_stats)
-
-
-def _sharding_domain(trainer: Any) -> int:
-    """Replicas an RTS shard spans, as the trainer resolved it (0 = all replicas)."""
-    info = getattr(trainer, "lever_info", None)
-    if trainer.options.replicated_tensor_sharding and info is not None:
-        return int(info.sharding_domain_size)
-    return int(trainer.options.sharding_domain or 0)
 
 
 def simulate_profile(
@@ -135,7 +117,8 @@ def simulate_profile(
     system: str | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> hardware.StepSimulation:
-    """``simulate`` for a step already profiled (``profile_step``), e.g. without a Trainer.
+    """``simulate`` for a step already profiled (``Trainer.profile``, ``profile_programs`` or
+    ``profile_step``), e.g. without a Trainer, or one profile over many layouts.
 
     Args:
         profile: one replica's step.

@@ -187,13 +187,14 @@ def test_offline_mode_compiles_from_shapes_without_collectives():
         compiled = trainer.compile(batch)
         with pytest.raises(RuntimeError, match="offline mode"):
             trainer.step(batch)
-    assert compiled.micro_step.cost_analysis() is not None
+    assert compiled.micro_step.compiled.cost_analysis() is not None
     (record,) = compiled.collectives
     assert (record.kind, record.group) == ("all_reduce", "all")
     assert record.bytes == 4 * (IN * OUT + OUT) + 4  # gradients + the loss sum
     args = trainer.example_args(batch)
     assert args["micro_step"][2][0].shape == (8, IN)
-    kwargs = trainer.profile_kwargs(batch)
-    assert kwargs["micro_batch_size"] == 8 and kwargs["gradient_accumulation"] == 2
-    grads = jax.eval_shape(trainer.tree_grad_fn, kwargs["params"], *kwargs["batch"])
-    assert jax.tree.map(lambda g: g.shape, grads) == {"w": (IN, OUT), "b": (OUT,)}
+    profile = trainer.profile(batch)
+    assert (profile.micro_batch_size, profile.gradient_accumulation) == (8, 2)
+    assert profile.gradient_bytes == 4 * (IN * OUT + OUT)
+    assert profile.collectives == compiled.collectives
+    assert trainer.compile(batch) is compiled  # compiled once, then held

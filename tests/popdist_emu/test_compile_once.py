@@ -1,0 +1,105 @@
+"""Each program of a step is compiled once per process, functional and offline alike: the
+trainer runs (and the hardware model analyses) the executables it compiled.
+
+Compilations are counted with JAX's monitoring events (one ``backend_compile_duration`` event
+per XLA compilation, with the program's name), not with timings.
+"""
+
+import collections
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import popdist_emu
+from popdist_emu._profile import compile_program
+
+BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
+_compiled: list[str] | None = None
+
+
+def _on_event(event: str, duration: float, **kwargs) -> None:
+    if event == BACKEND_COMPILE_EVENT and _compiled is not None:
+        _compiled.append(str(kwargs.get("fun_name")))
+
+
+jax.monitoring.register_event_duration_secs_listener(_on_event)
+
+
+@pytest.fixture
+def compiles():
+    """The names of the programs XLA compiles while the test runs."""
+    global _compiled
+    _compiled = []
+    yield _compiled
+    _compiled = None
+
+
+def make_loss():
+    # A fresh function per test: nothing is shared with programs other tests compiled.
+    def loss_fn(params, batch):
+        x, y = batch
+        return jnp.mean((jnp.tanh(x @ params["w"]) + params["b"] - y) ** 2)
+
+    return loss_fn
+
+
+PARAMS = {"w": np.full((6, 3), 0.1, np.float32), "b": np.zeros((3,), np.float32)}
+
+
+def batch(options, micro=4, steps=1):
+    lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
+    rng = np.random.default_rng(0)
+    return [
+        (
+            rng.standard_normal((*lead, micro, 6)).astype(np.float32),
+            rng.standard_normal((*lead, micro, 3)).astype(np.float32),
+        )
+        for _ in range(steps)
+    ]
+
+
+def test_a_functional_run_compiles_each_program_once(compiles):
+    options = popdist_emu.Options(replication_factor=2, gradient_accumulation=2)
+    trainer = popdist_emu.Trainer(make_loss(), optax.adam(1e-2), PARAMS, options, offline=False)
+    batches = batch(options, steps=3)
+    simulation = popdist_emu.simulate(trainer, batches[0], environ={})
+    for b in batches:
+        trainer.step(b)
+    popdist_emu.simulate(trainer, batches[0], environ={})
+    counts = collections.Counter(compiles)
+    # The optimiser's init, the micro-step and the update; each exactly once.
+    assert len(counts) == 3 and set(counts.values()) == {1}, counts
+    assert any("micro_step" in name for name in counts)
+    assert any("update" in name for name in counts)
+    assert simulation.profile.grad_flops > 0
+
+
+def test_an_offline_run_compiles_each_program_once(compiles):
+    options = popdist_emu.Options(replication_factor=2, gradient_accumulation=2)
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), PARAMS)
+    trainer = popdist_emu.Trainer(make_loss(), optax.adam(1e-2), shapes, options, offline=True)
+    batch_shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch(options)[0])
+    popdist_emu.simulate(trainer, batch_shapes, environ={})
+    compiled = trainer.compile(batch_shapes)
+    popdist_emu.simulate(trainer, batch_shapes, environ={})
+    counts = collections.Counter(compiles)
+    assert len(counts) == 2 and set(counts.values()) == {1}, counts
+    assert compiled.micro_step.compiled.cost_analysis()
+
+
+def test_the_same_program_is_shared_within_the_process(compiles):
+    loss_fn = make_loss()
+    options = popdist_emu.Options(replication_factor=2)
+    trainers = [
+        popdist_emu.Trainer(loss_fn, optax.sgd(0.1), PARAMS, options, offline=offline)
+        for offline in (False, True)
+    ]
+    b = batch(options)[0]
+    steps = [t.compile(b) for t in trainers]
+    assert steps[0].micro_step is steps[1].micro_step
+    assert compile_program(trainers[0].grad_fn, *trainers[0].example_args(b)["micro_step"]) is (
+        steps[0].micro_step
+    )
