@@ -26,8 +26,11 @@ from gcl._groups import All as All
 from gcl._groups import Consecutive as Consecutive
 from gcl._groups import Orthogonal as Orthogonal
 from gcl._operators import Operator as Operator
+from gcl._recording import group_name as group_name
+from gcl._recording import recording as recording
 from gcl._reduce_scatter import reduce_scatter as reduce_scatter
 from gcl._routes import METHODS as METHODS
+from gcl._routes import collective_method as collective_method
 from gcl._routes import resolve_method as resolve_method
 from gcl._transport import CollectiveTimeout as CollectiveTimeout
 
@@ -41,6 +44,9 @@ __all__ = [
     "all_gather",
     "all_reduce",
     "broadcast",
+    "collective_method",
+    "group_name",
+    "recording",
     "reduce_scatter",
     "resolve_method",
 ]

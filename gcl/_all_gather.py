@@ -10,6 +10,7 @@ References:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,8 +21,9 @@ from gcl._dataflow import run_items
 from gcl._gathered import gather_if_small
 from gcl._groups import Group, as_group, groups_of
 from gcl._pytree import Layout, flatten, layout_of, pack_rows, unflatten, unpack
+from gcl._recording import record
 from gcl._reduce_scatter import group_index, piece_cols
-from gcl._routes import all_gather_items
+from gcl._routes import all_gather_items, collective_method
 from gcl._transport import deadline_of, transport_for
 from gcl._validation import Call, validate
 
@@ -178,7 +180,10 @@ def all_gather(
     )
     rows = [pack_rows(leaves, layout) for leaves in call.leaves]
     out = all_gather_packed(call, rows, layout, group, transport, deadline, "all_gather")
-    return finish_replicas(call, out, layout, group, like_tree)[mine]
+    result = finish_replicas(call, out, layout, group, like_tree)[mine]
+    gathered = sum(math.prod(shape) * np.dtype(d).itemsize for shape, d in like_specs)
+    record("all_gather", collective_method("all_gather", 0, size), group, gathered)
+    return result
 
 
 def finish_replicas(call: Call, out: dict, layout: Layout, group: Group, treedef: Any) -> list:

@@ -13,6 +13,7 @@ from typing import Any
 from gcl._all_gather import all_gather_packed, finish_replicas
 from gcl._groups import Group
 from gcl._operators import Operator
+from gcl._recording import record
 from gcl._reduce_scatter import reduce_scatter_replicas
 
 
@@ -34,7 +35,7 @@ def all_reduce(
             "mul", or a :class:`gcl.Operator`.
         method: "clockwise_ring", "anticlockwise_ring", "bidirectional_ring_pair",
             "meet_in_middle_ring" or "auto" (meet_in_middle_ring below 1 MiB per replica
-            on groups of 3 or more, clockwise_ring otherwise).
+            on groups of 3 or more, clockwise_ring otherwise: ``gcl.collective_method``).
         group: ``gcl.All()`` (None), ``gcl.Consecutive(k)`` or ``gcl.Orthogonal(k)``.
         comm: mpi4py communicator of the instances; None = a private duplicate of
             COMM_WORLD.
@@ -52,4 +53,6 @@ def all_reduce(
     out = all_gather_packed(
         s.call, s.rows, s.layout, s.group, s.transport, s.deadline, "all_reduce"
     )
-    return finish_replicas(s.call, out, s.layout, s.group, s.call.treedef)[s.mine]
+    result = finish_replicas(s.call, out, s.layout, s.group, s.call.treedef)[s.mine]
+    record("all_reduce", s.method, s.group, s.nbytes)
+    return result

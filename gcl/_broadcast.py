@@ -16,8 +16,9 @@ from gcl._buffers import POOL
 from gcl._gathered import gather_if_small
 from gcl._groups import Group, as_group, groups_of
 from gcl._pytree import layout_of, pack
+from gcl._recording import record
 from gcl._reduce_scatter import piece_cols
-from gcl._routes import broadcast_items
+from gcl._routes import broadcast_items, collective_method
 from gcl._transport import deadline_of, transport_for
 from gcl._validation import validate
 
@@ -81,4 +82,7 @@ def broadcast(
         return packed[root_replica][it.dtype][0, it.col0 : it.col1]
 
     run_copy_items(transport, items, call, out, lambda it: 0, source, deadline, "broadcast")
-    return finish_replicas(call, out, layout, group, call.treedef)[mine]
+    result = finish_replicas(call, out, layout, group, call.treedef)[mine]
+    nbytes = sum(leaf.nbytes for leaf in call.leaves[0])
+    record("broadcast", collective_method("broadcast", nbytes, size), group, nbytes)
+    return result

@@ -19,7 +19,8 @@ from gcl._gathered import gather_if_small
 from gcl._groups import Group, as_group, groups_of
 from gcl._operators import Operator, as_operator, check_dtype, combine_into, finish_mean
 from gcl._pytree import Layout, layout_of, pack, unflatten, unpack_rows
-from gcl._routes import Item, as_method, reduce_scatter_items, resolve_method
+from gcl._recording import record
+from gcl._routes import Item, as_method, collective_method, reduce_scatter_items
 from gcl._transport import deadline_of, transport_for
 from gcl._validation import Call, validate
 
@@ -187,7 +188,9 @@ def reduce_scatter(
     """
     scattered = reduce_scatter_replicas(values, "reduce_scatter", op, method, group, comm, timeout)
     call, layout, rows, mine = scattered.call, scattered.layout, scattered.rows, scattered.mine
-    return [unflatten(call.treedef, unpack_rows(r, layout)) for r in rows[mine]]
+    out = [unflatten(call.treedef, unpack_rows(r, layout)) for r in rows[mine]]
+    record("reduce_scatter", scattered.method, scattered.group, scattered.nbytes)
+    return out
 
 
 class Scattered(NamedTuple):
@@ -200,6 +203,8 @@ class Scattered(NamedTuple):
     deadline: float
     rows: list  # per replica of the (possibly gathered) call: its reduced shard rows
     mine: slice  # which of ``rows`` belong to this instance's replicas
+    method: str  # the method that ran (``auto`` resolved)
+    nbytes: int  # bytes of one replica's input
 
 
 def reduce_scatter_replicas(
@@ -220,10 +225,10 @@ def reduce_scatter_replicas(
         values, what, "values", options, op, group, comm, timeout
     )
     nbytes = sum(leaf.nbytes for leaf in call.leaves[0])
-    method = resolve_method(method, nbytes, layout.group_size)
+    method = collective_method(what, nbytes, layout.group_size, method)
     call, transport, mine = gather_if_small(call, transport, deadline, what)
     buffers = [pack(leaves, layout) for leaves in call.leaves]
     rows = reduce_scatter_packed(
         call, buffers, layout, op, method, group, transport, deadline, what
     )
-    return Scattered(call, layout, group, transport, deadline, rows, mine)
+    return Scattered(call, layout, group, transport, deadline, rows, mine, method, nbytes)

@@ -17,7 +17,8 @@ Ring reduce-scatter over a group of ``G`` positions (chunk ``p`` is owned by pos
   ``(x[p+1] + ... + x[p+a] + x[p]) + (x[p-1] + ... + x[p-(G-1-a)])``.
 
 References:
-    poplibs ``popops/Collectives.hpp`` (CollectiveMethod); graphcore-facts.md, section 3;
+    poplibs ``popops/Collectives.hpp`` (CollectiveMethod); GCL User Guide, "Methods"
+    (https://docs.graphcore.ai/projects/gcl-user-guide/en/latest/methods.html);
     P. Patarasuk and X. Yuan, "Bandwidth optimal all-reduce algorithms for clusters of
     workstations", JPDC 69(2), 2009 (ring reduce-scatter + all-gather).
 """
@@ -76,13 +77,48 @@ def resolve_method(method: str, bytes_per_replica: int, group_size: int) -> str:
     """``auto``: meet_in_middle_ring for small messages on groups of 3+, else clockwise_ring.
 
     Any choice is a function of message size and group only, so it is the same on every
-    layout and keeps results bit-identical across layouts.
+    layout and keeps results bit-identical across layouts. This is the reducing collectives'
+    rule (all-reduce, reduce-scatter); :func:`collective_method` covers every kind.
     """
     if method != "auto":
         return method
     if group_size > 2 and bytes_per_replica < AUTO_SMALL_BYTES:
         return "meet_in_middle_ring"
     return "clockwise_ring"
+
+
+# The collectives whose method is a choice; all-gather and broadcast are pure copies that
+# always travel clockwise through the group (``all_gather_items``, ``broadcast_items``).
+REDUCING_KINDS = ("all_reduce", "reduce_scatter")
+COPY_KINDS = ("all_gather", "broadcast")
+
+
+def collective_method(
+    kind: str, bytes_per_replica: int, group_size: int, method: str = "auto"
+) -> str:
+    """The GCL method gcl runs for a collective: what ``auto`` (or ``method``) resolves to.
+
+    The one rule gcl itself follows, and what the runtime writes into the collective
+    records the hardware model prices, so the simulated step prices exactly what ran.
+
+    Args:
+        kind: ``all_reduce``, ``reduce_scatter``, ``all_gather`` or ``broadcast``.
+        bytes_per_replica: bytes of one replica's input (for ``all_gather``, its shard).
+        group_size: replicas per group.
+        method: the requested method; ``auto`` lets gcl choose.
+
+    Returns:
+        A method of ``METHODS``: for the reducing kinds :func:`resolve_method`, for the
+        copies ``clockwise_ring``, the only route they take.
+    """
+    if kind in COPY_KINDS:
+        return "clockwise_ring"
+    if kind not in REDUCING_KINDS:
+        raise ValueError(
+            f"`kind` must be one of {REDUCING_KINDS + COPY_KINDS}, got {kind!r}; "
+            f"pass e.g. kind='all_reduce'."
+        )
+    return resolve_method(as_method(method), bytes_per_replica, group_size)
 
 
 def _hops(members: tuple[int, ...], positions: list[int], local: int) -> list[Hop]:

@@ -7,7 +7,9 @@ one collective, so the step's global loss costs no extra round trip.
 
 Replicated tensor sharding and optimiser offloading replace this stage as a whole (reduce-
 scatter, sharded update, all-gather): anything with the :class:`ReduceUpdateStage` call
-signature plugs into :class:`~popdist_emu.Trainer`.
+signature plugs into :class:`~popdist_emu.Trainer`. The stage in use is the one producer of
+the step's collective records (``collectives``), each with the method gcl resolves for it
+(``gcl.collective_method``), so the hardware model prices exactly what the emulator runs.
 """
 
 from __future__ import annotations
@@ -16,10 +18,10 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
-import jax
 import numpy as np
 
 from hardware import CollectiveRecord
+from popdist_emu._profile import tree_nbytes
 from popdist_emu._replica_step import Accumulator, TrainState
 
 
@@ -39,16 +41,21 @@ class ReduceUpdateStage(Protocol):
         ...
 
     def collectives(self, accumulator: Any) -> tuple[CollectiveRecord, ...]:
-        """The collectives one call runs (``hardware.CollectiveRecord``), from shapes."""
+        """The collectives one call runs (``hardware.CollectiveRecord``, with the method gcl
+        resolves), from the flat accumulator's shape alone."""
         ...
 
 
-def tree_nbytes(tree: Any) -> int:
-    """Bytes of all leaves of a tree of arrays or shape structs."""
-    return sum(
-        int(np.prod(leaf.shape, dtype=np.int64)) * np.dtype(leaf.dtype).itemsize
-        for leaf in jax.tree.leaves(tree)
-    )
+def resolved_record(
+    kind: str, method: str, group: Any, nbytes: int, num_replicas: int | None
+) -> CollectiveRecord:
+    """The record of a collective as gcl will run it: ``method`` resolved for the size and
+    the group's size among ``num_replicas`` (left as requested when that is unknown)."""
+    import gcl  # JAX- and MPI-free at import
+
+    if num_replicas is not None:
+        method = gcl.collective_method(kind, nbytes, group.size(num_replicas), method)
+    return CollectiveRecord(kind, method, gcl.group_name(group), int(nbytes))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,12 +67,15 @@ class AllReduceUpdate:
         method: GCL method for the all-reduce.
         comm: mpi4py communicator of the instances; None is gcl's private default.
         timeout: seconds before a missing peer raises ``gcl.CollectiveTimeout``.
+        num_replicas: replicas of the job, so the records carry the method gcl resolves
+            (``auto`` depends on the group size); None leaves ``method`` as given.
     """
 
     update_fn: Callable
     method: str = "auto"
     comm: Any = None
     timeout: float | None = None
+    num_replicas: int | None = None
 
     def __call__(self, state: TrainState, replica_sums: Sequence[Accumulator]) -> StageResult:
         import gcl  # not at import time: offline mode must never touch MPI
@@ -83,4 +93,7 @@ class AllReduceUpdate:
 
     def collectives(self, accumulator: Any) -> tuple[CollectiveRecord, ...]:
         """One all-reduce (add, all replicas) of the gradient sum and the loss sum per step."""
-        return (CollectiveRecord("all_reduce", self.method, "all", tree_nbytes(accumulator)),)
+        import gcl
+
+        nbytes = tree_nbytes(accumulator)
+        return (resolved_record("all_reduce", self.method, gcl.All(), nbytes, self.num_replicas),)

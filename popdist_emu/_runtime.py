@@ -355,6 +355,7 @@ class Trainer:
         """
         opts, optimizer = self.options, self.optimizer
         kw = {"comm": comm, "timeout": timeout}
+        replicas = opts.num_total_replicas
         self._plan: ShardingPlan | None = None
         if opts.replicated_tensor_sharding:
             layout = {
@@ -385,9 +386,10 @@ class Trainer:
             return stage, opt_state
         init = make_init(optimizer)
         if opts.offload_optimiser:
-            stage = AllReduceUpdate(OffloadedUpdate(self._run_update), **kw)
+            stage = AllReduceUpdate(OffloadedUpdate(self._run_update), num_replicas=replicas, **kw)
             return stage, None if self.offline else stream_out(init(params))
-        return AllReduceUpdate(self._run_update, **kw), (None if self.offline else init(params))
+        stage = AllReduceUpdate(self._run_update, num_replicas=replicas, **kw)
+        return stage, None if self.offline else init(params)
 
     @property
     def lever_info(self) -> LeverInfo:

@@ -230,27 +230,30 @@ class ShardedReduceUpdate:
 
     def collectives(self, accumulator: Any) -> tuple[Any, ...]:
         """The collectives one call runs, from the flat accumulator's shape, for the cost
-        model (``hardware.CollectiveRecord``, the same form as ``AllReduceUpdate``'s):
-        reduce-scatter, the small all-reduce (max) of whole leaves, loss and flag, and the
-        all-gathers (bytes of the gathered result, as the record defines)."""
-        from hardware import CollectiveRecord
+        model (``hardware.CollectiveRecord``, with the method gcl resolves, as
+        ``AllReduceUpdate``'s): reduce-scatter, the small all-reduce (max) of whole leaves,
+        loss and flag, and the all-gathers (bytes of the gathered result, as the record
+        defines)."""
+        from popdist_emu._reduce_update import resolved_record
 
         plan = self.plan
+        d, k = plan.num_domains, plan.domain_size
+        replicas = plan.num_replicas
         itemsize = np.dtype(accumulator.dtype).itemsize
         size = math.prod(accumulator.shape) * itemsize
+        marks = (plan.whole_elements + 2) * itemsize
         records = [
-            CollectiveRecord("reduce_scatter", self.method, "all", size),
-            CollectiveRecord("all_reduce", "auto", "all", (plan.whole_elements + 2) * itemsize),
+            resolved_record("reduce_scatter", self.method, gcl.All(), size, replicas),
+            resolved_record("all_reduce", "auto", gcl.All(), marks, replicas),
         ]
         if any(plan.sharded):
             chunk = plan.chunk * itemsize
-            d, k = plan.num_domains, plan.domain_size
             if d > 1:
                 records.append(
-                    CollectiveRecord("all_gather", "auto", f"orthogonal({d})", d * chunk)
+                    resolved_record("all_gather", "auto", gcl.Orthogonal(d), d * chunk, replicas)
                 )
             records.append(
-                CollectiveRecord("all_gather", "auto", f"consecutive({k})", k * d * chunk)
+                resolved_record("all_gather", "auto", gcl.Consecutive(k), k * d * chunk, replicas)
             )
         return tuple(records)
 
