@@ -53,16 +53,13 @@ def _time_steps(run_step, args: argparse.Namespace) -> float:
 
 def run_emulator(args: argparse.Namespace) -> dict:
     """Inside poprun-emu: the Trainer on this instance's replicas."""
-    import jax
     import optax
 
     import popdist_emu as popdist
 
     train = _example()
     options = popdist.Options()
-    trainer = popdist.Trainer(
-        train.loss_fn, optax.adamw(1e-3), train.init_params(jax.random.PRNGKey(0)), options
-    )
+    trainer = popdist.Trainer(train.loss_fn, optax.adamw(1e-3), train.init_params(0), options)
     data = popdist.load_digits_split()
     loader = popdist.ReplicaLoader(
         (data.train_images, data.train_labels), args.micro_batch_size, options
@@ -86,7 +83,7 @@ def run_plain(args: argparse.Namespace) -> dict:
 
     train = _example()
     optimizer = optax.adamw(1e-3)
-    params = train.init_params(jax.random.PRNGKey(0))
+    params = train.init_params(0)
     state = [params, optimizer.init(params)]
 
     @jax.jit

@@ -19,6 +19,7 @@ References:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from collections.abc import Sequence
@@ -45,8 +46,12 @@ def _bn_init(channels, dtype):
     return {"scale": jnp.ones((channels,), dtype), "bias": jnp.zeros((channels,), dtype)}
 
 
+@functools.partial(jax.jit, static_argnames="dtype")
 def init_params(key: jax.Array, dtype=jnp.float16) -> dict:
-    """ResNet-50 parameters (about 25.6 M) as a nested dict of arrays of ``dtype``."""
+    """ResNet-50 parameters (about 25.6 M) as a nested dict of arrays of ``dtype``.
+
+    One jitted program: drawn eagerly, every leaf shape would compile its own random draw.
+    """
     keys = iter(jax.random.split(key, 64))
     params = {
         "stem": {"conv": _conv_init(next(keys), 7, 7, 3, 64, dtype), "bn": _bn_init(64, dtype)}

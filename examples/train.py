@@ -42,24 +42,26 @@ DEFAULT_MICRO_BATCH = 8
 DEFAULT_LEARNING_RATE = 1e-2
 
 
-def _uniform(key: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
+def _uniform(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int) -> np.ndarray:
     # PyTorch's default Conv2d/Linear initialisation: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
     bound = 1.0 / math.sqrt(fan_in)
-    return jax.random.uniform(key, shape, jnp.float32, -bound, bound)
+    return rng.uniform(-bound, bound, shape).astype(np.float32)
 
 
-def init_params(key: jax.Array) -> dict:
-    """The network's parameters, named by layer as in the tutorial (``layer1/conv/w``...)."""
-    k = jax.random.split(key, 8)
+def init_params(seed: int) -> dict:
+    """The network's parameters, named by layer as in the tutorial (``layer1/conv/w``...).
+
+    Drawn with NumPy from ``seed``: the same values on every instance, and no XLA compile
+    (an eager ``jax.random`` draw compiles once per leaf shape, seconds on a small machine).
+    """
+    rng = np.random.default_rng(seed)
     return {
-        "layer1": {
-            "conv": {"w": _uniform(k[0], (5, 5, 1, 10), 25), "b": _uniform(k[1], (10,), 25)}
-        },
+        "layer1": {"conv": {"w": _uniform(rng, (5, 5, 1, 10), 25), "b": _uniform(rng, (10,), 25)}},
         "layer2": {
-            "conv": {"w": _uniform(k[2], (5, 5, 10, 20), 250), "b": _uniform(k[3], (20,), 250)}
+            "conv": {"w": _uniform(rng, (5, 5, 10, 20), 250), "b": _uniform(rng, (20,), 250)}
         },
-        "layer3": {"w": _uniform(k[4], (80, 256), 80), "b": _uniform(k[5], (256,), 80)},
-        "layer4": {"w": _uniform(k[6], (256, 10), 256), "b": _uniform(k[7], (10,), 256)},
+        "layer3": {"w": _uniform(rng, (80, 256), 80), "b": _uniform(rng, (256,), 80)},
+        "layer4": {"w": _uniform(rng, (256, 10), 256), "b": _uniform(rng, (10,), 256)},
     }
 
 
@@ -125,6 +127,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     start = time.perf_counter()
     args = parse_args(argv)
+    leader = popdist.getInstanceIndex() == 0
+    # First, so the long phases (compiling the step) are named while they run.
+    progress = popdist.Progress(args.steps, enabled=leader)
     options = popdist.Options(
         gradient_accumulation=args.gradient_accumulation,
         device_iterations=args.device_iterations,
@@ -137,7 +142,7 @@ def main(argv: list[str] | None = None) -> dict:
         trainer = popdist.Trainer(
             loss_fn,
             optax.adamw(args.learning_rate),
-            init_params(jax.random.PRNGKey(args.seed)),
+            init_params(args.seed),
             options,
         )
     except NotImplementedError as err:
@@ -156,7 +161,6 @@ def main(argv: list[str] | None = None) -> dict:
         "sharding_domain_size": trainer.lever_info.sharding_domain_size,
         "offload_bytes_per_update": trainer.lever_info.offload_bytes_per_update,
     }
-    leader = popdist.getInstanceIndex() == 0
     shapes = batch_shapes(options, args.micro_batch_size)
     try:
         # Before any step, as Poplar refuses at compile time a graph that does not fit.
@@ -167,7 +171,7 @@ def main(argv: list[str] | None = None) -> dict:
     if trainer.offline:
         report |= offline_report(trainer, shapes)
     else:
-        result, stats = train(trainer, options, args, leader)
+        result, stats = train(trainer, options, args, leader, progress)
         report |= result
         simulation = popdist.with_infeed_stats(simulation, stats)
     popdist.report_simulation(simulation)
@@ -204,7 +208,13 @@ def offline_report(trainer: popdist.Trainer, shapes: tuple) -> dict:
     }
 
 
-def train(trainer: popdist.Trainer, options: popdist.Options, args, leader: bool) -> tuple:
+def train(
+    trainer: popdist.Trainer,
+    options: popdist.Options,
+    args: argparse.Namespace,
+    leader: bool,
+    progress: popdist.Progress,
+) -> tuple:
     """Trains for ``args.steps`` steps and evaluates on the held-out digits.
 
     Returns:
@@ -216,7 +226,6 @@ def train(trainer: popdist.Trainer, options: popdist.Options, args, leader: bool
         (data.train_images, data.train_labels), args.micro_batch_size, options, seed=args.seed
     )
     calls = args.steps // options.device_iterations
-    progress = popdist.Progress(args.steps, enabled=leader)
     losses = []
     t0 = time.perf_counter()
     # Batches are pure functions of the call index, prepared by an infeed thread while the

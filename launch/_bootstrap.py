@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import BinaryIO
 
 from launch._job import (
@@ -36,6 +37,7 @@ from launch._job import (
 )
 from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig
 
+_LINE_END = re.compile(rb"\r\n|\n|\r")
 # Rank variables of MPICH Hydra, Open MPI and PMIx launchers, in that order.
 _RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 _LOCAL_RANK_VARIABLES = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK")
@@ -53,14 +55,30 @@ def _pin_to_one_cpu(local_index: int) -> None:
     os.sched_setaffinity(0, {cpus[local_index % len(cpus)]})
 
 
+def _segments(source: BinaryIO) -> Iterator[bytes]:
+    """The child's output as it arrives, cut after every newline and carriage return: a
+    progress bar redraws its line with ``\r``, and each redraw must pass at once."""
+    pending = b""
+    while chunk := source.read1(65536):
+        pending += chunk
+        start = 0
+        for match in _LINE_END.finditer(pending):
+            yield pending[start : match.end()]
+            start = match.end()
+        pending = pending[start:]
+    if pending:
+        yield pending
+
+
 def _pump(source: BinaryIO, sink: BinaryIO, tag: bytes) -> None:
-    """Copies lines from the child's pipe to ours, each with the instance's tag."""
+    """Copies lines from the child's pipe to ours, each with the instance's tag (a line a
+    progress bar redraws with ``\r`` keeps its tag)."""
     broken = False
-    for line in iter(source.readline, b""):
+    for line in _segments(source):
         if broken:
             continue  # keep draining, so that the child never blocks on a full pipe
         try:
-            sink.write(tag + (line if line.endswith(b"\n") else line + b"\n"))
+            sink.write(tag + (line if line.endswith((b"\n", b"\r")) else line + b"\n"))
             sink.flush()
         except OSError:  # mpiexec is gone; nobody reads our output any more
             broken = True

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Sequence
 
 from hardware import LayoutError, ReplicaLayout, SystemSelectionError, select_system
+from launch._cache import executable_cache_dir
 from launch._errors import UsageError
 from launch._job import instance_environment
 from launch._mpi import adapt_mpi_args, find_mpiexec, mpi_flavour, mpiexec_command
@@ -111,6 +112,7 @@ def _log(message: str) -> None:
 
 def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) -> int:
     """Starts the instances (or, offline, instance 0 alone) and watches them to the end."""
+    cache = executable_cache_dir(options.executable_cache_path)  # refused before any start
     if options.no_effect:
         _log(
             f"{', '.join(options.no_effect)}: no effect in the emulator (there is no V-IPU "
@@ -149,11 +151,8 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
             offline=options.offline_mode,
             launcher_pid=os.getpid(),
             instance=0 if options.offline_mode else None,
-            executable_cache_path=(
-                os.path.abspath(options.executable_cache_path)
-                if options.executable_cache_path
-                else ""
-            ),
+            executable_cache_path=cache,
+            progress=sys.stderr.isatty(),
         )
         bootstrap = [sys.executable, "-m", "launch._bootstrap", "--", *program]
         if options.offline_mode:

@@ -27,6 +27,7 @@ import jax.extend.core as jex
 import numpy as np
 
 from hardware import CollectiveRecord, StepProfile
+from popdist_emu._progress import phase
 
 
 def tree_nbytes(tree: Any) -> int:
@@ -92,13 +93,17 @@ def _struct(x: Any) -> jax.ShapeDtypeStruct:
     )
 
 
-def compile_program(fn: Callable, *args: Any) -> Program:
+def compile_program(fn: Callable, *args: Any, label: str | None = None) -> Program:
     """Traces, lowers and compiles ``fn`` for ``args`` (arrays or shape structs), once per
     process: a second request for the same function and argument shapes returns the same
-    :class:`Program`.
+    :class:`Program`. The compilation is a named phase (``compiling <label> ...``, then its
+    seconds), shown by instance 0.
 
-    ``fn`` may be jitted already (its ``donate_argnums`` and the like are kept) or a plain
-    function, which is jitted here (pass the same jitted function to share programs).
+    Args:
+        fn: jitted already (its ``donate_argnums`` and the like are kept) or a plain
+            function, which is jitted here (pass the same jitted function to share programs).
+        *args: the arguments' values or ``jax.ShapeDtypeStruct`` shapes.
+        label: what the phase messages call the program; default ``fn``'s name.
     """
     structs = jax.tree.map(_struct, args)
     leaves, treedef = jax.tree.flatten(structs)
@@ -106,8 +111,10 @@ def compile_program(fn: Callable, *args: Any) -> Program:
     program = _PROGRAMS.get(key)
     if program is None:
         jitted = fn if hasattr(fn, "trace") else jax.jit(fn)
-        traced = jitted.trace(*structs)
-        program = Program(traced.lower().compile(), traced.jaxpr)
+        label = label or getattr(fn, "__name__", "a program")
+        with phase(f"compiling {label}", f"compiled {label}"):
+            traced = jitted.trace(*structs)
+            program = Program(traced.lower().compile(), traced.jaxpr)
         _PROGRAMS[key] = program
         while len(_PROGRAMS) > _MAX_PROGRAMS:
             _PROGRAMS.popitem(last=False)
@@ -320,9 +327,14 @@ def profile_step(
         The StepProfile, pure data for ``hardware.simulate_step``.
     """
     batch = tuple(batch)
-    micro = compile_program(grad_fn, params, *batch)
+    what = f"{name}'s step (micro-batch {int(np.shape(jax.tree.leaves(batch)[0])[0])})"
+    micro = compile_program(grad_fn, params, *batch, label=f"{what}: forward and backward")
     grads = micro.out_info
-    update = None if update_fn is None else compile_program(update_fn, params, opt_state, grads)
+    update = None
+    if update_fn is not None:
+        update = compile_program(
+            update_fn, params, opt_state, grads, label=f"{name}'s step: weight update"
+        )
     gradient_bytes = tree_nbytes(grads)
     if collectives is None:
         if replicated_tensor_sharding:

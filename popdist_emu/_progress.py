@@ -1,29 +1,94 @@
-"""Progress of a training run, shown by one instance only.
+"""What a run is doing, shown by one instance only: named phases, then the steps.
 
-On a terminal and a run long enough to watch, a tqdm bar with the loss (as the PopTorch
-tutorials show); otherwise (logs, CI, short runs) a plain line every few steps, so output
-stays readable when ``poprun-emu`` tags and interleaves the instances' lines.
+Long phases (compiling a program, above all) are named before they start and reported with
+their elapsed seconds when they end (:func:`phase`, through the ``popdist_emu`` logger), so a
+job never sits silent. The steps then show as a tqdm bar with the loss, rate and ETA (as the
+PopTorch tutorials show) on a terminal, including the launcher's terminal (``poprun-emu``
+asks instance 0 for a bar when its own stderr is one); otherwise (logs, CI, pipes) as a plain
+line at the first step and every tenth of the run, so output stays readable when
+``poprun-emu`` tags and interleaves the instances' lines.
+
+References:
+    tqdm documentation, ``tqdm.tqdm`` and ``tqdm.write`` (printing beside an active bar).
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import sys
+import time
+from collections.abc import Iterator
 from typing import TextIO
+
+from popdist_emu._environment import InstanceEnvironment
 
 # Runs shorter than this finish before a bar is worth drawing.
 MIN_STEPS_FOR_BAR = 50
 # Plain-line mode prints about this many lines over a run.
 LINES_PER_RUN = 10
 
+LOGGER = logging.getLogger("popdist_emu")
+
+
+class _TqdmHandler(logging.Handler):
+    """Writes log records through ``tqdm.write``, so they never tear an active bar."""
+
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(logging.INFO)
+        self.stream = stream
+        self.setFormatter(logging.Formatter("[popdist-emu] %(message)s"))
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        try:
+            tqdm.write(self.format(record), file=self.stream)
+            self.stream.flush()
+        except Exception:  # logging must never end the run
+            self.handleError(record)
+
+
+_handler: _TqdmHandler | None = None
+
+
+def show_phases(stream: TextIO | None = None) -> None:
+    """Prints this process's phase messages (:func:`phase`) to ``stream`` (stderr)."""
+    global _handler
+    if _handler is not None:
+        LOGGER.removeHandler(_handler)
+    _handler = _TqdmHandler(sys.stderr if stream is None else stream)
+    LOGGER.addHandler(_handler)
+    LOGGER.setLevel(logging.INFO)
+    LOGGER.propagate = False
+
+
+@contextlib.contextmanager
+def phase(doing: str, done: str | None = None) -> Iterator[None]:
+    """Names a long phase before it starts and reports its seconds when it ends.
+
+    Logs ``"<doing> ..."``, then ``"<done> in <s> s"`` at INFO on the ``popdist_emu`` logger,
+    which :func:`show_phases` (or a :class:`Progress`) prints on instance 0.
+
+    Args:
+        doing: what starts, e.g. ``"compiling micro_step"``.
+        done: what ended, e.g. ``"compiled micro_step"``; default ``doing``.
+    """
+    LOGGER.info("%s ...", doing)
+    start = time.perf_counter()
+    yield
+    LOGGER.info("%s in %.1f s", done or doing, time.perf_counter() - start)
+
 
 class Progress:
-    """A progress display of ``total_steps`` optimiser steps.
+    """A progress display of ``total_steps`` optimiser steps; also shows the named phases.
 
     Args:
         total_steps: steps the run will take.
         enabled: whether this process shows anything (pass ``instance == 0``).
         stream: where to write; stderr by default, keeping stdout for results.
-        bar: force the tqdm bar on or off; None picks it for a tty and a long run.
+        bar: force the tqdm bar on or off; None draws it on a terminal (this process's, or
+            the launcher's when ``poprun-emu`` asks for it) for a run long enough to watch.
     """
 
     def __init__(
@@ -39,22 +104,26 @@ class Progress:
         self.stream = sys.stderr if stream is None else stream
         if bar is None:
             isatty = getattr(self.stream, "isatty", lambda: False)
-            bar = isatty() and total_steps >= MIN_STEPS_FOR_BAR
+            terminal = isatty() or InstanceEnvironment.from_environ().progress
+            bar = terminal and total_steps >= MIN_STEPS_FOR_BAR
         self.every = max(1, total_steps // LINES_PER_RUN)
+        self.use_bar = bool(enabled and bar)
         self._bar = None
-        if enabled and bar:
-            from tqdm import tqdm
-
-            self._bar = tqdm(total=total_steps, file=self.stream, unit="step", leave=True)
+        if enabled:
+            show_phases(self.stream)
 
     def update(self, step: int, loss: float) -> None:
         """Reports that ``step`` steps are done (1-based count) with the latest ``loss``."""
         if not self.enabled:
             return
-        if self._bar is not None:
+        if self.use_bar:
+            if self._bar is None:  # drawn at the first step, after the phase messages
+                from tqdm import tqdm
+
+                self._bar = tqdm(total=self.total_steps, file=self.stream, unit="step")
             self._bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
             self._bar.update(step - self._bar.n)
-        elif step % self.every == 0 or step == self.total_steps:
+        elif step == 1 or step % self.every == 0 or step == self.total_steps:
             print(f"step {step}/{self.total_steps} loss {loss:.4f}", file=self.stream, flush=True)
 
     def close(self) -> None:

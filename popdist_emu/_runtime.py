@@ -384,7 +384,11 @@ class Trainer:
                 plan = stage.plan
             self._plan = plan
             return stage, opt_state
-        init = make_init(optimizer)
+
+        def init(values: Any) -> Any:
+            program = compile_program(make_init(optimizer), values, label="the optimiser's init")
+            return program(values)
+
         if opts.offload_optimiser:
             stage = AllReduceUpdate(OffloadedUpdate(self._run_update), num_replicas=replicas, **kw)
             return stage, None if self.offline else stream_out(init(params))
@@ -458,11 +462,15 @@ class Trainer:
         micro_key = (jax.tree.structure(micro), tuple(jax.tree.leaves(micro)), acc)
         if micro_key not in self._micro_steps:
             self._micro_steps[micro_key] = compile_program(
-                self.grad_fn, self._params_shape, acc, micro
+                self.grad_fn, self._params_shape, acc, micro, label="the replica's micro-step"
             )
         if grad not in self._updates:
             self._updates[grad] = compile_program(
-                self.update_fn, self._params_shape, self._opt_state_shape, grad
+                self.update_fn,
+                self._params_shape,
+                self._opt_state_shape,
+                grad,
+                label="the weight update",
             )
         return CompiledStep(
             self._micro_steps[micro_key],

@@ -85,7 +85,9 @@ def init_sharded_state(
     optimizer: Any, plan: ShardingPlan, params: Any, replicas: Sequence[int]
 ) -> ShardedOptState:
     """``optimizer.init(params)``, each given global replica keeping only its part."""
-    return shard_state(plan, optimizer.init(params), replicas)
+    from popdist_emu._replica_step import make_init  # one jitted init, not one per leaf op
+
+    return shard_state(plan, make_init(optimizer)(params), replicas)
 
 
 def sharded_state_nbytes(optimizer: Any, plan: ShardingPlan) -> int:

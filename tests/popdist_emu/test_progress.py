@@ -3,6 +3,7 @@
 import io
 
 from popdist_emu import Progress
+from popdist_emu._progress import phase
 
 
 def test_lines_every_tenth_of_the_run():
@@ -12,7 +13,8 @@ def test_lines_every_tenth_of_the_run():
         progress.update(step, 1.0 / step)
     progress.close()
     lines = out.getvalue().splitlines()
-    assert len(lines) == 10
+    assert len(lines) == 11  # the first step, then every tenth of the run
+    assert lines[0] == "step 1/20 loss 1.0000"
     assert lines[-1] == "step 20/20 loss 0.0500"
 
 
@@ -31,4 +33,15 @@ def test_bar_shows_the_loss():
     for step in range(1, 5):
         progress.update(step, 0.25)
     progress.close()
-    assert "loss=0.2500" in out.getvalue() and "4/4" in out.getvalue()
+    text = out.getvalue()
+    assert "loss=0.2500" in text and "4/4" in text and "step/s" in text  # rate and ETA
+
+
+def test_phases_are_named_before_they_start_and_timed(capsys):
+    out = io.StringIO()
+    Progress(3, stream=out)
+    with phase("compiling micro_step", "compiled micro_step"):
+        assert out.getvalue() == "[popdist-emu] compiling micro_step ...\n"
+    lines = out.getvalue().splitlines()
+    assert lines[1].startswith("[popdist-emu] compiled micro_step in ") and lines[1].endswith(" s")
+    assert capsys.readouterr().err == ""

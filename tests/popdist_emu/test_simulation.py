@@ -187,6 +187,11 @@ def test_functional_and_offline_runs_report_the_same_step(tmp_path):
     args = (str(TRAIN), "--steps", "2", "--micro-batch-size", "4")
     functional = poprun(tmp_path, *layout, "--report-dir", "fun", *args)
     assert functional.returncode == 0, functional.stderr[-2000:]
+    # Start-up smoke test: instance 0 names the compilation, then prints its first step.
+    err = functional.stderr
+    assert "[1,0]<stderr>:[popdist-emu] compiling the replica's micro-step ..." in err
+    assert err.index("compiling the replica's micro-step") < err.index("step 1/2 loss ")
+    assert "[1,1]<stderr>:[popdist-emu]" not in err and "[1,1]<stderr>:step" not in err
     offline = poprun(tmp_path, "--offline-mode", *layout, "--report-dir", "off", *args)
     assert offline.returncode == 0, offline.stderr[-2000:]
 

@@ -1,0 +1,120 @@
+"""Start-up of a job as a user sees it: seconds from launch to the first step, and offline.
+
+Measures, from the moment ``poprun-emu`` is started:
+
+- the main job, ``poprun-emu --num-replicas 16 --num-instances 4 examples/train.py``: seconds
+  until instance 0 prints its first step (``step 1/100 ...``), with a cold executable cache
+  (a fresh ``--executable-cache-path``, so every program is compiled) and a warm one (the
+  same directory again, so every program is loaded from JAX's persistent cache);
+- ``poprun-emu --offline-mode --num-replicas 65536 --num-instances 2048 examples/train.py``:
+  seconds until the launcher exits, warm cache (its steady-state cost; the cold run's
+  compile is reported too).
+
+Each figure is run ``--repeats`` times; the median and the range are printed, with the load
+average before the runs, since other work on the machine slows every figure. The last line
+is one JSON object with all figures.
+
+Usage::
+
+    python benchmarks/startup.py [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRAIN = ROOT / "examples" / "train.py"
+MAIN_JOB = ("--num-replicas", "16", "--num-instances", "4", str(TRAIN))
+OFFLINE_JOB = ("--offline-mode", "--num-replicas", "65536", "--num-instances", "2048", str(TRAIN))
+FIRST_STEP = "step 1/"
+
+
+def _poprun() -> list[str]:
+    script = shutil.which("poprun-emu", path=os.path.dirname(sys.executable))
+    return [script] if script else [sys.executable, "-m", "launch"]
+
+
+def time_to_first_step(cache: str, timeout: float = 300.0) -> float:
+    """Seconds from starting the main job until instance 0 prints its first step; the job
+    then runs to its end (so the next run starts on an idle machine)."""
+    command = [*_poprun(), "--executable-cache-path", cache, *MAIN_JOB]
+    start = time.perf_counter()
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
+    )
+    first = None
+    assert proc.stdout is not None
+    for line in proc.stdout:
+        if first is None and FIRST_STEP in line:
+            first = time.perf_counter() - start
+        if time.perf_counter() - start > timeout:
+            proc.kill()
+            break
+    if proc.wait(timeout=timeout) != 0 or first is None:
+        raise RuntimeError(f"{' '.join(command)} failed or printed no first step")
+    return first
+
+
+def offline_seconds(cache: str, timeout: float = 300.0) -> float:
+    """Wall seconds of the offline 65,536-replica job, launch to exit."""
+    command = [*_poprun(), "--executable-cache-path", cache, *OFFLINE_JOB]
+    start = time.perf_counter()
+    subprocess.run(command, check=True, capture_output=True, timeout=timeout, cwd=ROOT)
+    return time.perf_counter() - start
+
+
+def _summary(values: list[float]) -> dict:
+    return {
+        "median_s": round(statistics.median(values), 2),
+        "min_s": round(min(values), 2),
+        "max_s": round(max(values), 2),
+        "runs": [round(v, 2) for v in values],
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each figure")
+    args = parser.parse_args(argv)
+    load = os.getloadavg()[0]
+    cold, warm, offline_cold, offline_warm = [], [], [], []
+    for _ in range(args.repeats):
+        with tempfile.TemporaryDirectory(prefix="popdist-emu-cache-") as cache:
+            os.chmod(cache, 0o700)
+            cold.append(time_to_first_step(cache))
+            warm.append(time_to_first_step(cache))
+        with tempfile.TemporaryDirectory(prefix="popdist-emu-cache-") as cache:
+            os.chmod(cache, 0o700)
+            offline_cold.append(offline_seconds(cache))
+            offline_warm.append(offline_seconds(cache))
+    figures = {
+        "cpus": os.cpu_count(),
+        "load_average_before": round(load, 2),
+        "first_step_cold_cache": _summary(cold),
+        "first_step_warm_cache": _summary(warm),
+        "offline_65536_replicas_cold_cache": _summary(offline_cold),
+        "offline_65536_replicas_warm_cache": _summary(offline_warm),
+    }
+    for name, value in figures.items():
+        if isinstance(value, dict):
+            print(
+                f"{name}: median {value['median_s']} s (range {value['min_s']}-"
+                f"{value['max_s']} s over {len(value['runs'])} runs)"
+            )
+    print(f"load average before the runs: {load:.2f} on {os.cpu_count()} CPUs")
+    print(json.dumps(figures), flush=True)
+    return figures
+
+
+if __name__ == "__main__":
+    main()
