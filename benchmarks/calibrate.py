@@ -16,8 +16,8 @@ Run::
     python benchmarks/calibrate.py [--write]
 
 References:
-    mlcommons/training_results_v1.1, Graphcore ResNet-50 (figures as computed in
-    shared/reference/published-results.md: 1,281,167 images / median epoch time).
+    mlcommons/training_results_v1.1, Graphcore ResNet-50 result logs (throughput =
+    1,281,167 ImageNet images / median epoch time of the runs).
     Branch, Coleman and Li, "A subspace, interior, and conjugate gradient method for
     large-scale bound-constrained minimization problems", SIAM J. Sci. Comput. 21(1), 1999
     (scipy.optimize.least_squares' "trf" method).

@@ -82,14 +82,14 @@ def run_plain(args: argparse.Namespace) -> dict:
     import popdist_emu as popdist
 
     train = _example()
-    optimizer = optax.adamw(1e-3)
+    optimiser = optax.adamw(1e-3)
     params = train.init_params(0)
-    state = [params, optimizer.init(params)]
+    state = [params, optimiser.init(params)]
 
     @jax.jit
     def step(params, opt_state, images, labels):
         loss, grads = jax.value_and_grad(train.loss_fn)(params, (images, labels))
-        updates, opt_state = optimizer.update(grads, opt_state, params)
+        updates, opt_state = optimiser.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
     global_batch = args.micro_batch_size * NUM_REPLICAS

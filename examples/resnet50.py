@@ -135,10 +135,10 @@ def make_step_functions(*, recomputation: bool = False, learning_rate: float = 0
     """The per-replica gradient function and the optimiser update, both jitted.
 
     Returns:
-        ``(grad_fn, update_fn, optimizer)`` with ``grad_fn(params, images, labels) -> grads``
+        ``(grad_fn, update_fn, optimiser)`` with ``grad_fn(params, images, labels) -> grads``
         and ``update_fn(params, opt_state, grads) -> (params, opt_state)``; LARS as MLPerf.
     """
-    optimizer = optax.lars(learning_rate, weight_decay=5e-5, momentum=0.9)
+    optimiser = optax.lars(learning_rate, weight_decay=5e-5, momentum=0.9)
 
     @jax.jit
     def grad_fn(params, images, labels):
@@ -146,17 +146,17 @@ def make_step_functions(*, recomputation: bool = False, learning_rate: float = 0
 
     @jax.jit
     def update_fn(params, opt_state, grads):
-        updates, opt_state = optimizer.update(grads, opt_state, params)
+        updates, opt_state = optimiser.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
-    return grad_fn, update_fn, optimizer
+    return grad_fn, update_fn, optimiser
 
 
 def example_shapes(micro_batch_size: int, dtype=jnp.float16):
     """``(params, opt_state, images, labels)`` as ShapeDtypeStructs: nothing is allocated."""
-    _, _, optimizer = make_step_functions()
+    _, _, optimiser = make_step_functions()
     params = jax.eval_shape(lambda: init_params(jax.random.key(0), dtype))
-    opt_state = jax.eval_shape(optimizer.init, params)
+    opt_state = jax.eval_shape(optimiser.init, params)
     # Images cross the host link as uint8, as the MLPerf infeed sends them.
     images = jax.ShapeDtypeStruct((micro_batch_size, IMAGE_SIZE, IMAGE_SIZE, 3), jnp.uint8)
     labels = jax.ShapeDtypeStruct((micro_batch_size,), jnp.int32)

@@ -31,7 +31,8 @@ def compute_seconds(
     evenly (the ideal of model parallelism; pipelining's ramp is not modelled).
 
     References:
-        Williams et al. 2009 (roofline); graphcore-facts.md section 4 for P and M.
+        Williams et al. 2009 (roofline); P and M from the IPU-POD64 datasheet and the
+        published GC200 figures cited in ``hardware/_specs.py``.
     """
     if min(flops, bytes_accessed, transcendentals) < 0:
         raise ValueError(

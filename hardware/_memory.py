@@ -80,7 +80,7 @@ class MemoryBreakdown(NamedTuple):
         return self.total <= self.capacity and self.per_tile <= self.tile_capacity
 
 
-def optimizer_shards(profile: StepProfile, layout: ReplicaLayout) -> int:
+def optimiser_shards(profile: StepProfile, layout: ReplicaLayout) -> int:
     """Replicas the optimiser state is sharded over (1 without RTS)."""
     if not profile.replicated_tensor_sharding:
         return 1
@@ -105,15 +105,15 @@ def memory_per_ipu(
     """
     ipu = system.ipu
     k = layout.ipus_per_replica
-    shards = optimizer_shards(profile, layout)
-    optimizer = 0 if profile.offload_optimizer_state else profile.optimizer_state_bytes / shards
+    shards = optimiser_shards(profile, layout)
+    optimiser = 0 if profile.offload_optimiser_state else profile.optimiser_state_bytes / shards
     accumulators = profile.gradient_bytes if profile.gradient_accumulation > 1 else 0
     rounds = 1 + math.ceil(math.log2(layout.num_replicas)) if layout.num_replicas > 1 else 0
     exchange = ipu.tiles * EXCHANGE_CODE_BYTES_PER_TILE * len(profile.collectives) * rounds
     # Tensors spread over the replica's k IPUs; code and exchange code are per IPU already.
     per_replica_tensors = {
         "weights": profile.parameter_bytes,
-        "optimizer_state": optimizer,
+        "optimizer_state": optimiser,
         "gradient_accumulators": accumulators,
         "stream_buffers": (prefetch_depth + 1) * profile.host_bytes_per_micro_batch,
         "activations": profile.activation_bytes,
@@ -147,7 +147,7 @@ def _remedies(profile: StepProfile, layout: ReplicaLayout, memory: MemoryBreakdo
         and c["optimizer_state"] > 0
     ):
         remedies.append("replicated tensor sharding (RTS) of the optimiser state")
-    if not profile.offload_optimizer_state and c["optimizer_state"] > 0:
+    if not profile.offload_optimiser_state and c["optimizer_state"] > 0:
         remedies.append("offloading the optimiser state to Streaming Memory")
     if layout.ipus_per_replica < 16:
         remedies.append(

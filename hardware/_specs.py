@@ -1,6 +1,6 @@
 """IPU, IPU-Machine and IPU-POD specifications as data, each figure with its source.
 
-The figures come from graphcore-facts.md, section 4. "derived" marks arithmetic on cited
+Each figure cites the public document it comes from. "derived" marks arithmetic on cited
 figures; UNCONFIRMED marks a figure no Graphcore source confirmed (third-party notes or an
 assumption made here), so a reader knows which numbers to distrust first.
 

@@ -93,7 +93,7 @@ class StepProfile:
         update_flops: FLOPs of one weight update (optimiser step) on the full weights.
         update_bytes_accessed: bytes read and written by that update.
         parameter_bytes: bytes of the weights of one replica.
-        optimizer_state_bytes: bytes of the optimiser state of one replica (unsharded).
+        optimiser_state_bytes: bytes of the optimiser state of one replica (unsharded).
         gradient_bytes: bytes of one gradient (and of the accumulator when GA > 1).
         activation_bytes: bytes saved by the forward pass for the backward pass.
         temporary_bytes: peak working space of one operation beyond the saved activations.
@@ -106,7 +106,7 @@ class StepProfile:
         precision: "float16" or "float32": the arithmetic the model runs in.
         collectives: the collectives of one weight update.
         replicated_tensor_sharding: optimiser state sharded over ``sharding_domain`` replicas.
-        offload_optimizer_state: optimiser state kept in Streaming Memory.
+        offload_optimiser_state: optimiser state kept in Streaming Memory.
         sharding_domain: replicas the optimiser state is sharded over (0 = all replicas).
         recomputation: activations recomputed in the backward pass (already reflected in
             ``activation_bytes``; kept for the out-of-memory remedies).
@@ -119,7 +119,7 @@ class StepProfile:
     update_flops: float = 0.0
     update_bytes_accessed: float = 0.0
     parameter_bytes: int = 0
-    optimizer_state_bytes: int = 0
+    optimiser_state_bytes: int = 0
     gradient_bytes: int = 0
     activation_bytes: int = 0
     temporary_bytes: int = 0
@@ -131,7 +131,7 @@ class StepProfile:
     precision: str = "float32"
     collectives: tuple[CollectiveRecord, ...] = ()
     replicated_tensor_sharding: bool = False
-    offload_optimizer_state: bool = False
+    offload_optimiser_state: bool = False
     sharding_domain: int = 0
     recomputation: bool = False
     name: str = "model"

@@ -23,7 +23,7 @@ from hardware._collectives import CollectiveTime, collective_time
 from hardware._compute import compute_seconds
 from hardware._host_io import host_io_seconds
 from hardware._layout import ReplicaLayout
-from hardware._memory import MemoryBreakdown, memory_per_ipu, optimizer_shards
+from hardware._memory import MemoryBreakdown, memory_per_ipu, optimiser_shards
 from hardware._parameters import DEFAULT_PREFETCH_DEPTH, ModelParameters, load_parameters
 from hardware._specs import SystemSelectionError, SystemSpec
 from hardware._step_profile import StepProfile
@@ -144,7 +144,7 @@ def _durations(
         if profile.gradient_accumulation > 1
         else 0.0
     )
-    shards = optimizer_shards(profile, layout)
+    shards = optimiser_shards(profile, layout)
     update = compute_seconds(
         profile.update_flops / shards,
         profile.update_bytes_accessed / shards,
@@ -158,8 +158,8 @@ def _durations(
     # update, over the machine's gateway bandwidth shared by its IPUs.
     per_ipu_stream = system.machine.streaming_bandwidth / system.machine.ipus
     streaming = (
-        2 * profile.optimizer_state_bytes / shards / k / per_ipu_stream
-        if profile.offload_optimizer_state
+        2 * profile.optimiser_state_bytes / shards / k / per_ipu_stream
+        if profile.offload_optimiser_state
         else 0.0
     )
     collectives = tuple(

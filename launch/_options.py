@@ -5,7 +5,8 @@ or an option's value (or at ``--``); everything from there on belongs to the pro
 program's own ``--num-replicas`` is never read by the launcher.
 
 References:
-    PopRun/PopDist User Guide, "Overview" (the option table); graphcore-facts.md, section 2.
+    PopRun/PopDist User Guide, "Overview" (the option table,
+    https://docs.graphcore.ai/projects/poprun-user-guide/en/latest/overview.html).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class OptionSpec(NamedTuple):
     choices: tuple[str, ...] = ()
 
 
-# The options of PopRun (graphcore-facts.md, section 2) and the emulator's own three.
+# The options of PopRun (the PopRun/PopDist User Guide's option table) and the emulator's own.
 OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(("-h", "--help"), "flag", "help", "Show this help and exit."),
     OptionSpec(("--version",), "flag", "version", "Show the version and exit."),

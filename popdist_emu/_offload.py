@@ -10,7 +10,7 @@ the state on chip; what changes is where the bytes live and how many cross the l
 :class:`StreamTraffic` reports for the hardware model to charge.
 
 References:
-    PopART User Guide, "Tensor locations": ``optimizerStateTensorLocationSettings`` with
+    PopART User Guide, "Tensor locations": ``optimiserStateTensorLocationSettings`` with
     ``TensorStorage.OffChip`` keeps optimiser state in streaming memory and loads it when the
     optimiser step needs it. Memory and Performance Optimisation on the IPU, 4.4.4 "Disabling
     variable offloading" (the transfer cost this buys memory with).
@@ -19,12 +19,13 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+
+from popdist_emu._profile import tree_nbytes
 
 
 class StreamTraffic(NamedTuple):
@@ -61,22 +62,10 @@ class StreamingState(NamedTuple):
         return sum(leaf.nbytes for leaf in self.leaves)
 
 
-def state_nbytes(state: Any) -> int:
-    """Bytes of an optimiser state pytree, for the memory model.
-
-    Leaves may be device arrays, host arrays or ``jax.ShapeDtypeStruct`` (offline mode, or
-    ``jax.eval_shape(optimizer.init, params)``).
-    """
-    return sum(
-        math.prod(np.shape(leaf)) * np.dtype(leaf.dtype).itemsize
-        for leaf in jax.tree_util.tree_leaves(state)
-    )
-
-
 def offload_traffic(state: Any) -> StreamTraffic:
     """The streaming-memory traffic of one offloaded weight update: the whole state in, then
     out (the state's shape does not change in an update). Works on shapes alone."""
-    nbytes = state_nbytes(state)
+    nbytes = tree_nbytes(state)
     return StreamTraffic(nbytes, nbytes)
 
 
@@ -134,7 +123,7 @@ class OffloadedUpdate:
     Wraps the runtime's ``update_fn(params, opt_state, grads) -> (params, opt_state)`` into the
     same signature with a :class:`StreamingState` in place of ``opt_state``, so it drops into
     any stage that calls an update function (e.g. ``AllReduceUpdate(OffloadedUpdate(fn))``
-    with ``TrainState(params, stream_out(optimizer.init(params)))``). Each call moves
+    with ``TrainState(params, stream_out(optimiser.init(params)))``). Each call moves
     :func:`offload_traffic` ``(state)`` bytes.
     """
 

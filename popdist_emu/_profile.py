@@ -173,6 +173,16 @@ def _precision(params: Any) -> str:
     return "float16" if max(by_width, key=lambda w: by_width[w] * w) <= 2 else "float32"
 
 
+def _leading_dimension(micro_batch: Any) -> int:
+    leaves = jax.tree.leaves(micro_batch)
+    if not leaves or not np.shape(leaves[0]):
+        raise ValueError(
+            "profile: could not infer `micro_batch_size`: the first leaf of the micro-batch "
+            "has no leading dimension; pass micro_batch_size=."
+        )
+    return int(np.shape(leaves[0])[0])
+
+
 def profile_programs(
     micro_step: Program,
     update: Program | None = None,
@@ -230,13 +240,7 @@ def profile_programs(
         The StepProfile, pure data for ``hardware.simulate_step``.
     """
     if micro_batch_size is None:
-        leaves = jax.tree.leaves(micro_batch)
-        if not leaves or not np.shape(leaves[0]):
-            raise ValueError(
-                "profile_programs could not infer `micro_batch_size`: the first leaf of "
-                "`micro_batch` has no leading dimension; pass micro_batch_size=."
-            )
-        micro_batch_size = int(np.shape(leaves[0])[0])
+        micro_batch_size = _leading_dimension(micro_batch)
     micro_cost = _cost(micro_step.compiled)
     ops, largest = _walk(micro_step.jaxpr.jaxpr)
     if loss_fn is not None:
@@ -252,7 +256,7 @@ def profile_programs(
         update_flops=update_cost.get("flops", 0.0),
         update_bytes_accessed=update_cost.get("bytes accessed", 0.0),
         parameter_bytes=parameter_bytes,
-        optimizer_state_bytes=tree_nbytes(opt_state) if opt_state is not None else 0,
+        optimiser_state_bytes=tree_nbytes(opt_state) if opt_state is not None else 0,
         gradient_bytes=parameter_bytes if gradient_bytes is None else int(gradient_bytes),
         activation_bytes=activations,
         # The largest operation needs its input and its output at once.
@@ -265,7 +269,7 @@ def profile_programs(
         precision=_precision(params),
         collectives=tuple(collectives),
         replicated_tensor_sharding=replicated_tensor_sharding,
-        offload_optimizer_state=offload_optimiser_state,
+        offload_optimiser_state=offload_optimiser_state,
         sharding_domain=sharding_domain,
         recomputation=recomputation,
         name=name,
@@ -327,7 +331,9 @@ def profile_step(
         The StepProfile, pure data for ``hardware.simulate_step``.
     """
     batch = tuple(batch)
-    what = f"{name}'s step (micro-batch {int(np.shape(jax.tree.leaves(batch)[0])[0])})"
+    if micro_batch_size is None:
+        micro_batch_size = _leading_dimension(batch)
+    what = f"{name}'s step (micro-batch {micro_batch_size})"
     micro = compile_program(grad_fn, params, *batch, label=f"{what}: forward and backward")
     grads = micro.out_info
     update = None

@@ -125,14 +125,14 @@ def unflatten_like(params: Params, flat: jax.Array) -> Params:
 
 
 @functools.lru_cache(maxsize=16)
-def make_update(optimizer: optax.GradientTransformation, scale: float | None) -> Callable:
+def make_update(optimiser: optax.GradientTransformation, scale: float | None) -> Callable:
     """The jitted update ``(params, opt_state, grad_flat) -> (params', opt_state')``.
 
     ``grad_flat`` is the reduced flat gradient sum (the accumulator without its loss).
     Cached per optimiser and scale, so trainers of the same optimiser share compiled code.
 
     Args:
-        optimizer: the optax optimiser every replica applies.
+        optimiser: the optax optimiser every replica applies.
         scale: multiplies the reduced gradient sum first (``1 / (replicas * accumulation)``
             for the mean reduction); None for the sum reduction.
     """
@@ -141,7 +141,7 @@ def make_update(optimizer: optax.GradientTransformation, scale: float | None) ->
         if scale is not None:
             grad_flat = grad_flat * scale
         grads = unflatten_like(params, grad_flat)
-        updates, opt_state = optimizer.update(grads, opt_state, params)
+        updates, opt_state = optimiser.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
     # The old params and optimiser state are dead after the update: reuse their buffers.
@@ -149,9 +149,9 @@ def make_update(optimizer: optax.GradientTransformation, scale: float | None) ->
 
 
 @functools.lru_cache(maxsize=16)
-def make_init(optimizer: optax.GradientTransformation) -> Callable:
-    """``optimizer.init`` as one jitted program: one compile instead of one per leaf op."""
-    return jax.jit(optimizer.init)
+def make_init(optimiser: optax.GradientTransformation) -> Callable:
+    """``optimiser.init`` as one jitted program: one compile instead of one per leaf op."""
+    return jax.jit(optimiser.init)
 
 
 def shape_struct(tree: Any) -> Any:

@@ -97,12 +97,12 @@ def _leaf_path(path: tuple) -> str:
 
 
 class Trainer:
-    """Trains ``loss_fn`` with ``optimizer`` on this instance's replicas of the job.
+    """Trains ``loss_fn`` with ``optimiser`` on this instance's replicas of the job.
 
     Args:
         loss_fn: pure JAX ``loss_fn(params, micro_batch) -> scalar``, e.g. the mean
             cross-entropy over the micro-batch.
-        optimizer: an optax optimiser, applied identically on every replica.
+        optimiser: an optax optimiser, applied identically on every replica.
         params: initial parameters (a pytree of arrays), the same on every instance; in
             offline mode a pytree of ``jax.ShapeDtypeStruct`` is enough.
         options: step shape (replicas, accumulation, device iterations, reduction).
@@ -116,7 +116,7 @@ class Trainer:
     def __init__(
         self,
         loss_fn: Callable[[Any, Any], Any],
-        optimizer: optax.GradientTransformation,
+        optimiser: optax.GradientTransformation,
         params: Any,
         options: Options | None = None,
         *,
@@ -127,7 +127,7 @@ class Trainer:
     ) -> None:
         self.options = Options() if options is None else options
         self.loss_fn = loss_fn
-        self.optimizer = optimizer
+        self.optimiser = optimiser
         self.offline = offline_mode() if offline is None else bool(offline)
         self.comm = comm
         self.timeout = timeout
@@ -141,7 +141,7 @@ class Trainer:
             else None
         )
         self.grad_fn = make_micro_step(loss_fn)
-        self.update_fn = make_update(optimizer, scale)
+        self.update_fn = make_update(optimiser, scale)
         # Compiled programs, by argument shapes: each is compiled once and called directly.
         self._micro_steps: dict[Any, Program] = {}
         self._updates: dict[Any, Program] = {}
@@ -153,7 +153,7 @@ class Trainer:
             # A private copy: the update donates (reuses) the parameter buffers.
             params = jax.tree.map(lambda x: jax.device_put(np.array(x)), params)
             self._params_shape = shape_struct(params)
-        self._opt_state_shape = jax.eval_shape(optimizer.init, self._params_shape)
+        self._opt_state_shape = jax.eval_shape(optimiser.init, self._params_shape)
         self.reduce_update: ReduceUpdateStage
         self.reduce_update, opt_state = self._select_stage(params, comm, timeout)
         if not self.offline:
@@ -353,7 +353,7 @@ class Trainer:
         Returns:
             ``(stage, opt_state)``; ``opt_state`` is None in offline mode.
         """
-        opts, optimizer = self.options, self.optimizer
+        opts, optimiser = self.options, self.optimiser
         kw = {"comm": comm, "timeout": timeout}
         replicas = opts.num_total_replicas
         self._plan: ShardingPlan | None = None
@@ -365,14 +365,14 @@ class Trainer:
             if self.offline:
                 plan = plan_sharding(self._params_shape, domain=opts.sharding_domain, **layout)
                 # Shapes only: the element-wise probe update needs values, so trace only.
-                check_elementwise(optimizer, self._params_shape)
+                check_elementwise(optimiser, self._params_shape)
                 stage, opt_state = (
                     ShardedReduceUpdate(plan, self._run_update, opts.replica_offset, **kw),
                     None,
                 )
             else:
                 stage, opt_state = sharded_stage(
-                    optimizer,
+                    optimiser,
                     params,
                     self._run_update,
                     replica_offset=opts.replica_offset,
@@ -386,7 +386,7 @@ class Trainer:
             return stage, opt_state
 
         def init(values: Any) -> Any:
-            program = compile_program(make_init(optimizer), values, label="the optimiser's init")
+            program = compile_program(make_init(optimiser), values, label="the optimiser's init")
             return program(values)
 
         if opts.offload_optimiser:
@@ -400,7 +400,7 @@ class Trainer:
         """What RTS and offloading buy and cost per replica, from shapes (offline too)."""
         opts = self.options
         if self._plan is not None:
-            state_bytes = sharded_state_nbytes(self.optimizer, self._plan)
+            state_bytes = sharded_state_nbytes(self.optimiser, self._plan)
             domain = self._plan.domain_size
         else:
             state_bytes = tree_nbytes(self._opt_state_shape)

@@ -82,20 +82,20 @@ def unshard_state(
 
 
 def init_sharded_state(
-    optimizer: Any, plan: ShardingPlan, params: Any, replicas: Sequence[int]
+    optimiser: Any, plan: ShardingPlan, params: Any, replicas: Sequence[int]
 ) -> ShardedOptState:
-    """``optimizer.init(params)``, each given global replica keeping only its part."""
+    """``optimiser.init(params)``, each given global replica keeping only its part."""
     from popdist_emu._replica_step import make_init  # one jitted init, not one per leaf op
 
-    return shard_state(plan, make_init(optimizer)(params), replicas)
+    return shard_state(plan, make_init(optimiser)(params), replicas)
 
 
-def sharded_state_nbytes(optimizer: Any, plan: ShardingPlan) -> int:
+def sharded_state_nbytes(optimiser: Any, plan: ShardingPlan) -> int:
     """Optimiser-state bytes of the replica holding the most under ``plan`` (shapes only)."""
     shapes = plan.treedef.unflatten(
         [jax.ShapeDtypeStruct(s, d) for s, d in zip(plan.shapes, plan.dtypes, strict=True)]
     )
-    state = jax.eval_shape(optimizer.init, shapes)
+    state = jax.eval_shape(optimiser.init, shapes)
     leaves = jax.tree_util.tree_leaves(state)
     mirrors = state_mirrors(plan, state)
     return max(
@@ -269,7 +269,7 @@ def _by_domain(replicas: Sequence[int], k: int) -> list[list[int]]:
 
 
 def sharded_stage(
-    optimizer: Any,
+    optimiser: Any,
     params: Any,
     update_fn: Any,
     *,
@@ -286,7 +286,7 @@ def sharded_stage(
     """Everything a runtime needs to train with RTS: the stage and the initial sharded state.
 
     Plans the sharding, refuses optimisers whose sharded update would differ, and gives each
-    local replica its part of ``optimizer.init(params)``. The parts are host arrays between
+    local replica its part of ``optimiser.init(params)``. The parts are host arrays between
     updates, so combined with optimiser offloading nothing changes here: only the cost model
     moves them to streaming memory (``offload_traffic`` of one replica's part, per update).
 
@@ -301,8 +301,8 @@ def sharded_stage(
         domain=domain,
         min_elements=min_elements,
     )
-    check_elementwise(optimizer, params, plan)
+    check_elementwise(optimiser, params, plan)
     replicas = range(replica_offset, replica_offset + num_local_replicas)
-    state = init_sharded_state(optimizer, plan, params, replicas)
+    state = init_sharded_state(optimiser, plan, params, replicas)
     stage = ShardedReduceUpdate(plan, update_fn, replica_offset, method, comm, timeout)
     return stage, state

@@ -378,14 +378,14 @@ def _cross_element_primitives(jaxpr: Any, found: set[str]) -> None:
         found.add(name)
 
 
-def check_elementwise(optimizer: Any, params: Any, plan: ShardingPlan | None = None) -> None:
+def check_elementwise(optimiser: Any, params: Any, plan: ShardingPlan | None = None) -> None:
     """Refuses an optimiser whose sharded update would differ from the whole-tensor update.
 
     RTS updates each replica's elements separately, which is exact only when the update of
     an element depends on that element alone (Adam, AdamW, SGD with momentum, RMSProp, Lion,
     ...). Optimisers that look across elements (global-norm clipping, LAMB and LARS trust
     ratios, Adafactor's factored moments) or across shapes (a weight-decay mask on ``ndim``)
-    are refused. The check traces ``optimizer.update`` on shapes only and inspects the jaxpr.
+    are refused. The check traces ``optimiser.update`` on shapes only and inspects the jaxpr.
 
     Raises:
         ShardingError: naming the cross-element primitives found, or the shape dependence.
@@ -393,8 +393,8 @@ def check_elementwise(optimizer: Any, params: Any, plan: ShardingPlan | None = N
     shapes = jax.tree_util.tree_map(
         lambda x: jax.ShapeDtypeStruct(np.shape(x), np.dtype(x.dtype)), params
     )
-    state = jax.eval_shape(optimizer.init, shapes)
-    closed = jax.make_jaxpr(lambda g, s, p: optimizer.update(g, s, p))(shapes, state, shapes)
+    state = jax.eval_shape(optimiser.init, shapes)
+    closed = jax.make_jaxpr(lambda g, s, p: optimiser.update(g, s, p))(shapes, state, shapes)
     found: set[str] = set()
     _cross_element_primitives(closed.jaxpr, found)
     if found:
@@ -405,7 +405,7 @@ def check_elementwise(optimizer: Any, params: Any, plan: ShardingPlan | None = N
             f"the whole tensor's; use an element-wise optimiser such as optax.adamw/adam/sgd, "
             f"or turn replicated_tensor_sharding off."
         )
-    if plan is not None and not _owned_elements_independent(optimizer, params, plan):
+    if plan is not None and not _owned_elements_independent(optimiser, params, plan):
         raise ShardingError(
             "replicated tensor sharding: this optimiser's update of a replica's elements "
             "depends on elements the replica does not own (a probe update differed); use an "
@@ -425,7 +425,7 @@ def _owned_mask(plan: ShardingPlan, replicas: Sequence[int]) -> list[np.ndarray]
     return masks
 
 
-def _owned_elements_independent(optimizer: Any, params: Any, plan: ShardingPlan) -> bool:
+def _owned_elements_independent(optimiser: Any, params: Any, plan: ShardingPlan) -> bool:
     """Two probe updates, whole vs with every element a replica does not own zeroed (its
     gradient and state), compared on the owned elements, bit for bit."""
     rng = np.random.default_rng(0)
@@ -437,9 +437,9 @@ def _owned_elements_independent(optimizer: Any, params: Any, plan: ShardingPlan)
             [rng.standard_normal(np.shape(x)).astype(np.dtype(x.dtype)) for x in leaves]
         )
 
-    step = jax.jit(lambda g, s, p: optimizer.update(g, s, p))
+    step = jax.jit(lambda g, s, p: optimiser.update(g, s, p))
     g1, g2 = draw(), draw()
-    _, state = step(g1, optimizer.init(values), values)
+    _, state = step(g1, optimiser.init(values), values)
     whole, _ = step(g2, state, values)
     mirrors = state_mirrors(plan, state)
     for p in range(plan.domain_size):

@@ -15,7 +15,7 @@ def profile(**changes):
         grad_flops=1e9,
         grad_bytes_accessed=1e8,
         parameter_bytes=40_000_000,
-        optimizer_state_bytes=80_000_000,
+        optimiser_state_bytes=80_000_000,
         gradient_bytes=40_000_000,
         activation_bytes=100_000_000,
         temporary_bytes=20_000_000,
@@ -47,12 +47,12 @@ def test_no_accumulator_without_gradient_accumulation():
     assert memory.categories["gradient_accumulators"] == 0
 
 
-def test_rts_shards_and_offloading_removes_the_optimizer_state():
+def test_rts_shards_and_offloading_removes_the_optimiser_state():
     rts = hardware.memory_per_ipu(
         profile(replicated_tensor_sharding=True, sharding_domain=4), LAYOUT, POD16
     )
     assert rts.categories["optimizer_state"] == 80_000_000 // 4
-    offloaded = hardware.memory_per_ipu(profile(offload_optimizer_state=True), LAYOUT, POD16)
+    offloaded = hardware.memory_per_ipu(profile(offload_optimiser_state=True), LAYOUT, POD16)
     assert offloaded.categories["optimizer_state"] == 0
 
 
@@ -102,7 +102,7 @@ def test_remedies_already_applied_are_not_offered():
         activation_bytes=2 * 10**9,
         recomputation=True,
         replicated_tensor_sharding=True,
-        offload_optimizer_state=True,
+        offload_optimiser_state=True,
         micro_batch_size=1,
     )
     with pytest.raises(hardware.OutOfMemoryError) as e:

@@ -19,7 +19,7 @@ def profile(**changes):
         update_flops=1e8,
         update_bytes_accessed=5e8,
         parameter_bytes=50_000_000,
-        optimizer_state_bytes=50_000_000,
+        optimiser_state_bytes=50_000_000,
         gradient_bytes=50_000_000,
         activation_bytes=200_000_000,
         host_bytes_per_micro_batch=3_000_000,
@@ -97,7 +97,7 @@ def test_host_io_slower_than_compute_is_exposed_by_the_difference():
 
 def test_offloading_adds_streaming_and_rts_shards_the_update():
     base = simulate(profile())
-    offloaded = simulate(profile(offload_optimizer_state=True))
+    offloaded = simulate(profile(offload_optimiser_state=True))
     assert offloaded.phases["streaming"] == pytest.approx(2 * 2 * 50e6 / (350e9 / 4))
     assert offloaded.simulated_step_seconds > base.simulated_step_seconds
     rts = simulate(

@@ -14,10 +14,10 @@ from popdist_emu._offload import (
     StreamTraffic,
     offload_traffic,
     offloaded_update,
-    state_nbytes,
     stream_in,
     stream_out,
 )
+from popdist_emu._profile import tree_nbytes
 
 OPTIMISERS = {
     "adamw": lambda: optax.adamw(1e-2, weight_decay=1e-2),
@@ -56,7 +56,7 @@ def test_offloaded_state_trains_bit_identically_to_on_chip(shapes, name, steps, 
         on_chip_params, on_chip_state = update(on_chip_params, on_chip_state, g)
         off_params, stored, traffic = offloaded_update(update, off_params, stored, g)
         assert all(type(leaf) is np.ndarray for leaf in stored.leaves)
-        assert traffic == StreamTraffic(state_nbytes(on_chip_state), state_nbytes(on_chip_state))
+        assert traffic == StreamTraffic(tree_nbytes(on_chip_state), tree_nbytes(on_chip_state))
         assert traffic.total == 2 * stored.nbytes
 
     for a, b in zip(jax.tree.leaves(on_chip_params), jax.tree.leaves(off_params), strict=True):
@@ -81,8 +81,8 @@ def test_streamed_out_state_is_an_owned_host_copy():
 def test_state_bytes_are_what_the_memory_model_is_told():
     params = {"w": jnp.zeros((10, 3)), "b": jnp.zeros(3)}
     state = optax.adam(1e-3).init(params)  # count (int32) + mu + nu
-    assert state_nbytes(state) == 4 + 2 * 4 * (30 + 3)
-    assert stream_out(state).nbytes == state_nbytes(state)
+    assert tree_nbytes(state) == 4 + 2 * 4 * (30 + 3)
+    assert stream_out(state).nbytes == tree_nbytes(state)
 
 
 def test_stream_in_refuses_device_state():

@@ -10,7 +10,7 @@ import hardware
 from popdist_emu._profile import profile_step
 
 IN, HIDDEN, OUT = 16, 32, 4
-OPTIMIZER = optax.sgd(0.1, momentum=0.9)
+OPTIMISER = optax.sgd(0.1, momentum=0.9)
 
 
 def loss_fn(params, x, y):
@@ -24,7 +24,7 @@ grad_fn = jax.jit(jax.grad(loss_fn))
 
 @jax.jit
 def update_fn(params, opt_state, grads):
-    updates, opt_state = OPTIMIZER.update(grads, opt_state, params)
+    updates, opt_state = OPTIMISER.update(grads, opt_state, params)
     return optax.apply_updates(params, updates), opt_state
 
 
@@ -36,7 +36,7 @@ def shapes(batch):
     }
     x = jax.ShapeDtypeStruct((batch, IN), jnp.float32)
     y = jax.ShapeDtypeStruct((batch,), jnp.int32)
-    return params, jax.eval_shape(OPTIMIZER.init, params), x, y
+    return params, jax.eval_shape(OPTIMISER.init, params), x, y
 
 
 def profile(batch, **kwargs):
@@ -56,7 +56,7 @@ def test_profile_reads_xla_cost_and_the_tree_sizes():
     assert p.grad_transcendentals == expected["transcendentals"] >= 8 * HIDDEN
     param_bytes = 4 * (IN * HIDDEN + HIDDEN + HIDDEN * OUT)
     assert p.parameter_bytes == p.gradient_bytes == param_bytes
-    assert p.optimizer_state_bytes == param_bytes  # one momentum trace
+    assert p.optimiser_state_bytes == param_bytes  # one momentum trace
     assert p.host_bytes_per_micro_batch == 8 * IN * 4 + 8 * 4
     assert p.micro_batch_size == 8 and p.gradient_accumulation == 3
     assert p.update_flops > 0 and p.num_ops > 0

@@ -39,8 +39,8 @@ def data(n=64, seed=0):
     return x, y
 
 
-def train(options, micro, steps, optimizer=None, seed=1):
-    trainer = Trainer(loss_fn, optimizer or ADAM, init_params(), options)
+def train(options, micro, steps, optimiser=None, seed=1):
+    trainer = Trainer(loss_fn, optimiser or ADAM, init_params(), options)
     loader = ReplicaLoader(data(), micro, options, seed=seed)
     losses = [trainer.step(loader.batch(call)) for call in range(steps)]
     return trainer.params, losses

@@ -181,7 +181,7 @@ OPTIMISERS = {
 }
 
 
-def _update_fn(optimizer, scale):
+def _update_fn(optimiser, scale):
     """The runtime's update contract: ``(params, opt_state, grad_flat)``, flat leaves in tree
     order, scaled first, then the optax update (jitted, donating its inputs)."""
 
@@ -192,7 +192,7 @@ def _update_fn(optimizer, scale):
         for leaf in leaves:
             parts.append(grad_flat[at : at + leaf.size].reshape(leaf.shape).astype(leaf.dtype))
             at += leaf.size
-        updates, opt_state = optimizer.update(jax.tree.unflatten(treedef, parts), opt_state, params)
+        updates, opt_state = optimiser.update(jax.tree.unflatten(treedef, parts), opt_state, params)
         return optax.apply_updates(params, updates), opt_state
 
     return jax.jit(update, donate_argnums=(0, 1))
@@ -208,12 +208,12 @@ def _update_fn(optimizer, scale):
 def test_state_shards_round_trip(shapes, r, name, data):
     k = data.draw(st.sampled_from(_divisors(r)))
     params = _tree(shapes, np.random.default_rng(r))
-    optimizer = OPTIMISERS[name]()
+    optimiser = OPTIMISERS[name]()
     plan = plan_sharding(params, num_replicas=r, domain=k)
     rng = np.random.default_rng(r + 1)
     state = jax.tree.map(  # a state with distinct values everywhere, scalars kept
         lambda x: rng.standard_normal(np.shape(x)).astype(x.dtype) if np.ndim(x) else x,
-        optimizer.init(params),
+        optimiser.init(params),
     )
     domain = list(range(k))
     sharded = shard_state(plan, state, domain)
@@ -225,7 +225,7 @@ def test_state_shards_round_trip(shapes, r, name, data):
 
 
 @pytest.mark.parametrize(
-    "optimizer",
+    "optimiser",
     [
         optax.lamb(1e-3),
         optax.chain(optax.clip_by_global_norm(1.0), optax.adam(1e-3)),
@@ -234,20 +234,20 @@ def test_state_shards_round_trip(shapes, r, name, data):
     ],
     ids=["lamb", "clip_by_global_norm", "adafactor", "lars"],
 )
-def test_cross_element_optimisers_are_refused(optimizer):
+def test_cross_element_optimisers_are_refused(optimiser):
     params = {"w": jnp.ones((4, 6)), "b": jnp.ones(6)}
     with pytest.raises(ShardingError, match=r"needs an element-wise optimiser.*\['reduce_sum'\]"):
-        check_elementwise(optimizer, params)
+        check_elementwise(optimiser, params)
 
 
 def test_state_memory_scales_with_the_domain():
     params = {"w": jnp.zeros((64, 32)), "b": jnp.zeros(32), "s": jnp.zeros(3)}
-    optimizer = optax.adam(1e-3)
-    full = sharded_state_nbytes(optimizer, plan_sharding(params, num_replicas=1))
+    optimiser = optax.adam(1e-3)
+    full = sharded_state_nbytes(optimiser, plan_sharding(params, num_replicas=1))
     assert full == 4 + 2 * 4 * (64 * 32 + 32 + 3)
     for r, instances, cut in ((8, 1, 8), (8, 2, 4), (16, 4, 4)):
         plan = plan_sharding(params, num_replicas=r, num_instances=instances)
-        got = sharded_state_nbytes(optimizer, plan)
+        got = sharded_state_nbytes(optimiser, plan)
         # The small tensor (3 < k elements) stays whole; the rest is cut k-fold (+ a chunk's
         # rounding).
         assert full / got == pytest.approx(cut, rel=0.03)
@@ -259,16 +259,16 @@ def _flat_sums(params, r, rng):
     return [jnp.asarray(rng.standard_normal(n).astype(np.float32)) for _ in range(r)]
 
 
-def _train_both(params, r, domain, method, steps, seed, optimizer):
+def _train_both(params, r, domain, method, steps, seed, optimiser):
     rng = np.random.default_rng(seed)
-    update = _update_fn(optimizer, 1.0 / r)
+    update = _update_fn(optimiser, 1.0 / r)
     base = AllReduceUpdate(update, method=method)
     plan = plan_sharding(params, num_replicas=r, domain=domain)
-    check_elementwise(optimizer, params, plan)
+    check_elementwise(optimiser, params, plan)
     rts = ShardedReduceUpdate(plan, update, 0, method=method)
     copy = lambda t: jax.tree.map(jnp.array, t)  # noqa: E731 - the updates donate their inputs
-    a = TrainState(copy(params), optimizer.init(params))
-    b = TrainState(copy(params), init_sharded_state(optimizer, plan, params, range(r)))
+    a = TrainState(copy(params), optimiser.init(params))
+    b = TrainState(copy(params), init_sharded_state(optimiser, plan, params, range(r)))
     for _ in range(steps):
         sums = _flat_sums(params, r, rng)
         ra, rb = base(a, sums), rts(b, sums)
@@ -321,10 +321,10 @@ def test_rts_replaces_all_reduce_by_reduce_scatter_and_all_gathers():
 
 def test_non_finite_gradient_leaves_the_state_untouched():
     params = {"w": jnp.ones(16)}
-    optimizer = optax.sgd(0.1)
+    optimiser = optax.sgd(0.1)
     plan = plan_sharding(params, num_replicas=4)
-    stage = ShardedReduceUpdate(plan, _update_fn(optimizer, 0.25))
-    state = TrainState(params, init_sharded_state(optimizer, plan, params, range(4)))
+    stage = ShardedReduceUpdate(plan, _update_fn(optimiser, 0.25))
+    state = TrainState(params, init_sharded_state(optimiser, plan, params, range(4)))
     sums = [np.ones(17, np.float32) for _ in range(4)]
     sums[0][13] = np.nan  # lands in replica 3's chunk only: every replica must still refuse
     result = stage(state, sums)
@@ -343,7 +343,7 @@ from popdist_emu._sharding import plan_sharding
 
 r, local = popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas()
 offset, instances = popdist.getReplicaIndexOffset(), popdist.getNumInstances()
-optimizer = optax.adamw(3e-2, weight_decay=0.1)
+optimiser = optax.adamw(3e-2, weight_decay=0.1)
 
 def update(params, opt_state, grad_flat):
     leaves, treedef = jax.tree.flatten(params)
@@ -351,7 +351,7 @@ def update(params, opt_state, grad_flat):
     for leaf in leaves:
         parts.append((grad_flat[at : at + leaf.size] / r).reshape(leaf.shape))
         at += leaf.size
-    updates, opt_state = optimizer.update(jax.tree.unflatten(treedef, parts), opt_state, params)
+    updates, opt_state = optimiser.update(jax.tree.unflatten(treedef, parts), opt_state, params)
     return optax.apply_updates(params, updates), opt_state
 
 update = jax.jit(update, donate_argnums=(0, 1))
@@ -363,9 +363,9 @@ plan = plan_sharding(params, num_replicas=r, num_instances=instances, domain=dom
 base = AllReduceUpdate(update, timeout=60)
 rts = ShardedReduceUpdate(plan, update, offset, timeout=60)
 copy = lambda t: jax.tree.map(jnp.array, t)
-a = TrainState(copy(params), optimizer.init(params))
+a = TrainState(copy(params), optimiser.init(params))
 mine = range(offset, offset + local)
-b = TrainState(copy(params), init_sharded_state(optimizer, plan, params, mine))
+b = TrainState(copy(params), init_sharded_state(optimiser, plan, params, mine))
 for step in range(3):
     # A replica's accumulator is a function of its global index only.
     sums = [jnp.asarray(np.random.default_rng([step, g]).standard_normal(64).astype(np.float32))
@@ -403,10 +403,10 @@ def test_rts_across_instances_bit_identical(tmp_path):
 
 
 def test_sharded_stage_refuses_global_norm_clipping():
-    optimizer = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.1))
+    optimiser = optax.chain(optax.clip_by_global_norm(1.0), optax.sgd(0.1))
     with pytest.raises(ShardingError, match="needs an element-wise optimiser"):
         sharded_stage(
-            optimizer,
+            optimiser,
             {"w": np.zeros(64, np.float32)},
             None,
             num_replicas=4,
@@ -435,13 +435,13 @@ def test_trainer_with_rts_and_infeed_matches_plain_trainer():
         "w2": rng.standard_normal((9, 5)).astype(np.float32) * 0.3,
     }
     options = popdist.Options(replication_factor=4, gradient_accumulation=2)
-    optimizer = optax.adamw(5e-2, weight_decay=0.1)
+    optimiser = optax.adamw(5e-2, weight_decay=0.1)
 
     def train(rts):
-        trainer = popdist.Trainer(_mlp_loss, optimizer, params, options, timeout=60)
+        trainer = popdist.Trainer(_mlp_loss, optimiser, params, options, timeout=60)
         if rts:
             trainer.reduce_update, opt_state = sharded_stage(
-                optimizer,
+                optimiser,
                 trainer.state.params,
                 trainer.update_fn,
                 num_replicas=options.num_total_replicas,

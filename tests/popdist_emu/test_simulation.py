@@ -39,11 +39,11 @@ def loss_fn(params, batch):
 PARAMS = {"w": np.ones((6, 3), np.float32), "b": np.zeros((3,), np.float32)}
 
 
-def make_trainer(offline: bool, replicas: int = 4, optimizer=None, **option_kwargs):
+def make_trainer(offline: bool, replicas: int = 4, optimiser=None, **option_kwargs):
     env = {"POPDIST_EMU_OFFLINE": "1" if offline else "0"}
     with mock.patch.dict(os.environ, env):
         options = popdist_emu.Options(replication_factor=replicas, **option_kwargs)
-        return popdist_emu.Trainer(loss_fn, optimizer or optax.sgd(0.1), PARAMS, options)
+        return popdist_emu.Trainer(loss_fn, optimiser or optax.sgd(0.1), PARAMS, options)
 
 
 def shapes(options, micro: int, x_dtype=jnp.float32):
@@ -98,7 +98,7 @@ def test_oversized_micro_batch_is_out_of_memory():
 
 def test_memory_levers_reach_the_simulation():
     def run(**levers):
-        trainer = make_trainer(True, replicas=4, optimizer=optax.adam(0.1), **levers)
+        trainer = make_trainer(True, replicas=4, optimiser=optax.adam(0.1), **levers)
         return popdist_emu.simulate(trainer, shapes(trainer.options, 2), environ={})
 
     plain, rts, offload = run(), run(replicated_tensor_sharding=True), run(offload_optimiser=True)
