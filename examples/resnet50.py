@@ -221,6 +221,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import popdist_emu
 
     args = _parse(argv)
+    if popdist_emu.getInstanceIndex() == 0:
+        popdist_emu.show_phases()  # XLA takes a minute or more on this step: say so
     step = profile(
         args.micro_batch_size,
         args.gradient_accumulation,

@@ -48,6 +48,7 @@ _LAZY: dict[str, str] = {
     "DigitsSplit": "popdist_emu._digits",
     "load_digits_split": "popdist_emu._digits",
     "Progress": "popdist_emu._progress",
+    "show_phases": "popdist_emu._progress",
     # simulated IPU-POD time and memory
     "profile_step": "popdist_emu._profile",
     "simulate": "popdist_emu._simulation",

@@ -26,12 +26,13 @@ def last_json(text: str) -> dict:
 
 def test_trains_and_saves(train, tmp_path, capsys):
     path = tmp_path / "params.npz"
-    argv = ["--steps", "6", "--micro-batch-size", "16", "--device-iterations", "2"]
+    # 10 steps: AdamW's first few steps on this network barely move the loss.
+    argv = ["--steps", "10", "--micro-batch-size", "16", "--device-iterations", "2"]
     train.main([*argv, "--gradient-accumulation", "2", "--save", str(path)])
     report = last_json(capsys.readouterr().out)
     for key in ("first_loss", "final_loss", "test_accuracy", "replicas", "instances"):
         assert key in report
-    assert (report["steps"], report["global_batch"], report["replicas"]) == (6, 32, 1)
+    assert (report["steps"], report["global_batch"], report["replicas"]) == (10, 32, 1)
     assert report["final_loss"] < report["first_loss"]
     assert 0.0 <= report["test_accuracy"] <= 1.0
     with np.load(path) as saved:
