@@ -44,25 +44,27 @@ def _poprun() -> list[str]:
     return [script] if script else [sys.executable, "-m", "launch"]
 
 
-def time_to_first_step(cache: str, timeout: float = 300.0) -> float:
-    """Seconds from starting the main job until instance 0 prints its first step; the job
-    then runs to its end (so the next run starts on an idle machine)."""
+def time_to_first_step(cache: str, timeout: float = 300.0) -> tuple[float, dict]:
+    """Seconds from starting the main job until instance 0 prints its first step, and the
+    job's final JSON line; the job runs to its end (so the next run starts undisturbed)."""
     command = [*_poprun(), "--executable-cache-path", cache, *MAIN_JOB]
     start = time.perf_counter()
     proc = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
     )
-    first = None
+    first, last = None, "{}"
     assert proc.stdout is not None
     for line in proc.stdout:
         if first is None and FIRST_STEP in line:
             first = time.perf_counter() - start
+        if "<stdout>:{" in line:
+            last = line[line.index("{") :]
         if time.perf_counter() - start > timeout:
             proc.kill()
             break
     if proc.wait(timeout=timeout) != 0 or first is None:
         raise RuntimeError(f"{' '.join(command)} failed or printed no first step")
-    return first
+    return first, json.loads(last)
 
 
 def offline_seconds(cache: str, timeout: float = 300.0) -> float:
@@ -91,8 +93,9 @@ def main(argv: list[str] | None = None) -> dict:
     for _ in range(args.repeats):
         with tempfile.TemporaryDirectory(prefix="popdist-emu-cache-") as cache:
             os.chmod(cache, 0o700)
-            cold.append(time_to_first_step(cache))
-            warm.append(time_to_first_step(cache))
+            cold.append(time_to_first_step(cache)[0])
+            seconds, result = time_to_first_step(cache)
+            warm.append(seconds)
         with tempfile.TemporaryDirectory(prefix="popdist-emu-cache-") as cache:
             os.chmod(cache, 0o700)
             offline_cold.append(offline_seconds(cache))
@@ -104,9 +107,12 @@ def main(argv: list[str] | None = None) -> dict:
         "first_step_warm_cache": _summary(warm),
         "offline_65536_replicas_cold_cache": _summary(offline_cold),
         "offline_65536_replicas_warm_cache": _summary(offline_warm),
+        "main_job_last_run": {
+            k: result.get(k) for k in ("final_loss", "test_accuracy", "wall_seconds")
+        },
     }
     for name, value in figures.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and "median_s" in value:
             print(
                 f"{name}: median {value['median_s']} s (range {value['min_s']}-"
                 f"{value['max_s']} s over {len(value['runs'])} runs)"
