@@ -50,6 +50,9 @@ _LAZY: dict[str, str] = {
     "Progress": "popdist_emu._progress",
     "show_phases": "popdist_emu._progress",
     # simulated IPU-POD time and memory
+    "Program": "popdist_emu._profile",
+    "compile_program": "popdist_emu._profile",
+    "profile_programs": "popdist_emu._profile",
     "profile_step": "popdist_emu._profile",
     "simulate": "popdist_emu._simulation",
     "simulate_profile": "popdist_emu._simulation",

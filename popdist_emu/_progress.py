@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import TextIO
@@ -64,19 +65,37 @@ def show_phases(stream: TextIO | None = None) -> None:
 
 
 @contextlib.contextmanager
-def phase(doing: str, done: str | None = None) -> Iterator[None]:
+def phase(doing: str, done: str | None = None, *, every: float = 30.0) -> Iterator[None]:
     """Names a long phase before it starts and reports its seconds when it ends.
 
     Logs ``"<doing> ..."``, then ``"<done> in <s> s"`` at INFO on the ``popdist_emu`` logger,
-    which :func:`show_phases` (or a :class:`Progress`) prints on instance 0.
+    which :func:`show_phases` (or a :class:`Progress`) prints on instance 0; a phase that
+    lasts longer says ``"<doing>: <s> s so far"`` every ``every`` seconds, so a long compile
+    is never silent.
 
     Args:
         doing: what starts, e.g. ``"compiling micro_step"``.
         done: what ended, e.g. ``"compiled micro_step"``; default ``doing``.
+        every: seconds between the "so far" lines.
     """
     LOGGER.info("%s ...", doing)
     start = time.perf_counter()
-    yield
+    finished = threading.Event()
+
+    def heartbeat() -> None:
+        while not finished.wait(every):
+            LOGGER.info("%s: %.0f s so far", doing, time.perf_counter() - start)
+
+    watcher = None
+    if LOGGER.isEnabledFor(logging.INFO) and LOGGER.handlers:
+        watcher = threading.Thread(target=heartbeat, name="popdist-emu-phase", daemon=True)
+        watcher.start()
+    try:
+        yield
+    finally:
+        finished.set()
+        if watcher is not None:
+            watcher.join()
     LOGGER.info("%s in %.1f s", done or doing, time.perf_counter() - start)
 
 

@@ -14,7 +14,6 @@ import optax
 import pytest
 
 import popdist_emu
-from popdist_emu._profile import compile_program
 
 BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
 _compiled: list[str] | None = None
@@ -100,6 +99,6 @@ def test_the_same_program_is_shared_within_the_process(compiles):
     b = batch(options)[0]
     steps = [t.compile(b) for t in trainers]
     assert steps[0].micro_step is steps[1].micro_step
-    assert compile_program(trainers[0].grad_fn, *trainers[0].example_args(b)["micro_step"]) is (
-        steps[0].micro_step
-    )
+    assert popdist_emu.compile_program(
+        trainers[0].grad_fn, *trainers[0].example_args(b)["micro_step"]
+    ) is (steps[0].micro_step)

@@ -1,6 +1,7 @@
 """Progress: plain lines off a terminal, nothing from disabled instances."""
 
 import io
+import time
 
 from popdist_emu import Progress
 from popdist_emu._progress import phase
@@ -45,3 +46,13 @@ def test_phases_are_named_before_they_start_and_timed(capsys):
     lines = out.getvalue().splitlines()
     assert lines[1].startswith("[popdist-emu] compiled micro_step in ") and lines[1].endswith(" s")
     assert capsys.readouterr().err == ""
+
+
+def test_a_long_phase_says_how_long_so_far():
+    out = io.StringIO()
+    Progress(3, stream=out)
+    with phase("compiling a big step", every=0.05):
+        time.sleep(0.2)
+    lines = out.getvalue().splitlines()
+    assert any("compiling a big step: " in line and line.endswith(" s so far") for line in lines)
+    assert lines[-1].startswith("[popdist-emu] compiling a big step in ")
