@@ -199,9 +199,10 @@ class Trainer:
     def compile(self, batch: Any) -> CompiledStep:
         """The step's compiled programs for ``batch``'s shapes: no data, no collective.
 
-        Each distinct program is compiled once per trainer (on first sight of its argument
-        shapes); :meth:`step` calls exactly these executables and :meth:`profile` analyses
-        them.
+        Each distinct program is compiled once per process, on first sight of its argument
+        shapes (trainers of the same loss, optimiser and shapes share it, functional and
+        offline alike); :meth:`step` calls exactly these executables and :meth:`profile`
+        analyses them.
 
         Args:
             batch: a call's input or its shapes (``jax.ShapeDtypeStruct`` leaves), laid out
