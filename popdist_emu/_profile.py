@@ -27,6 +27,7 @@ import jax.extend.core as jex
 import numpy as np
 
 from hardware import CollectiveRecord, StepProfile
+from popdist_emu._compile_lock import compile_lock
 from popdist_emu._progress import phase
 
 
@@ -114,7 +115,11 @@ def compile_program(fn: Callable, *args: Any, label: str | None = None) -> Progr
         label = label or getattr(fn, "__name__", "a program")
         with phase(f"compiling {label}", f"compiled {label}"):
             traced = jitted.trace(*structs)
-            program = Program(traced.lower().compile(), traced.jaxpr)
+            lowered = traced.lower()
+            # The instances of a job compile the same programs: one compiles, the others
+            # load the result from the persistent cache.
+            with compile_lock(lowered.as_text()):
+                program = Program(lowered.compile(), traced.jaxpr)
         _PROGRAMS[key] = program
         while len(_PROGRAMS) > _MAX_PROGRAMS:
             _PROGRAMS.popitem(last=False)
