@@ -178,6 +178,24 @@ def _report(message: str) -> None:
     print(f"poprun-emu: {message}", file=sys.stderr, flush=True)
 
 
+def _stopped(groups: _Groups, exits: Mapping[int, InstanceExit]) -> list[int]:
+    """Instances (without an exit status) with a stopped process (SIGSTOP, a debugger)."""
+    waiting = {pgid: i for i, (_, pgid) in groups().items() if i not in exits}
+    stopped = set()
+    with contextlib.suppress(OSError):
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] in ("T", "t") and int(fields[2]) in waiting:
+                stopped.add(waiting[int(fields[2])])
+    return sorted(stopped)
+
+
 def _report_tail(job_dir: str, instance: int) -> None:
     """The failing instance's last stderr lines (shown even if its output was silenced)."""
     try:
@@ -214,18 +232,26 @@ def run_job(
     started_ns = time.time_ns() - 1_000_000_000  # ctime granularity and clock steps
     proc = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
     groups = _Groups(job_dir, instances, proc.pid)
+    seen_stopped: set[int] = set()  # looked for every second, to name them if the job fails
+    next_scan = time.monotonic() + 1.0
     try:
         while True:
             finished = proc.poll() is not None
             exits = read_exits(job_dir, instances)
+            if time.monotonic() > next_scan:
+                seen_stopped.update(_stopped(groups, exits))
+                next_scan = time.monotonic() + 1.0
             failures = sorted(
                 (e for e in exits.values() if e.code != 0), key=lambda e: (e.when_ns, e.instance)
             )
             lost = [] if failures else list(_vanished(groups, exits))
             if failures or lost:
                 running = not finished and len(exits) < len(instances)
+                stopped = sorted(seen_stopped.union(_stopped(groups, exits)))
                 end_job(proc, groups)
                 tail = "; ended the other instances" if running else ""
+                for i in stopped:
+                    _report(f"instance {i} was stopped (SIGSTOP or a debugger) and never answered")
                 if failures:
                     _report(failures[0].describe() + tail)
                     _report_tail(job_dir, failures[0].instance)
