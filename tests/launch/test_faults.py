@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -88,3 +89,29 @@ def test_a_bad_collective_timeout_is_refused_before_launch(poprun, tmp_path, val
     result = poprun("--collective-timeout", value, PROGRAM, "during", str(tmp_path))
     assert result.returncode == 2
     assert message in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+FORGER = """
+import os, sys, time
+job = os.environ["POPDIST_EMU_JOB_DIR"]
+index = os.environ["POPDIST_EMU_INSTANCE_INDEX"]
+victim = int(sys.argv[1])
+with open(os.path.join(job, f"instance-{index}.pid"), "w") as f:
+    f.write(f"{victim} {victim}\\n")  # a process group the launcher did not start
+time.sleep(1.5)
+sys.exit(3)
+"""
+
+
+def test_the_launcher_signals_only_process_groups_it_started(poprun, tmp_path):
+    program = tmp_path / "forger.py"
+    program.write_text(FORGER)
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        result = poprun(*LAYOUT, str(program), str(bystander.pid), timeout=240)
+        assert result.returncode == 3, result.stderr[-3000:]
+        assert "exited with code 3" in result.stderr
+        assert bystander.poll() is None, "the launcher signalled a forged process group"
+    finally:
+        bystander.kill()
+        bystander.wait(timeout=30)
