@@ -2,10 +2,12 @@
 
 MPICH (the ``mpich`` wheel's ch4/shm) keeps one POSIX shared-memory segment per host and job,
 ``/dev/shm/mpich_shm_<hex>_<n>``, from ``MPI_Init`` to ``MPI_Finalize``, and unlinks it only
-there: every job whose ranks die or abort leaves it behind (measured: 2 to 4 MiB each). The
-name carries nothing of the job, so the launcher removes, after its job has ended, the
-segments created while the job ran that no live process maps any more: a segment in use by
-another job is always mapped by the rank that created it, so it is never touched.
+there: every job whose ranks die or abort leaves it behind (measured: 2 to 4 MiB each). Open
+MPI's shared-memory transport does the same with ``sm_segment.*`` (5.x) and
+``vader_segment.*`` (4.x) files. The name carries nothing of the job, so the launcher
+removes, after its job has ended, the segments created while the job ran that no live process
+maps any more: a segment in use by another job is always mapped by the rank that created it,
+so it is never touched.
 
 References:
     ``shm_overview(7)``: POSIX shared memory objects live in ``/dev/shm`` until unlinked,
@@ -18,7 +20,7 @@ import contextlib
 import os
 
 SHM_DIR = "/dev/shm"
-PREFIXES = ("mpich_shm_",)
+PREFIXES = ("mpich_shm_", "sm_segment.", "vader_segment.")
 
 
 def _candidates(since_ns: int, shm_dir: str) -> dict[str, str]:
