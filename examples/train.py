@@ -33,6 +33,16 @@ import optax
 
 import hardware
 import popdist_emu as popdist
+from popdist_emu._arguments import (
+    ArgumentParser,
+    output_directory,
+    output_file,
+    positive_float,
+    positive_int,
+    seed,
+)
+from popdist_emu._checkpoint import CheckpointError, read_meta, restore_checkpoint, save_checkpoint
+from popdist_emu._files import atomic_write
 
 # Chosen by measurement on the 2-core development machine: with 16 replicas (global batch
 # 128, about 9 epochs) the loss falls from 2.30 to about 0.03 and the test accuracy reaches
@@ -103,19 +113,85 @@ def flat_params(params: dict) -> dict[str, np.ndarray]:
     return {"/".join(str(k.key) for k in path): np.asarray(v) for path, v in flat}
 
 
+def save_params(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Writes ``arrays`` as ``.npz`` to exactly ``path`` (np.savez adds ``.npz`` only to a
+    name, not to a file object), through a temporary file renamed into place: a failed or
+    interrupted write keeps the previous file."""
+    with atomic_write(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
+# What the data stream and the step depend on: a resumed run must use the same values.
+_RESUME_KEYS = ("seed", "micro_batch_size", "gradient_accumulation", "device_iterations")
+
+
+def check_resumable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuses, before any JAX work, a --resume whose checkpoint is missing or was written
+    with another data stream (the replicas' layout may change; these may not)."""
+    try:
+        meta = read_meta(args.checkpoint_dir)
+    except CheckpointError as error:
+        parser.error(str(error))
+    for key in _RESUME_KEYS:
+        if meta.get(key) != getattr(args, key):
+            parser.error(
+                f"--resume: the checkpoint was written with --{key.replace('_', '-')} "
+                f"{meta.get(key)}, not {getattr(args, key)}: resume with the same value."
+            )
+    if meta["step"] > args.steps:
+        parser.error(
+            f"--resume: the checkpoint is at step {meta['step']}, past --steps {args.steps}: "
+            f"give --steps >= {meta['step']} (the total, not the steps still to run)."
+        )
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS, help="optimiser steps")
-    parser.add_argument("--micro-batch-size", type=int, default=DEFAULT_MICRO_BATCH)
-    parser.add_argument("--gradient-accumulation", type=int, default=1)
-    parser.add_argument("--device-iterations", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--learning-rate", type=float, default=DEFAULT_LEARNING_RATE)
-    parser.add_argument("--save", metavar="PATH", help="write the final params as .npz")
+    # Every value is checked here, before any JAX work: one line and exit code 2 if bad.
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=positive_int, default=DEFAULT_STEPS, help="optimiser steps")
+    parser.add_argument("--micro-batch-size", type=positive_int, default=DEFAULT_MICRO_BATCH)
+    parser.add_argument("--gradient-accumulation", type=positive_int, default=1)
+    parser.add_argument("--device-iterations", type=positive_int, default=1)
+    parser.add_argument("--seed", type=seed, default=0)
+    parser.add_argument("--learning-rate", type=positive_float, default=DEFAULT_LEARNING_RATE)
+    parser.add_argument(
+        "--save",
+        metavar="PATH",
+        type=output_file,
+        help="write the final params to exactly PATH (.npz format), renamed into place",
+    )
     parser.add_argument("--replicated-tensor-sharding", action="store_true")
     parser.add_argument("--offload-optimiser", action="store_true")
-    parser.add_argument("--prefetch-depth", type=int, default=hardware.DEFAULT_PREFETCH_DEPTH)
+    parser.add_argument(
+        "--prefetch-depth", type=positive_int, default=hardware.DEFAULT_PREFETCH_DEPTH
+    )
+    parser.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        type=output_directory,
+        help="write DIR/checkpoint.npz (params, optimiser state, step), renamed into place",
+    )
+    parser.add_argument(
+        "--checkpoint-every",
+        metavar="N",
+        type=positive_int,
+        help="checkpoint every N steps (a multiple of --device-iterations) and at the end",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from --checkpoint-dir's checkpoint up to --steps steps in all",
+    )
     args = parser.parse_args(argv)
+    if (args.checkpoint_every or args.resume) and not args.checkpoint_dir:
+        parser.error("--checkpoint-every and --resume need --checkpoint-dir DIR: add it.")
+    if args.checkpoint_every and args.checkpoint_every % args.device_iterations:
+        parser.error(
+            f"--checkpoint-every {args.checkpoint_every} must be a multiple of "
+            f"--device-iterations {args.device_iterations}: checkpoints fall between calls."
+        )
+    if args.resume:
+        check_resumable(parser, args)
     if args.steps < 1 or args.steps % args.device_iterations:
         parser.error(
             f"--steps {args.steps} must be a positive multiple of --device-iterations "
@@ -226,24 +302,38 @@ def train(
         (data.train_images, data.train_labels), args.micro_batch_size, options, seed=args.seed
     )
     calls = args.steps // options.device_iterations
+    meta = {key: getattr(args, key) for key in _RESUME_KEYS}
+    first = 0
+    if args.resume:
+        # The loader is a pure function of the call index: the step is its position.
+        first = restore_checkpoint(args.checkpoint_dir, trainer)["step"] // args.device_iterations
     losses = []
     t0 = time.perf_counter()
+
+    def batch(call: int) -> tuple:
+        return loader.batch(first + call)
+
     # Batches are pure functions of the call index, prepared by an infeed thread while the
     # replicas compute (PopTorch's prefetch depth).
-    with popdist.Infeed(loader.batch, calls, prefetch_depth=options.prefetch_depth) as feed:
-        for batch in feed:
-            losses.extend(np.atleast_1d(trainer.step(batch)).tolist())
-            progress.update(len(losses), losses[-1])
+    with popdist.Infeed(batch, calls - first, prefetch_depth=options.prefetch_depth) as feed:
+        for one_call in feed:
+            losses.extend(np.atleast_1d(trainer.step(one_call)).tolist())
+            progress.update(trainer.steps_done, losses[-1])
+            every = args.checkpoint_every
+            if every and trainer.steps_done % every == 0 and trainer.steps_done < args.steps:
+                save_checkpoint(args.checkpoint_dir, trainer, meta)
         stats = feed.stats
+    if args.checkpoint_dir:
+        save_checkpoint(args.checkpoint_dir, trainer, meta)
     progress.close()
     train_seconds = time.perf_counter() - t0
     params = trainer.params
     if args.save:
-        popdist.execute_on_instances({0}, np.savez, args.save, **flat_params(params))
+        popdist.execute_on_instances({0}, save_params, args.save, flat_params(params))
     test_accuracy = accuracy(params, data.test_images, data.test_labels) if leader else None
     results = {
-        "first_loss": losses[0],
-        "final_loss": losses[-1],
+        "first_loss": losses[0] if losses else None,
+        "final_loss": losses[-1] if losses else None,
         "test_accuracy": test_accuracy,
         "epochs": round(args.steps / loader.steps_per_epoch, 2),
         "train_seconds": round(train_seconds, 3),

@@ -13,7 +13,8 @@ whose data is small in total are gathered once and reduced by each instance alon
 (``_gathered``), which gives the same bits. Every wait is bounded by ``timeout``.
 
 Environment knobs (defaults in brackets): ``GCL_EMU_TIMEOUT`` default timeout in seconds
-[300]; ``GCL_EMU_PIECE_BYTES`` pipelined piece size [1 MiB]; ``GCL_EMU_SMALL_JOB_BYTES``
+[120; ``poprun-emu --collective-timeout`` sets it]; ``GCL_EMU_PIECE_BYTES`` pipelined
+piece size [1 MiB]; ``GCL_EMU_SMALL_JOB_BYTES``
 largest job (all replicas' bytes) that is gathered instead of run as a ring [256 KiB];
 ``GCL_EMU_BUSY_S`` seconds of busy polling before yielding the CPU [0.05; 0 when a host
 runs more instances than it has CPUs].
@@ -33,6 +34,7 @@ from gcl._routes import METHODS as METHODS
 from gcl._routes import collective_method as collective_method
 from gcl._routes import resolve_method as resolve_method
 from gcl._transport import CollectiveTimeout as CollectiveTimeout
+from gcl._transport import PeerLeft as PeerLeft
 
 __all__ = [
     "METHODS",
@@ -41,6 +43,7 @@ __all__ = [
     "Consecutive",
     "Operator",
     "Orthogonal",
+    "PeerLeft",
     "all_gather",
     "all_reduce",
     "broadcast",

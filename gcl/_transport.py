@@ -4,6 +4,15 @@ Data moves through mpi4py's buffer interface (upper-case methods on numpy arrays
 pickled. Every wait polls ``Testsome`` against a deadline with a short backoff, so a peer
 that died or never arrived raises :class:`CollectiveTimeout` naming it instead of hanging.
 
+Failing fast (the shared transport of COMM_WORLD, which every collective uses by default):
+once connected, an uncaught exception aborts the whole job (``MPI_Abort``, as
+``python -m mpi4py`` does) instead of blocking in ``MPI_Finalize`` while the peers sit in a
+collective; an instance that returns tells its peers it is leaving (a message on a second
+private communicator), so a peer waiting for it in a collective stops at once and names it;
+and a timed-out collective leaves the transport unusable, so the program's end aborts the
+job rather than finalizing with requests pending. A timeout never calls ``MPI_Cancel``
+(under Open MPI it never returns on a pending request).
+
 References:
     mpi4py User Guide, "Tutorial: point-to-point communication (buffers)";
     MPI 4.1 standard, section 3.7 (nonblocking communication) and 3.5 (message order:
@@ -15,12 +24,16 @@ from __future__ import annotations
 import atexit
 import contextlib
 import os
+import sys
 import time
 from typing import Any
 
 import numpy as np
 
-DEFAULT_TIMEOUT_S = float(os.environ.get("GCL_EMU_TIMEOUT", "300"))
+# The launcher's --collective-timeout sets GCL_EMU_TIMEOUT for every instance.
+DEFAULT_TIMEOUT_S = float(os.environ.get("GCL_EMU_TIMEOUT", "120"))
+# How often a waiting instance looks for a peer's leaving notice (a cheap Iprobe).
+_LEAVE_PROBE_S = 0.05
 
 
 def _default_busy_s() -> float:
@@ -47,6 +60,63 @@ class CollectiveTimeout(RuntimeError):  # noqa: N818 - the contract's name
     """A collective waited longer than its timeout for a peer instance."""
 
 
+class PeerLeft(CollectiveTimeout):
+    """A peer this collective waits for has returned from its program: it will never come."""
+
+
+def _abort(code: int) -> None:
+    """Ends the whole job now, never through ``MPI_Finalize``.
+
+    Under ``poprun-emu`` (``POPDIST_EMU_JOB_DIR`` set) the process exits at once without
+    finalizing: its bootstrap records the exit code, so the launcher names this instance, and
+    mpiexec and the launcher end the others. Elsewhere ``MPI_Abort`` on COMM_WORLD, as
+    ``python -m mpi4py`` does.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
+    if os.environ.get("POPDIST_EMU_JOB_DIR"):
+        os._exit(code)
+    from mpi4py import MPI
+
+    MPI.COMM_WORLD.Abort(code)
+
+
+def _in_parallel_job() -> bool:
+    """Whether MPI is initialized (not finalized) in a job of more than one process."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is None:
+        return False
+    try:
+        running = mpi.Is_initialized() and not mpi.Is_finalized()
+        return bool(running and mpi.COMM_WORLD.Get_size() > 1)
+    except Exception:  # a broken MPI must not hide the original error
+        return False
+
+
+def _install_abort_hook() -> None:
+    """After the default hook prints the traceback, end the job (as ``-m mpi4py`` does).
+
+    Installed when gcl is imported; it acts only in an MPI job of several processes, where
+    the uncaught exception would otherwise block in ``MPI_Finalize`` while the peers wait in
+    a collective.
+    """
+    previous = sys.excepthook
+    if getattr(previous, "_gcl_aborts", False):
+        return
+
+    def abort_on_uncaught(kind: type, value: BaseException, traceback: Any) -> None:
+        previous(kind, value, traceback)
+        if _in_parallel_job():
+            _abort(1)
+
+    abort_on_uncaught._gcl_aborts = True  # type: ignore[attr-defined]
+    sys.excepthook = abort_on_uncaught
+
+
+_install_abort_hook()
+
+
 class Transport:
     """The instances' private communicator and bounded nonblocking messaging.
 
@@ -58,7 +128,9 @@ class Transport:
     def __init__(self, comm: Any = None) -> None:
         self._user_comm = comm
         self._comm: Any = None
+        self._control: Any = None  # leaving notices and the final barrier (default only)
         self._owned = False
+        self.broken = False  # a wait timed out: requests may still be pending
 
     @property
     def _base(self) -> Any:
@@ -77,9 +149,57 @@ class Transport:
             self._comm = self._user_comm
             return
         comm, request = self._base.Idup()
-        self.wait_all([request], [-1], deadline, what)
+        control, control_request = self._base.Idup()
+        self.wait_all([request, control_request], [-1, -1], deadline, what)
         self._comm = comm
+        self._control = control
         self._owned = True
+
+    def leave(self) -> None:
+        """At the program's end: tell the peers, wait (bounded) until all have left, finalize.
+
+        A peer that waits for this instance in a collective sees the notice and aborts the
+        job naming it; if the peers do not all arrive within the default timeout, or a
+        collective of ours timed out, this instance aborts the job instead of blocking in
+        ``MPI_Finalize``.
+        """
+        if self._control is None:
+            return
+        from mpi4py import MPI
+
+        if MPI.Is_finalized():
+            return
+        rank, size = self._control.Get_rank(), self._control.Get_size()
+        if self.broken:
+            print(
+                f"gcl: instance {rank} ends after a failed collective; aborting the job "
+                f"instead of waiting in MPI_Finalize.",
+                file=sys.stderr,
+                flush=True,
+            )
+            _abort(1)
+        notice = np.array([rank], np.int64)
+        sends = [self._control.Isend(notice, dest=p, tag=0) for p in range(size) if p != rank]
+        deadline = deadline_of(None)
+        try:
+            self.wait_all([self._control.Ibarrier()], [-1], deadline, "finalize", probe=False)
+            got = np.zeros(size, np.int64)
+            recvs = [
+                self._control.Irecv(got[p : p + 1], source=p, tag=0)
+                for p in range(size)
+                if p != rank
+            ]
+            self.wait_all(recvs + sends, [-1] * (len(recvs) + len(sends)), deadline, "finalize")
+        except CollectiveTimeout:
+            print(
+                f"gcl: instance {rank} returned from its program, but other instances did not "
+                f"finish within {DEFAULT_TIMEOUT_S:g} s (GCL_EMU_TIMEOUT): they still wait in "
+                f"a collective or compute; aborting the job.",
+                file=sys.stderr,
+                flush=True,
+            )
+            _abort(1)
+        self.close()
 
     @property
     def comm(self) -> Any:
@@ -105,7 +225,9 @@ class Transport:
 
             if not MPI.Is_finalized():
                 self._comm.Free()
+                self._control.Free()
         self._comm = None
+        self._control = None
         self._owned = False
 
     def isend(self, buf: np.ndarray, dest: int, tag: int) -> Any:
@@ -119,36 +241,69 @@ class Transport:
         """Start receiving into a contiguous array (zero copy), as raw bytes."""
         return self.comm.Irecv(_as_bytes(buf), source=source, tag=tag)
 
+    def _left(self, peers: list[int]) -> int | None:
+        """A peer among ``peers`` (-1: all) that has sent its leaving notice, if any."""
+        if self._control is None:
+            return None
+        from mpi4py import MPI
+
+        status = MPI.Status()
+        for peer in sorted(set(peers)):
+            source = MPI.ANY_SOURCE if peer < 0 else peer
+            if self._control.Iprobe(source=source, tag=0, status=status):
+                return status.Get_source()
+        return None
+
     def wait_some(
-        self, requests: list[Any], peers: list[int], deadline: float, what: str
+        self,
+        requests: list[Any],
+        peers: list[int],
+        deadline: float,
+        what: str,
+        probe: bool = True,
     ) -> list[int]:
         """Indices of requests that completed, waiting until at least one has.
 
         Args:
             requests: pending requests.
-            peers: the peer instance of each request, named if the deadline passes.
+            peers: the peer instance of each request (-1: all), named if the deadline passes.
             deadline: ``time.monotonic()`` limit.
             what: the collective, for the error message.
+            probe: look for the waited-for peers' leaving notices.
+
+        Raises:
+            CollectiveTimeout: the deadline passed (the requests stay pending: cancelling
+                them can block forever under Open MPI, so the transport is marked broken and
+                the program's end aborts the job).
+            PeerLeft: a waited-for peer returned from its program.
         """
         from mpi4py import MPI
 
         polls = 0
         started = 0.0
+        next_probe = time.monotonic() + _LEAVE_PROBE_S
         while True:
             done = MPI.Request.Testsome(requests)
             if done:
                 return list(done)
             polls += 1
             now = time.monotonic()
+            if probe and now > next_probe:
+                next_probe = now + _LEAVE_PROBE_S
+                waiting = [p for p, r in zip(peers, requests, strict=True) if r != MPI.REQUEST_NULL]
+                gone = self._left(waiting)
+                if gone is not None:
+                    self.broken = True
+                    raise PeerLeft(
+                        f"gcl.{what}: instance {gone} returned from its program while instance "
+                        f"{self.rank} waits for it in this collective: every instance must call "
+                        f"the same collectives; check instance {gone}'s early return or exit."
+                    )
             if now > deadline:
                 waiting = sorted(
                     {p for p, r in zip(peers, requests, strict=True) if r != MPI.REQUEST_NULL}
                 )
-                for r in requests:
-                    if r != MPI.REQUEST_NULL:
-                        # Best effort: collective requests cannot be cancelled.
-                        with contextlib.suppress(Exception):
-                            r.Cancel()
+                self.broken = True
                 who = (
                     "the other instances (a collective exchange)"
                     if waiting == [-1]
@@ -170,7 +325,9 @@ class Transport:
             elif waited >= _BUSY_S:
                 os.sched_yield()
 
-    def wait_all(self, requests: list[Any], peers: list[int], deadline: float, what: str) -> None:
+    def wait_all(
+        self, requests: list[Any], peers: list[int], deadline: float, what: str, probe: bool = True
+    ) -> None:
         """Wait for every request, bounded by ``deadline``."""
         from mpi4py import MPI
 
@@ -178,7 +335,7 @@ class Transport:
         reqs = [requests[i] for i in pending]
         prs = [peers[i] for i in pending]
         while any(r != MPI.REQUEST_NULL for r in reqs):
-            self.wait_some(reqs, prs, deadline, what)
+            self.wait_some(reqs, prs, deadline, what, probe)
 
     def allgather_digest(self, digest: bytes, deadline: float, what: str) -> list[bytes]:
         """Every instance's fixed-size ``digest``: one small nonblocking Allgather."""
@@ -220,7 +377,8 @@ def transport_for(comm: Any = None) -> Transport:
     if comm is None:
         if _DEFAULT is None:
             _DEFAULT = Transport()
-            atexit.register(_DEFAULT.close)
+            # Runs before mpi4py's MPI_Finalize (registered earlier, at import; atexit is LIFO).
+            atexit.register(_DEFAULT.leave)
         return _DEFAULT
     t = _BY_COMM.get(id(comm))
     if t is None or t._user_comm is not comm:

@@ -11,12 +11,16 @@ child is the MPI process (MPICH's ``PMI_FD`` stays open for it). It
 - puts the ``popdist`` shim on PYTHONPATH, so ``import popdist`` works inside instances only;
 - tags each output line as Open MPI's ``--tag-output`` does (``[1,<i>]<stdout>:``), or with
   ``--only-output-from-instance K`` passes K's output untagged and silences the others;
+- keeps the last lines of the child's stderr, whatever the output mode, and writes them to
+  ``$JOB_DIR/instance-<i>.stderr`` when the child ends, so the launcher can show them when this
+  instance fails (even one silenced by ``--only-output-from-instance``);
 - writes the child's exit status (``Popen.returncode``) to ``$JOB_DIR/instance-<i>.status``
   for the launcher's watchdog, forwards SIGTERM/SIGINT, and exits with the child's code.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import re
@@ -35,9 +39,11 @@ from launch._job import (
     status_path,
     write_atomically,
 )
+from launch._watchdog import tail_path
 from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig
 
 _LINE_END = re.compile(rb"\r\n|\n|\r")
+TAIL_LINES = 12  # stderr lines kept per instance for the launcher's failure message
 # Rank variables of MPICH Hydra, Open MPI and PMIx launchers, in that order.
 _RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 _LOCAL_RANK_VARIABLES = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK")
@@ -70,11 +76,19 @@ def _segments(source: BinaryIO) -> Iterator[bytes]:
         yield pending
 
 
-def _pump(source: BinaryIO, sink: BinaryIO, tag: bytes) -> None:
-    """Copies lines from the child's pipe to ours, each with the instance's tag (a line a
-    progress bar redraws with ``\r`` keeps its tag)."""
-    broken = False
+def _pump(
+    source: BinaryIO,
+    sink: BinaryIO | None,
+    tag: bytes,
+    tail: collections.deque | None = None,
+) -> None:
+    """Copies lines from the child's pipe to ours (None: drop them), each with ``tag`` (a
+    line a progress bar redraws with ``\r`` keeps its tag), and keeps the last whole lines
+    in ``tail``."""
+    broken = sink is None
     for line in _segments(source):
+        if tail is not None and not line.endswith(b"\r"):
+            tail.append(line)
         if broken:
             continue  # keep draining, so that the child never blocks on a full pipe
         try:
@@ -141,12 +155,10 @@ def run_instance(program: list[str], config: JobConfig) -> int:
 
     only = config.only_output_from
     tagged = only is None
-    if tagged:
-        stdout = stderr = subprocess.PIPE
-    elif only == instance:
-        stdout = stderr = None
-    else:
-        stdout = stderr = subprocess.DEVNULL
+    shown = tagged or only == instance
+    # stderr always comes through a pipe, for its last lines; stdout only when tagged.
+    stdout = subprocess.PIPE if tagged else None if shown else subprocess.DEVNULL
+    stderr = subprocess.PIPE
     pmi_fd = os.environ.get("PMI_FD", "")
     try:
         child = subprocess.Popen(
@@ -173,21 +185,30 @@ def run_instance(program: list[str], config: JobConfig) -> int:
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, forward)
 
-    pumps = []
+    tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
+    tag = f"[1,{instance}]<stderr>:".encode() if tagged else b""
+    error_pump = threading.Thread(
+        target=_pump,
+        args=(child.stderr, sys.stderr.buffer if shown else None, tag, tail),
+        daemon=True,
+    )
+    pumps = [error_pump]
     if tagged:
-        for pipe, sink, stream in (
-            (child.stdout, sys.stdout.buffer, "stdout"),
-            (child.stderr, sys.stderr.buffer, "stderr"),
-        ):
-            tag = f"[1,{instance}]<{stream}>:".encode()
-            pumps.append(threading.Thread(target=_pump, args=(pipe, sink, tag), daemon=True))
+        tag = f"[1,{instance}]<stdout>:".encode()
+        pumps.append(
+            threading.Thread(target=_pump, args=(child.stdout, sys.stdout.buffer, tag), daemon=True)
+        )
     launcher_pid = config.launcher_pid
     watcher = threading.Thread(target=_watch_launcher, args=(launcher_pid, child), daemon=True)
     for thread in (*pumps, watcher) if isinstance(launcher_pid, int) else pumps:
         thread.start()
     code = child.wait()  # retried after a forwarded signal (PEP 475)
+    if code != 0:
+        error_pump.join(timeout=1)  # the last lines, unless a grandchild holds the pipe
     # The job directory is gone only if the launcher died and another instance removed it.
     with contextlib.suppress(FileNotFoundError):
+        if code != 0:
+            write_atomically(tail_path(job_dir, instance), b"".join(list(tail)))
         write_atomically(status_path(job_dir, instance), f"{code}\n")
     for thread in pumps:
         thread.join(timeout=5)  # a grandchild holding the pipes must not keep us alive

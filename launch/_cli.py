@@ -22,6 +22,12 @@ from launch._errors import UsageError
 from launch._job import instance_environment
 from launch._mpi import adapt_mpi_args, find_mpiexec, mpi_flavour, mpiexec_command
 from launch._options import OPTIONS, LaunchOptions, parse_command_line
+from launch._preflight import (
+    check_memory,
+    check_output_dir,
+    collective_timeout,
+    compute_device_exports,
+)
 from launch._program import program_command
 from launch._topology import format_topology
 from launch._version import launcher_version
@@ -103,7 +109,15 @@ def validate(options: LaunchOptions) -> tuple[ReplicaLayout, list[str]]:
         )
     for words in (options.mpi_global_args, options.mpi_local_args):
         adapt_mpi_args(words, "other", {})  # -x syntax, checked before anything is printed
-    return layout, program_command(options.program, python=sys.executable)
+    command = program_command(options.program, python=sys.executable)
+    # Fail early: outputs, the timeout, the device and the memory, before anything starts.
+    check_output_dir("--report-dir", options.report_dir)
+    check_output_dir("--executable-cache-path", options.executable_cache_path)
+    collective_timeout(options.collective_timeout)
+    compute_device_exports(options.compute_device)
+    if not options.offline_mode:
+        check_memory(layout.num_instances)
+    return layout, command
 
 
 def _log(message: str) -> None:
@@ -138,7 +152,12 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
     if dropped and options.verbosity >= 1:
         _log(f"MPI arguments not used with this MPI ({flavour}): {' '.join(dropped)}")
 
-    exports = global_args.exports + local_args.exports
+    # The device first, so that a user's -x JAX_PLATFORMS=... still wins.
+    exports = compute_device_exports(options.compute_device)
+    timeout = collective_timeout(options.collective_timeout)
+    if timeout is not None:
+        exports += (("GCL_EMU_TIMEOUT", f"{timeout:g}"),)
+    exports += global_args.exports + local_args.exports
     job_dir = tempfile.mkdtemp(prefix="poprun-emu-")
     try:
         config = JobConfig(

@@ -1,4 +1,8 @@
-"""PopRun's host list: ``-H a,b`` and bracket ranges such as ``host[0-2,4]``."""
+"""PopRun's host list: ``-H a,b`` and bracket ranges such as ``host[0-2,4]``.
+
+Expanded in time linear in the number of names, with a cap on that number checked before
+anything is expanded, and error messages that quote at most a short piece of the input.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,14 @@ import re
 from launch._errors import UsageError
 
 _RANGE_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
+# More host names than any IPU-POD has hosts (an IPU-POD256 has 64 hosts at most; even one
+# host per replica of 65,536 replicas stays below it).
+MAX_HOSTS = 65536
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """``text`` quoted, cut to ``limit`` characters, so an error stays one short line."""
+    return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
 
 def _split_top_level(text: str) -> list[str]:
@@ -24,28 +36,34 @@ def _split_top_level(text: str) -> list[str]:
     return items
 
 
-def _expand_item(item: str, text: str) -> list[str]:
+def _expand_item(item: str, text: str, room: int) -> list[str]:
     if "[" not in item and "]" not in item:
         return [item]
     match = re.fullmatch(r"([^\[\]]*)\[([^\[\]]*)\]([^\[\]]*)", item)
     if match is None:
         raise UsageError(
-            f"--host {text!r}: cannot read {item!r}; write ranges as prefix[0-2,4] with one "
-            f"pair of brackets per host pattern."
+            f"--host {_short(text)}: cannot read {_short(item)}; write ranges as "
+            f"prefix[0-2,4] with one pair of brackets per host pattern."
         )
     prefix, body, suffix = match.groups()
-    names = []
+    names: list[str] = []
     for part in body.split(","):
         bounds = _RANGE_ITEM.match(part.strip())
         if bounds is None:
             raise UsageError(
-                f"--host {text!r}: range item {part!r} is not N or N-M; write ranges such as "
-                f"host[0-2,4]."
+                f"--host {_short(text)}: range item {_short(part)} is not N or N-M; write "
+                f"ranges such as host[0-2,4]."
             )
         first, last = bounds.group(1), bounds.group(2) or bounds.group(1)
         if int(last) < int(first):
             raise UsageError(
-                f"--host {text!r}: range {part!r} runs backwards; write it as {last}-{first}."
+                f"--host {_short(text)}: range {_short(part)} runs backwards; write it as "
+                f"{last}-{first}."
+            )
+        if int(last) - int(first) + 1 > room - len(names):
+            raise UsageError(
+                f"--host {_short(text)} names more than {MAX_HOSTS} hosts; give at most one "
+                f"host per instance."
             )
         # Zero-padded bounds (node[01-12]) keep their width, as cluster host lists do.
         width = len(first) if first.startswith("0") and len(first) > 1 else 0
@@ -71,14 +89,26 @@ def parse_hosts(text: str) -> tuple[str, ...]:
         item = item.strip()
         if not item:
             raise UsageError(
-                f"--host {text!r} has an empty host name; separate host names with single "
-                f"commas, e.g. -H host0,host1."
+                f"--host {_short(text)} has an empty host name; separate host names with "
+                f"single commas, e.g. -H host0,host1."
             )
-        names.extend(_expand_item(item, text))
-    duplicates = sorted({n for n in names if names.count(n) > 1})
+        names.extend(_expand_item(item, text, MAX_HOSTS - len(names)))
+        if len(names) > MAX_HOSTS:
+            raise UsageError(
+                f"--host {_short(text)} names more than {MAX_HOSTS} hosts; give at most one "
+                f"host per instance."
+            )
+    seen: set[str] = set()
+    duplicates: dict[str, None] = {}  # ordered, each once
+    for name in names:
+        if name in seen:
+            duplicates[name] = None
+        seen.add(name)
     if duplicates:
+        shown = sorted(duplicates)[:5]
+        more = f" (and {len(duplicates) - 5} others)" if len(duplicates) > 5 else ""
         raise UsageError(
-            f"--host {text!r} names {', '.join(duplicates)} more than once; list each host once "
-            f"(instances are divided evenly among the hosts)."
+            f"--host {_short(text)} names {', '.join(shown)}{more} more than once; list each "
+            f"host once (instances are divided evenly among the hosts)."
         )
     return tuple(names)

@@ -14,7 +14,10 @@ from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig
 from popdist_emu._files import write_atomically as write_atomically
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
-_SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1"
+# XLA has no intra_op_parallelism_threads flag (a bare word in XLA_FLAGS is read as a file
+# name, and "--intra_op_parallelism_threads" is refused as unknown): its CPU thread pool is
+# sized from the CPUs the process may use, which the bootstrap pins to one.
+_SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false"
 
 
 def pid_path(job_dir: str, instance: int) -> str:

@@ -134,6 +134,23 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "DIR",
     ),
     OptionSpec(
+        ("--collective-timeout",),
+        "str",
+        "collective_timeout",
+        "Emulator: seconds a collective waits for the other instances before the job is "
+        "ended (exported as GCL_EMU_TIMEOUT; default 120).",
+        "SECONDS",
+    ),
+    OptionSpec(
+        ("--compute-device",),
+        "choice",
+        "compute_device",
+        "Emulator: where the replicas compute: cpu (default, the same bits on every machine) "
+        "or gpu (shared by all instances, no preallocation; other bits than the CPU's).",
+        "cpu|gpu",
+        choices=("cpu", "gpu"),
+    ),
+    OptionSpec(
         ("-v", "--verbose"),
         "count",
         "verbosity",
@@ -188,6 +205,8 @@ class LaunchOptions:
     system: str = ""
     report_dir: str = ""
     executable_cache_path: str = ""
+    collective_timeout: str = ""
+    compute_device: str = "cpu"
     verbosity: int = 0
     help: bool = False
     version: bool = False

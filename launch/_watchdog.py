@@ -4,7 +4,13 @@ mpiexec starts in a session of its own; every bootstrap records its process grou
 directory (MPICH puts each rank in its own session, out of mpiexec's reach) and, when its
 program ends, the exit status. The watchdog polls both: the first instance that exits non-zero
 or dies ends the job (SIGTERM to every group, SIGKILL after a grace period), as mpi4py's
-``-m mpi4py`` runner aborts the whole job on one rank's error. Every wait has a timeout.
+``-m mpi4py`` runner aborts the whole job on one rank's error, and names it with the last
+lines of its stderr. Every wait has a timeout.
+
+A pid file is written where the program could overwrite it, so the watchdog signals only
+process groups it has checked in ``/proc``: the recorded process leads the group it claims
+and descends from the process the launcher started (mpiexec, or offline the bootstrap).
+After the job, shared-memory segments its MPI left behind are removed (``_cleanup``).
 """
 
 from __future__ import annotations
@@ -18,10 +24,16 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+from launch._cleanup import remove_leftover_segments
 from launch._job import pid_path, status_path
 
 POLL_SECONDS = 0.1  # 16 instances = 32 small reads per poll; cheap, and failures end in seconds
 GRACE_SECONDS = 3.0
+
+
+def tail_path(job_dir: str, instance: int) -> str:
+    """Where instance ``instance``'s bootstrap leaves its last stderr lines for the launcher."""
+    return os.path.join(job_dir, f"instance-{instance}.stderr")
 
 
 class InstanceExit(NamedTuple):
@@ -68,16 +80,52 @@ def read_exits(job_dir: str, instances: Sequence[int]) -> dict[int, InstanceExit
     return exits
 
 
-def _process_groups(job_dir: str, instances: Sequence[int]) -> dict[int, tuple[int, int]]:
-    groups = {}
-    for i in instances:
-        try:
-            with open(pid_path(job_dir, i)) as f:
-                pid, pgid = (int(x) for x in f.read().split())
-            groups[i] = (pid, pgid)
-        except (FileNotFoundError, ValueError):
-            continue
-    return groups
+def _stat(pid: int) -> tuple[int, int] | None:
+    """``(parent pid, process group)`` of ``pid`` from ``/proc``, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return int(fields[1]), int(fields[2])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _ours(pid: int, pgid: int, root: int) -> bool:
+    """Whether ``pid`` leads process group ``pgid`` and descends from ``root``."""
+    if not os.path.isdir("/proc"):
+        return True  # no /proc to check against: trust the bootstrap's record
+    stat = _stat(pid)
+    if stat is None or stat[1] != pgid or pgid != pid:
+        return False
+    for _ in range(64):
+        if pid == root:
+            return True
+        stat = _stat(pid)
+        if stat is None or stat[0] <= 1:
+            return False
+        pid = stat[0]
+    return False
+
+
+class _Groups:
+    """The instances' process groups, each checked once, when first seen, and then kept."""
+
+    def __init__(self, job_dir: str, instances: Sequence[int], root: int) -> None:
+        self.job_dir, self.instances, self.root = job_dir, instances, root
+        self.known: dict[int, tuple[int, int]] = {}
+
+    def __call__(self) -> dict[int, tuple[int, int]]:
+        for i in self.instances:
+            if i in self.known:
+                continue
+            try:
+                with open(pid_path(self.job_dir, i)) as f:
+                    pid, pgid = (int(x) for x in f.read().split())
+            except (FileNotFoundError, ValueError):
+                continue
+            if _ours(pid, pgid, self.root):
+                self.known[i] = (pid, pgid)
+        return dict(self.known)
 
 
 def _alive(pid: int) -> bool:
@@ -90,19 +138,18 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _vanished(job_dir: str, instances: Sequence[int], exits: Mapping[int, InstanceExit]):
+def _vanished(groups: _Groups, exits: Mapping[int, InstanceExit]):
     """Instances whose bootstrap is gone without writing a status (it was killed)."""
-    for i, (pid, _) in _process_groups(job_dir, instances).items():
+    for i, (pid, _) in groups().items():
         if i not in exits and not _alive(pid):
             yield i
 
 
-def _signal_job(proc: subprocess.Popen, job_dir: str, instances: Sequence[int], sig: int) -> None:
+def _signal_job(proc: subprocess.Popen, groups: _Groups, sig: int) -> None:
     # An instance that reported its status is already on its way out; a signal now would only
     # make MPICH print a "BAD TERMINATION" banner about it.
-    done = read_exits(job_dir, instances)
-    groups = _process_groups(job_dir, instances)
-    targets = {pgid for i, (_, pgid) in groups.items() if i not in done}
+    done = read_exits(groups.job_dir, groups.instances)
+    targets = {pgid for i, (_, pgid) in groups().items() if i not in done}
     if proc.poll() is None:
         targets.add(proc.pid)  # mpiexec leads its own session (start_new_session=True)
     for pgid in targets:
@@ -112,16 +159,15 @@ def _signal_job(proc: subprocess.Popen, job_dir: str, instances: Sequence[int], 
             os.killpg(pgid, sig)
 
 
-def end_job(proc: subprocess.Popen, job_dir: str, instances: Sequence[int]) -> None:
+def end_job(proc: subprocess.Popen, groups: _Groups) -> None:
     """SIGTERM to mpiexec and every instance's group; SIGKILL whatever outlives the grace."""
-    _signal_job(proc, job_dir, instances, signal.SIGTERM)
+    _signal_job(proc, groups, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_SECONDS
     while time.monotonic() < deadline:
-        groups = _process_groups(job_dir, instances).values()
-        if proc.poll() is not None and not any(_alive(pid) for pid, _ in groups):
+        if proc.poll() is not None and not any(_alive(pid) for pid, _ in groups().values()):
             break
         time.sleep(POLL_SECONDS)
-    _signal_job(proc, job_dir, instances, signal.SIGKILL)
+    _signal_job(proc, groups, signal.SIGKILL)
     try:
         proc.wait(timeout=GRACE_SECONDS)
     except subprocess.TimeoutExpired:
@@ -130,6 +176,41 @@ def end_job(proc: subprocess.Popen, job_dir: str, instances: Sequence[int]) -> N
 
 def _report(message: str) -> None:
     print(f"poprun-emu: {message}", file=sys.stderr, flush=True)
+
+
+def _stopped(groups: _Groups, exits: Mapping[int, InstanceExit]) -> list[int]:
+    """Instances (without an exit status) with a stopped process (SIGSTOP, a debugger)."""
+    waiting = {pgid: i for i, (_, pgid) in groups().items() if i not in exits}
+    stopped = set()
+    with contextlib.suppress(OSError):
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if fields[0] in ("T", "t") and int(fields[2]) in waiting:
+                stopped.add(waiting[int(fields[2])])
+    return sorted(stopped)
+
+
+def _report_tail(job_dir: str, instance: int) -> None:
+    """The failing instance's last stderr lines (shown even if its output was silenced)."""
+    try:
+        with open(tail_path(job_dir, instance), "rb") as f:
+            lines = f.read().decode(errors="replace").splitlines()
+    except OSError:
+        return
+    if lines:
+        text = "".join(f"  | {line[:300]}\n" for line in lines)
+        print(
+            f"poprun-emu: last lines of instance {instance}'s stderr:\n{text}",
+            end="",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def run_job(
@@ -148,21 +229,32 @@ def run_job(
         N); 130 after Ctrl-C; mpiexec's own code if it failed before the instances reported.
     """
     previous = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    started_ns = time.time_ns() - 1_000_000_000  # ctime granularity and clock steps
     proc = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
+    groups = _Groups(job_dir, instances, proc.pid)
+    seen_stopped: set[int] = set()  # looked for every second, to name them if the job fails
+    next_scan = time.monotonic() + 1.0
     try:
         while True:
             finished = proc.poll() is not None
             exits = read_exits(job_dir, instances)
+            if time.monotonic() > next_scan:
+                seen_stopped.update(_stopped(groups, exits))
+                next_scan = time.monotonic() + 1.0
             failures = sorted(
                 (e for e in exits.values() if e.code != 0), key=lambda e: (e.when_ns, e.instance)
             )
-            lost = [] if failures else list(_vanished(job_dir, instances, exits))
+            lost = [] if failures else list(_vanished(groups, exits))
             if failures or lost:
                 running = not finished and len(exits) < len(instances)
-                end_job(proc, job_dir, instances)
+                stopped = sorted(seen_stopped.union(_stopped(groups, exits)))
+                end_job(proc, groups)
                 tail = "; ended the other instances" if running else ""
+                for i in stopped:
+                    _report(f"instance {i} was stopped (SIGSTOP or a debugger) and never answered")
                 if failures:
                     _report(failures[0].describe() + tail)
+                    _report_tail(job_dir, failures[0].instance)
                     return failures[0].launcher_code
                 _report(f"instance {lost[0]} was killed before reporting its exit status{tail}")
                 return 1
@@ -178,15 +270,16 @@ def run_job(
             return proc.returncode or 1
         return 0
     except KeyboardInterrupt:
-        end_job(proc, job_dir, instances)
+        end_job(proc, groups)
         _report("interrupted; ended all instances")
         return 130
     except _Terminated as stop:
-        end_job(proc, job_dir, instances)
+        end_job(proc, groups)
         _report(f"got signal {stop.args[0]}; ended all instances")
         return 128 + int(stop.args[0])
     finally:
         if proc.poll() is None:
-            end_job(proc, job_dir, instances)
+            end_job(proc, groups)
+        remove_leftover_segments(started_ns)
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -4,7 +4,9 @@ Every file the project writes (parameters, reports, checkpoints, the launcher's 
 goes through :func:`atomic_write`: the content is written to a temporary file in the same
 directory, flushed to disk, and renamed over the destination. A failed or interrupted write
 leaves the previous file intact, and the rename replaces a symlink at the destination
-instead of following it. JAX-free, so the launcher may use it too.
+instead of following it. A writer killed mid-write (SIGKILL) cannot remove its temporary
+file, so each temporary carries its writer's pid and the next write of the same file removes
+those of writers no longer alive. JAX-free, so the launcher may use it too.
 
 References:
     POSIX ``rename(2)``: "If newpath already exists, it will be atomically replaced"; a
@@ -27,6 +29,29 @@ def _umask() -> int:
     return mask
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _remove_stale_temporaries(directory: str, name: str) -> None:
+    """Removes ``.<name>.<pid>.*.tmp`` files left by writers that died mid-write."""
+    prefix = f".{name}."
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(directory):
+            if not (entry.name.startswith(prefix) and entry.name.endswith(".tmp")):
+                continue
+            pid = entry.name[len(prefix) :].split(".", 1)[0]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     """Yields a file to write ``path``'s new content into; renamed into place on success.
@@ -43,9 +68,9 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
         raise ValueError(f"atomic_write: `mode` must be 'wb' or 'w', got {mode!r}.")
     path = os.fspath(path)
     directory = os.path.dirname(os.path.abspath(path))
-    fd, temporary = tempfile.mkstemp(
-        prefix=f".{os.path.basename(path)}.", suffix=".tmp", dir=directory
-    )
+    name = os.path.basename(path)
+    _remove_stale_temporaries(directory, name)
+    fd, temporary = tempfile.mkstemp(prefix=f".{name}.{os.getpid()}.", suffix=".tmp", dir=directory)
     try:
         # mkstemp makes the file 0600; give it the permissions open() would have given.
         os.fchmod(fd, 0o666 & ~_umask())

@@ -17,6 +17,7 @@ import os
 import pathlib
 
 from hardware import TRACKS, StepSimulation
+from popdist_emu._files import write_atomically
 
 SUMMARY_FILE = "summary.json"
 TRACE_FILE = "trace.json"
@@ -102,8 +103,9 @@ def write_reports(simulation: StepSimulation, report_dir: str | os.PathLike) -> 
     """
     directory = pathlib.Path(report_dir)
     directory.mkdir(parents=True, exist_ok=True)
-    (directory / SUMMARY_FILE).write_text(json.dumps(summary(simulation), indent=2) + "\n")
-    (directory / TRACE_FILE).write_text(json.dumps(chrome_trace(simulation)) + "\n")
+    # Renamed into place: a failed write keeps the old report, a symlink is replaced.
+    write_atomically(directory / SUMMARY_FILE, json.dumps(summary(simulation), indent=2) + "\n")
+    write_atomically(directory / TRACE_FILE, json.dumps(chrome_trace(simulation)) + "\n")
     return directory
 
 

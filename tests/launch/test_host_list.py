@@ -47,3 +47,17 @@ def test_a_range_expands_to_every_index_in_order(first, count):
 def test_bad_host_lists_are_refused(text, match):
     with pytest.raises(UsageError, match=match):
         parse_hosts(text)
+
+
+def test_huge_ranges_are_refused_by_a_cap_in_one_short_line():
+    with pytest.raises(UsageError, match="more than 65536 hosts") as refused:
+        parse_hosts("h[0-100000]")
+    assert len(str(refused.value)) < 300
+    with pytest.raises(UsageError, match="more than 65536 hosts"):
+        parse_hosts("a[0-40000],b[0-40000]")
+
+
+def test_many_duplicates_are_found_in_linear_time_and_listed_briefly():
+    # 60,002 names with 5,001 repeated: quadratic counting would take minutes.
+    with pytest.raises(UsageError, match=r"names h0, h1, h10, h100, h1000 \(and 4996 others\)"):
+        parse_hosts("h[0-55000],h[0-5000]")

@@ -1,7 +1,11 @@
 """Atomic writes: the old file or the whole new one, never a part; symlinks not followed."""
 
 import os
+import signal
+import subprocess
+import sys
 
+import numpy as np
 import pytest
 
 from popdist_emu._files import atomic_write, write_atomically
@@ -44,3 +48,64 @@ def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+# A real failure of the OS, in a child process: the file size limit (RLIMIT_FSIZE) makes the
+# write fail with EFBIG half-way, as a full disk would; or the writer is SIGKILLed mid-write.
+_WRITER = """
+import resource, signal, sys, time
+import numpy as np
+from popdist_emu._files import atomic_write
+
+path, how = sys.argv[1], sys.argv[2]
+arrays = {"w": np.ones(200_000, np.float32)}
+if how == "disk-full":
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # EFBIG instead of a fatal signal
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+    with atomic_write(path, "wb") as f:
+        np.savez(f, **arrays)
+else:
+    with atomic_write(path, "wb") as f:
+        f.write(b"partial")
+        f.flush()
+        print("writing", flush=True)
+        time.sleep(60)
+"""
+
+
+def _good_file(path):
+    np.savez(path, w=np.arange(5.0))
+    return path.read_bytes()
+
+
+def test_a_write_that_fails_for_lack_of_space_keeps_the_old_file(tmp_path):
+    path = tmp_path / "good.npz"
+    before = _good_file(path)
+    proc = subprocess.run(
+        [sys.executable, "-c", _WRITER, str(path), "disk-full"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "File too large" in proc.stderr, proc.stderr[-2000:]
+    assert path.read_bytes() == before
+    assert os.listdir(tmp_path) == ["good.npz"]
+
+
+def test_a_writer_killed_mid_write_keeps_the_old_file_and_its_temporary_goes_next_time(tmp_path):
+    path = tmp_path / "good.npz"
+    before = _good_file(path)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _WRITER, str(path), "kill"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout.readline() == "writing\n"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    assert path.read_bytes() == before
+    with np.load(path) as saved:
+        np.testing.assert_array_equal(saved["w"], np.arange(5.0))
+    assert len(os.listdir(tmp_path)) == 2  # the dead writer's temporary
+    write_atomically(path, b"new")
+    assert os.listdir(tmp_path) == ["good.npz"] and path.read_bytes() == b"new"

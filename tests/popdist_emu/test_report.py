@@ -83,3 +83,17 @@ def test_format_summary_is_short_and_says_what_matters(simulation):
     assert len(text.splitlines()) <= 6
     assert "pod128" in text and "128 replicas" in text and "samples/s" in text
     assert "memory per IPU" in text and "fits" in text
+
+
+def test_reports_replace_a_planted_symlink_instead_of_following_it(simulation, tmp_path):
+    target = tmp_path / "precious"
+    target.write_text("keep me")
+    (tmp_path / "reports").mkdir()
+    (tmp_path / "reports" / "summary.json").symlink_to(target)
+    write_reports(simulation, tmp_path / "reports")
+    assert target.read_text() == "keep me"
+    assert not (tmp_path / "reports" / "summary.json").is_symlink()
+    assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
+        "summary.json",
+        "trace.json",
+    ]

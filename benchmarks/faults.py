@@ -1,0 +1,83 @@
+"""How long each fault takes to end a ``poprun-emu`` job: the table in the README.
+
+For every case of tests/launch/fault_program.py (2 instances; instance 1 fails) this runs
+the job ``--repeats`` times and measures the seconds from the fault (the wall-clock time
+the victim records just before it) to the launcher's exit, and the launcher's exit code.
+The SIGSTOP case runs with ``--collective-timeout 3``: it ends when the timeout expires.
+Prints one JSON line per run, then a Markdown table (median, min, max).
+
+Usage::
+
+    python benchmarks/faults.py [--repeats 3] [--cases before,during,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAM = ROOT / "tests" / "launch" / "fault_program.py"
+CASES = ("before", "during", "inside", "after", "exit", "extra", "kill", "stop")
+DESCRIPTION = {
+    "before": "uncaught exception before the first collective",
+    "during": "uncaught exception between collectives",
+    "inside": "exception raised inside a collective's wait",
+    "after": "uncaught exception after the last collective",
+    "exit": "sys.exit(0) while the peer waits in a collective",
+    "extra": "peer calls one collective more (victim returned)",
+    "kill": "SIGKILL",
+    "stop": "SIGSTOP, --collective-timeout 3",
+}
+STOP_TIMEOUT_S = 3
+
+
+def _launcher() -> list[str]:
+    script = shutil.which("poprun-emu")
+    return [script] if script else [sys.executable, "-m", "launch"]
+
+
+def run_case(case: str) -> dict:
+    """One job with the fault ``case``: seconds from the fault to the launcher's exit."""
+    with tempfile.TemporaryDirectory(prefix="faults-") as out:
+        command = [*_launcher(), "--num-replicas", "2", "--num-instances", "2"]
+        if case == "stop":
+            command += ["--collective-timeout", str(STOP_TIMEOUT_S)]
+        command += [str(PROGRAM), case, out]
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
+        ended = time.time()
+        fault = float((Path(out) / "fault").read_text())
+    return {"case": case, "code": proc.returncode, "seconds": round(ended - fault, 3)}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cases", default=",".join(CASES))
+    args = parser.parse_args(argv)
+    results: dict[str, list[dict]] = {}
+    for case in args.cases.split(","):
+        for _ in range(args.repeats):
+            run = run_case(case)
+            print(json.dumps(run), flush=True)
+            results.setdefault(case, []).append(run)
+    print("\n| fault (instance 1 of 2) | exit code | seconds to end the job: median (min-max) |")
+    print("|---|---|---|")
+    for case, runs in results.items():
+        seconds = [r["seconds"] for r in runs]
+        codes = sorted({r["code"] for r in runs})
+        print(
+            f"| {DESCRIPTION[case]} | {','.join(map(str, codes))} | "
+            f"{statistics.median(seconds):.2f} ({min(seconds):.2f}-{max(seconds):.2f}) |"
+        )
+
+
+if __name__ == "__main__":
+    main()

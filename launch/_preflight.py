@@ -1,0 +1,133 @@
+"""Checks made before anything is launched: output paths, memory, the collective timeout and
+the compute device, each refused in one line naming the value and the fix (exit code 2).
+
+JAX-free (the launcher imports no JAX): the GPU check looks for the device files a CUDA or
+ROCm driver creates, and the memory check reads ``MemTotal`` from ``/proc/meminfo``.
+
+References:
+    ``proc(5)``, ``/proc/meminfo``: ``MemTotal``, the usable RAM.
+    JAX documentation, "GPU memory allocation": ``XLA_PYTHON_CLIENT_PREALLOCATE=false``
+    disables the preallocation of 75 % of the GPU memory per process.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+
+from launch._errors import UsageError
+
+# Peak resident memory of one instance of examples/train.py (JAX on the CPU, optax, the
+# digits data set): 439 MiB measured (getrusage ru_maxrss) on the development machine; a
+# smaller JAX program peaks near 270 MiB.
+INSTANCE_BYTES = 450 * 2**20
+DEFAULT_COLLECTIVE_TIMEOUT_S = 120.0  # gcl's own default (GCL_EMU_TIMEOUT)
+_MAX_TIMEOUT_S = 7 * 24 * 3600.0
+COMPUTE_DEVICES = ("cpu", "gpu")
+
+
+def collective_timeout(text: str) -> float | None:
+    """``--collective-timeout SECONDS``: a positive, finite number of seconds (None: unset)."""
+    if not text:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and 0 < seconds <= _MAX_TIMEOUT_S):
+        raise UsageError(
+            f"--collective-timeout {text!r} is not a number of seconds in (0, {_MAX_TIMEOUT_S:g}]"
+            f": write e.g. --collective-timeout 60 (default {DEFAULT_COLLECTIVE_TIMEOUT_S:g})."
+        )
+    return seconds
+
+
+def _gpu_present() -> bool:
+    return bool(glob.glob("/dev/nvidia[0-9]*")) or os.path.exists("/dev/kfd")
+
+
+def compute_device_exports(device: str) -> tuple[tuple[str, str], ...]:
+    """The variables that put the instances' JAX compute on ``device``.
+
+    ``cpu`` (the default) pins JAX to the CPU even where a GPU build of JAX is installed, so
+    every machine computes the same bits. ``gpu`` lets JAX use the GPU, shared by all the
+    instances: XLA's preallocation (75 % of the memory per process) is turned off, else the
+    second instance runs out of memory. GPU bits differ from CPU bits (other kernels) but
+    stay the same across instance layouts.
+
+    Raises:
+        UsageError: ``gpu`` on a machine without a GPU driver.
+    """
+    if device == "cpu":
+        return (("JAX_PLATFORMS", "cpu"),)
+    if not _gpu_present():
+        raise UsageError(
+            "--compute-device gpu: no GPU device (/dev/nvidia*, /dev/kfd) on this machine: "
+            "use --compute-device cpu (the default)."
+        )
+    return (("JAX_PLATFORMS", "gpu"), ("XLA_PYTHON_CLIENT_PREALLOCATE", "false"))
+
+
+def check_output_dir(flag: str, path: str) -> None:
+    """``path`` can hold output: an existing writable directory, or a path whose nearest
+    existing ancestor is a writable directory (the program creates the rest).
+
+    Raises:
+        UsageError: a file where a directory is needed, or a directory not writable.
+    """
+    if not path:
+        return
+    full = os.path.abspath(path)
+    if os.path.exists(full) and not os.path.isdir(full):
+        raise UsageError(f"{flag} {path!r} is a file, not a directory: give a directory path.")
+    existing = full
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UsageError(
+            f"{flag} {path!r}: {existing!r} is a file, not a directory: give a path under a "
+            f"directory."
+        )
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"{flag} {path!r}: directory {existing!r} is not writable: pick a directory you "
+            f"can write to."
+        )
+
+
+def total_memory_bytes() -> int | None:
+    """``MemTotal`` from ``/proc/meminfo``, None where there is none."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemTotal:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_memory(num_processes: int, available: int | None = None) -> None:
+    """Refuses to start more instances than this machine's memory can hold.
+
+    Compared with the machine's whole memory rather than what is free at this moment: free
+    memory comes and goes with other work, and a refusal must never stop a job that fits.
+
+    Args:
+        num_processes: instances to start.
+        available: bytes of memory; None reads ``MemTotal``.
+
+    Raises:
+        UsageError: ``num_processes`` times :data:`INSTANCE_BYTES` exceeds the memory,
+            suggesting ``--offline-mode`` (one process, compile only).
+    """
+    available = total_memory_bytes() if available is None else available
+    need = num_processes * INSTANCE_BYTES
+    if available is not None and need > available:
+        raise UsageError(
+            f"--num-instances {num_processes} needs about {need / 2**30:.1f} GiB (about "
+            f"{INSTANCE_BYTES // 2**20} MiB per instance) but this machine has "
+            f"{available / 2**30:.1f} GiB: use fewer instances, or --offline-mode to compile "
+            f"without running."
+        )

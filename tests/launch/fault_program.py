@@ -1,0 +1,76 @@
+"""A small gcl program that fails as told: the fault-injection tests and benchmarks/faults.py.
+
+``poprun-emu --num-replicas 2 --num-instances 2 fault_program.py CASE OUT_DIR``: instance 1
+(the victim) fails as CASE says; every instance first records its pid and the shared-memory
+segments it maps in ``OUT_DIR/instance-<i>.json``, and the victim records the wall-clock time
+of its fault in ``OUT_DIR/fault`` just before it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+from mpi4py import MPI
+
+import gcl
+
+VICTIM = 1
+CASES = ("before", "during", "inside", "after", "exit", "extra", "kill", "stop")
+
+
+def main(case: str, out: str) -> None:
+    rank = MPI.COMM_WORLD.Get_rank()
+    with open("/proc/self/maps") as f:
+        segments = sorted({line.split()[-1] for line in f if "/dev/shm/" in line})
+    with open(os.path.join(out, f"instance-{rank}.json"), "w") as f:
+        json.dump({"pid": os.getpid(), "segments": segments}, f)
+
+    def fault() -> None:
+        with open(os.path.join(out, "fault"), "w") as f:
+            f.write(repr(time.time()))
+
+    def collective() -> None:
+        gcl.all_reduce([np.ones(4, np.float32)])
+
+    victim = rank == VICTIM
+    if case == "before" and victim:
+        fault()
+        raise RuntimeError("injected fault before the first collective")
+    collective()
+    if victim and case == "during":
+        fault()
+        raise RuntimeError("injected fault between collectives")
+    if victim and case == "exit":
+        fault()
+        sys.exit(0)
+    if victim and case in ("kill", "stop"):
+        fault()
+        os.kill(os.getpid(), signal.SIGKILL if case == "kill" else signal.SIGSTOP)
+    if case == "inside":
+        if victim:
+
+            def interrupt(_signum: int, _frame: object) -> None:
+                fault()
+                raise RuntimeError("injected fault inside a collective")
+
+            signal.signal(signal.SIGALRM, interrupt)
+            signal.setitimer(signal.ITIMER_REAL, 0.5)  # fires while waiting for instance 0
+        else:
+            time.sleep(5)  # keeps the victim waiting inside the collective
+    collective()
+    if case == "extra" and not victim:
+        collective()  # the victim has returned: this one can never complete
+    if case == "extra" and victim:
+        fault()
+    if case == "after" and victim:
+        fault()
+        raise RuntimeError("injected fault after the last collective")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

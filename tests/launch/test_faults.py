@@ -1,0 +1,117 @@
+"""Fault injection through poprun-emu: every fault ends the whole job, names the instance,
+and leaves no process and no shared-memory segment behind (issue 14's table).
+
+Two instances of a small gcl program (tests/launch/fault_program.py); instance 1 fails. The
+subprocess timeout is generous; how fast each fault ends the job is measured by
+benchmarks/faults.py, not asserted here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_program.py")
+LAYOUT = ("--num-replicas", "2", "--num-instances", "2")
+
+# case -> (launcher exit code, text that names the failing instance)
+EXPECTED = {
+    "before": (1, "instance 1 exited with code 1"),
+    "during": (1, "instance 1 exited with code 1"),
+    "inside": (1, "instance 1 exited with code 1"),
+    "after": (1, "instance 1 exited with code 1"),
+    "exit": (1, "instance 1 returned from its program"),
+    "extra": (1, "instance 1 returned from its program"),
+    "kill": (137, "instance 1 was killed by signal 9 (SIGKILL)"),
+    "stop": (1, "instance 1 was stopped"),
+}
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except FileNotFoundError:
+        return False
+
+
+def _assert_nothing_left(out):
+    records = [json.loads((out / f"instance-{i}.json").read_text()) for i in (0, 1)]
+    deadline = time.monotonic() + 10
+    pids = [r["pid"] for r in records]
+    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in pids if _running(p)], "instances outlived the job"
+    segments = {s for r in records for s in r["segments"] if s.startswith("/dev/shm/")}
+    assert segments, "the instances mapped no MPI segment: the check would be empty"
+    assert not [s for s in segments if os.path.exists(s)], "shared memory outlived the job"
+
+
+def _run(poprun, tmp_path, case, *options):
+    out = tmp_path / case
+    out.mkdir()
+    words = [*options, *LAYOUT]
+    if case == "stop":
+        words += ["--collective-timeout", "3"]
+    return poprun(*words, PROGRAM, case, str(out), timeout=240), out
+
+
+@pytest.mark.parametrize("case", sorted(EXPECTED))
+def test_a_fault_ends_the_job_naming_the_instance(poprun, tmp_path, case):
+    result, out = _run(poprun, tmp_path, case)
+    code, names = EXPECTED[case]
+    assert result.returncode == code, result.stderr[-3000:]
+    assert names in result.stderr, result.stderr[-3000:]
+    if case in ("before", "during", "inside", "after"):
+        assert "last lines of instance 1's stderr" in result.stderr
+        assert "RuntimeError: injected fault" in result.stderr
+    _assert_nothing_left(out)
+
+
+def test_a_silenced_instance_s_failure_still_shows_its_last_lines(poprun, tmp_path):
+    result, out = _run(poprun, tmp_path, "during", "--only-output-from-instance", "0")
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "instance 1 exited with code 1" in result.stderr
+    assert "RuntimeError: injected fault between collectives" in result.stderr
+    assert "[1,1]" not in result.stderr  # the instance itself stayed silent
+    _assert_nothing_left(out)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("0", "not a number of seconds"), ("-3", "not a number of seconds"), ("x", "e.g.")],
+)
+def test_a_bad_collective_timeout_is_refused_before_launch(poprun, tmp_path, value, message):
+    result = poprun("--collective-timeout", value, PROGRAM, "during", str(tmp_path))
+    assert result.returncode == 2
+    assert message in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+FORGER = """
+import os, sys, time
+job = os.environ["POPDIST_EMU_JOB_DIR"]
+index = os.environ["POPDIST_EMU_INSTANCE_INDEX"]
+victim = int(sys.argv[1])
+with open(os.path.join(job, f"instance-{index}.pid"), "w") as f:
+    f.write(f"{victim} {victim}\\n")  # a process group the launcher did not start
+time.sleep(1.5)
+sys.exit(3)
+"""
+
+
+def test_the_launcher_signals_only_process_groups_it_started(poprun, tmp_path):
+    program = tmp_path / "forger.py"
+    program.write_text(FORGER)
+    bystander = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        result = poprun(*LAYOUT, str(program), str(bystander.pid), timeout=240)
+        assert result.returncode == 3, result.stderr[-3000:]
+        assert "exited with code 3" in result.stderr
+        assert bystander.poll() is None, "the launcher signalled a forged process group"
+    finally:
+        bystander.kill()
+        bystander.wait(timeout=30)

@@ -1,0 +1,90 @@
+"""The examples refuse bad flags in one line before any JAX work; --save writes exactly PATH."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+
+
+def _load(name):
+    spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def train():
+    return _load("train")
+
+
+@pytest.fixture(scope="module")
+def resnet50():
+    return _load("resnet50")
+
+
+BAD = [
+    (["--micro-batch-size", "0"], "--micro-batch-size: 0 is below 1"),
+    (["--micro-batch-size", "-1"], "--micro-batch-size: -1 is below 1"),
+    (["--device-iterations", "0"], "--device-iterations: 0 is below 1"),
+    (["--gradient-accumulation", "0"], "--gradient-accumulation: 0 is below 1"),
+    (["--steps", "0"], "--steps: 0 is below 1"),
+    (["--seed", str(2**70)], "outside [0, 2**63)"),
+    (["--seed", "-1"], "outside [0, 2**63)"),
+    (["--prefetch-depth", "0"], "--prefetch-depth: 0 is below 1"),
+    (["--learning-rate", "-1"], "not a finite number > 0"),
+    (["--learning-rate", "inf"], "not a finite number > 0"),
+    (["--micro-batch-size", "eight"], "'eight' is not a whole number"),
+    (["--save", "nodir/p.npz"], "does not exist: create it first"),
+]
+
+
+@pytest.mark.parametrize(("argv", "message"), BAD)
+def test_train_refuses_bad_values_in_one_line(train, capsys, tmp_path, monkeypatch, argv, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as refused:
+        train.parse_args(argv)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_save_must_not_be_a_directory(train, capsys, tmp_path):
+    with pytest.raises(SystemExit):
+        train.parse_args(["--save", str(tmp_path)])
+    assert "is a directory: give a file path" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--micro-batch-size", "0"], "0 is below 1"),
+        (["--seed", str(2**70)], "outside [0, 2**63)"),
+        (["--save", "nodir/x"], "does not exist"),
+    ],
+)
+def test_resnet50_refuses_bad_values_in_one_line(
+    resnet50, capsys, tmp_path, monkeypatch, argv, message
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as refused:
+        resnet50._parse(argv)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.splitlines()) == 1, err
+
+
+def test_good_values_pass(train):
+    args = train.parse_args(["--seed", str(2**63 - 1), "--learning-rate", "1e-3"])
+    assert args.seed == 2**63 - 1 and args.learning_rate == 1e-3
+
+
+def test_save_writes_exactly_the_path_given(train, tmp_path):
+    path = tmp_path / "params"  # no .npz: np.savez would have written params.npz
+    train.save_params(str(path), {"w": np.arange(3.0)})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["params"]
+    with np.load(path) as saved:
+        np.testing.assert_array_equal(saved["w"], np.arange(3.0))

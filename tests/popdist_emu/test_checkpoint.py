@@ -1,0 +1,145 @@
+"""Checkpoint and resume: N steps, a checkpoint, then M more steps from it give the bits of
+N+M uninterrupted steps, whatever holds the optimiser state (plain, offloaded, RTS shards of
+any domain) on either side of the checkpoint."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from popdist_emu import Options, ReplicaLoader, Trainer
+from popdist_emu._checkpoint import (
+    CHECKPOINT_FILE,
+    CheckpointError,
+    read_meta,
+    restore_checkpoint,
+    save_checkpoint,
+)
+
+IN, OUT, REPLICAS = 6, 4, 4
+ADAMW = optax.adamw(0.05)  # shared, so the trainers share compiled code
+
+
+def init_params():
+    k1, k2 = jax.random.split(jax.random.PRNGKey(0))
+    return {"w": jax.random.normal(k1, (IN, OUT)), "b": jax.random.normal(k2, (OUT,))}
+
+
+def loss_fn(params, batch):
+    x, y = batch
+    return jnp.mean((jnp.tanh(x @ params["w"] + params["b"]) - y) ** 2)
+
+
+def data():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(64, IN)).astype(np.float32), rng.normal(size=(64, OUT)).astype(
+        np.float32
+    )
+
+
+# How the optimiser state is held: the "layouts" of one instance's four replicas.
+HOLDERS = {
+    "plain": {},
+    "offloaded": {"offload_optimiser": True},
+    "rts-domain-2": {"replicated_tensor_sharding": True, "sharding_domain": 2},
+    "rts-domain-4": {"replicated_tensor_sharding": True, "sharding_domain": 4},
+}
+
+
+def trainer_for(holder):
+    options = Options(replication_factor=REPLICAS, **HOLDERS[holder])
+    return Trainer(loss_fn, ADAMW, init_params(), options), options
+
+
+def run(trainer, options, first, last):
+    loader = ReplicaLoader(data(), 2, options, seed=3)
+    for call in range(first, last):
+        trainer.step(loader.batch(call))
+
+
+def leaves(trainer):
+    return [np.asarray(x) for x in jax.tree_util.tree_leaves(trainer.params)]
+
+
+@settings(max_examples=6)
+@given(
+    n=st.integers(1, 3),
+    m=st.integers(1, 3),
+    before=st.sampled_from(sorted(HOLDERS)),
+    after=st.sampled_from(sorted(HOLDERS)),
+)
+@example(n=2, m=1, before="rts-domain-2", after="offloaded")
+@example(n=1, m=2, before="offloaded", after="rts-domain-4")
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path_factory, n, m, before, after):
+    directory = tmp_path_factory.mktemp("ckpt")
+    straight, options = trainer_for("plain")
+    run(straight, options, 0, n + m)
+
+    first, options = trainer_for(before)
+    run(first, options, 0, n)
+    save_checkpoint(directory, first, {"seed": 3})
+    second, options = trainer_for(after)
+    meta = restore_checkpoint(directory, second)
+    assert meta == {"step": n, "seed": 3} and second.steps_done == n
+    run(second, options, n, n + m)
+    for a, b in zip(leaves(straight), leaves(second), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
+    trainer, options = trainer_for("plain")
+    run(trainer, options, 0, 1)
+    save_checkpoint(tmp_path, trainer)
+    before = (tmp_path / CHECKPOINT_FILE).read_bytes()
+    run(trainer, options, 1, 2)
+
+    def disk_full(*_args, **_kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", disk_full)
+    with pytest.raises(OSError, match="No space"):
+        save_checkpoint(tmp_path, trainer)
+    assert (tmp_path / CHECKPOINT_FILE).read_bytes() == before
+    assert os.listdir(tmp_path) == [CHECKPOINT_FILE]
+    assert read_meta(tmp_path)["step"] == 1
+
+
+def test_a_missing_or_foreign_checkpoint_is_refused(tmp_path):
+    trainer, _ = trainer_for("plain")
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        restore_checkpoint(tmp_path, trainer)
+    other = Trainer(loss_fn, optax.sgd(0.1), init_params(), Options(replication_factor=REPLICAS))
+    save_checkpoint(tmp_path, other)
+    with pytest.raises(CheckpointError, match="opt_state arrays"):
+        restore_checkpoint(tmp_path, trainer)
+
+
+JOB = Path(__file__).with_name("checkpoint_job.py")
+
+
+def _poprun(instances, *args):
+    command = [sys.executable, "-m", "launch", "--num-replicas", "4"]
+    command += ["--num-instances", str(instances), str(JOB)]
+    proc = subprocess.run([*command, *args], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_a_job_resumes_on_another_instance_layout_bit_identically(tmp_path):
+    # RTS shards follow the layout: 2 steps on 2 instances (2 replicas each), then resumed
+    # on 4 instances up to step 3, against 3 uninterrupted steps on 1 instance.
+    ckpt, straight = tmp_path / "ckpt", tmp_path / "straight"
+    _poprun(2, "2", str(ckpt), str(tmp_path / "first.npz"))
+    _poprun(4, "3", str(ckpt), str(tmp_path / "resumed.npz"), "--resume")
+    _poprun(1, "3", str(straight), str(tmp_path / "straight.npz"))
+    with np.load(tmp_path / "straight.npz") as a, np.load(tmp_path / "resumed.npz") as b:
+        assert len(a.files) == len(b.files) == 2
+        for key in a.files:
+            np.testing.assert_array_equal(a[key], b[key])
