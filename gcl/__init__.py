@@ -17,7 +17,9 @@ Environment knobs (defaults in brackets): ``GCL_EMU_TIMEOUT`` default timeout in
 piece size [1 MiB]; ``GCL_EMU_SMALL_JOB_BYTES``
 largest job (all replicas' bytes) that is gathered instead of run as a ring [256 KiB];
 ``GCL_EMU_BUSY_S`` seconds of busy polling before yielding the CPU [0.05; 0 when a host
-runs more instances than it has CPUs].
+runs more instances than it has CPUs]; ``GCL_EMU_ON_FAILURE``: ``exit`` ends a failing
+process without ``MPI_Finalize`` (``poprun-emu`` sets it, so that its bootstrap names the
+instance), anything else calls ``MPI_Abort`` [abort].
 """
 
 from gcl._all_gather import all_gather as all_gather

@@ -30,8 +30,10 @@ from typing import Any
 
 import numpy as np
 
+from gcl._knobs import ENV_ON_FAILURE, ENV_TIMEOUT
+
 # The launcher's --collective-timeout sets GCL_EMU_TIMEOUT for every instance.
-DEFAULT_TIMEOUT_S = float(os.environ.get("GCL_EMU_TIMEOUT", "120"))
+DEFAULT_TIMEOUT_S = float(os.environ.get(ENV_TIMEOUT, "120"))
 # How often a waiting instance looks for a peer's leaving notice (a cheap Iprobe).
 _LEAVE_PROBE_S = 0.05
 
@@ -67,7 +69,7 @@ class PeerLeft(CollectiveTimeout):
 def _abort(code: int) -> None:
     """Ends the whole job now, never through ``MPI_Finalize``.
 
-    Under ``poprun-emu`` (``POPDIST_EMU_JOB_DIR`` set) the process exits at once without
+    Under ``poprun-emu`` (``GCL_EMU_ON_FAILURE=exit``) the process exits at once without
     finalizing: its bootstrap records the exit code, so the launcher names this instance, and
     mpiexec and the launcher end the others. Elsewhere ``MPI_Abort`` on COMM_WORLD, as
     ``python -m mpi4py`` does.
@@ -75,7 +77,7 @@ def _abort(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
-    if os.environ.get("POPDIST_EMU_JOB_DIR"):
+    if os.environ.get(ENV_ON_FAILURE) == "exit":
         os._exit(code)
     from mpi4py import MPI
 

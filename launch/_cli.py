@@ -32,7 +32,7 @@ from launch._program import program_command
 from launch._topology import format_topology
 from launch._version import launcher_version
 from launch._watchdog import run_job
-from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig
+from popdist_emu._environment import ENV_BOOTSTRAP, ENV_GCL_TIMEOUT, JobConfig
 
 
 def help_text() -> str:
@@ -156,7 +156,7 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
     exports = compute_device_exports(options.compute_device)
     timeout = collective_timeout(options.collective_timeout)
     if timeout is not None:
-        exports += (("GCL_EMU_TIMEOUT", f"{timeout:g}"),)
+        exports += ((ENV_GCL_TIMEOUT, f"{timeout:g}"),)
     exports += global_args.exports + local_args.exports
     job_dir = tempfile.mkdtemp(prefix="poprun-emu-")
     try:

@@ -29,6 +29,7 @@ import json
 import os
 from collections.abc import Mapping
 
+from gcl import _knobs as gcl_knobs
 from hardware import LayoutError, ReplicaLayout
 
 # -- PopRun's variables (what PopDist reads) ---------------------------------------------------
@@ -66,6 +67,10 @@ EMULATOR_VARIABLES = (
     ENV_PROGRESS,
     ENV_BOOTSTRAP,
 )
+
+# -- gcl's knobs that the launcher sets (gcl reads them itself; it may not import this) ------
+ENV_GCL_TIMEOUT = gcl_knobs.ENV_TIMEOUT  # --collective-timeout, seconds
+ENV_GCL_ON_FAILURE = gcl_knobs.ENV_ON_FAILURE  # "exit" under the launcher, else MPI_Abort
 
 # -- JAX's persistent compilation cache (read by JAX itself at import) --------------------------
 ENV_JAX_CACHE_DIR = "JAX_COMPILATION_CACHE_DIR"
@@ -262,6 +267,9 @@ class JobConfig:
         emulator's variables, and JAX's persistent cache when one is configured."""
         env = dict(self.exports)
         env.update(self.instance_view(instance).to_environ())
+        # A failing instance exits without MPI_Finalize, so its bootstrap records the code
+        # and the launcher names it (MPI_Abort would let mpiexec kill every bootstrap first).
+        env[ENV_GCL_ON_FAILURE] = "exit"
         if self.executable_cache_path:
             env[ENV_JAX_CACHE_DIR] = self.executable_cache_path
             # Cache every program: the emulator's steps compile in well under JAX's default

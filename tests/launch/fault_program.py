@@ -18,6 +18,7 @@ import numpy as np
 from mpi4py import MPI
 
 import gcl
+from popdist_emu._files import write_atomically
 
 VICTIM = 1
 CASES = ("before", "during", "inside", "after", "exit", "extra", "kill", "stop")
@@ -27,8 +28,8 @@ def main(case: str, out: str) -> None:
     rank = MPI.COMM_WORLD.Get_rank()
     with open("/proc/self/maps") as f:
         segments = sorted({line.split()[-1] for line in f if "/dev/shm/" in line})
-    with open(os.path.join(out, f"instance-{rank}.json"), "w") as f:
-        json.dump({"pid": os.getpid(), "segments": segments}, f)
+    record = json.dumps({"pid": os.getpid(), "segments": segments})
+    write_atomically(os.path.join(out, f"instance-{rank}.json"), record)
 
     def fault() -> None:
         with open(os.path.join(out, "fault"), "w") as f:
@@ -39,6 +40,12 @@ def main(case: str, out: str) -> None:
 
     victim = rank == VICTIM
     if case == "before" and victim:
+        # Wait (bounded, without MPI) until the peer has written its record: the test reads
+        # both, and a fault this early could otherwise end the peer before it writes.
+        peer = os.path.join(out, "instance-0.json")
+        deadline = time.monotonic() + 60
+        while not os.path.exists(peer) and time.monotonic() < deadline:
+            time.sleep(0.05)
         fault()
         raise RuntimeError("injected fault before the first collective")
     collective()
