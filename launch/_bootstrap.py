@@ -36,6 +36,7 @@ from launch._job import (
     status_path,
     write_atomically,
 )
+from launch._output import OUTPUT_DIR_KEY, open_log
 
 # Rank variables of MPICH Hydra, Open MPI and PMIx launchers, in that order.
 _RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
@@ -54,10 +55,13 @@ def _pin_to_one_cpu(local_index: int) -> None:
     os.sched_setaffinity(0, {cpus[local_index % len(cpus)]})
 
 
-def _pump(source: BinaryIO, sink: BinaryIO, tag: bytes) -> None:
-    """Copies lines from the child's pipe to ours, each with the instance's tag."""
-    broken = False
+def _pump(source: BinaryIO, sink: BinaryIO | None, tag: bytes, log: BinaryIO | None = None) -> None:
+    """Copies lines from the child's pipe to ours, each with the instance's tag (and, with
+    ``--output-filename``, untagged to the instance's log file)."""
+    broken = sink is None
     for line in iter(source.readline, b""):
+        if log is not None:
+            log.write(line)
         if broken:
             continue  # keep draining, so that the child never blocks on a full pipe
         try:
@@ -66,6 +70,8 @@ def _pump(source: BinaryIO, sink: BinaryIO, tag: bytes) -> None:
         except OSError:  # mpiexec is gone; nobody reads our output any more
             broken = True
     source.close()
+    if log is not None:
+        log.close()
 
 
 def _is_running(pid: int) -> bool:
@@ -124,7 +130,8 @@ def run_instance(program: list[str], config: Mapping[str, object]) -> int:
 
     only = config.get("only_output_from")
     tagged = only is None
-    if tagged:
+    output_dir = str(config.get(OUTPUT_DIR_KEY) or "")
+    if tagged or output_dir:
         stdout = stderr = subprocess.PIPE
     elif only == instance:
         stdout = stderr = None
@@ -157,13 +164,15 @@ def run_instance(program: list[str], config: Mapping[str, object]) -> int:
         signal.signal(signum, forward)
 
     pumps = []
-    if tagged:
+    if tagged or output_dir:
         for pipe, sink, stream in (
             (child.stdout, sys.stdout.buffer, "stdout"),
             (child.stderr, sys.stderr.buffer, "stderr"),
         ):
-            tag = f"[1,{instance}]<{stream}>:".encode()
-            pumps.append(threading.Thread(target=_pump, args=(pipe, sink, tag), daemon=True))
+            tag = f"[1,{instance}]<{stream}>:".encode() if tagged else b""
+            log = open_log(output_dir, instance, stream) if output_dir else None
+            shown = sink if tagged or only == instance else None
+            pumps.append(threading.Thread(target=_pump, args=(pipe, shown, tag, log), daemon=True))
     launcher_pid = config.get("launcher_pid")
     watcher = threading.Thread(target=_watch_launcher, args=(launcher_pid, child), daemon=True)
     for thread in (*pumps, watcher) if isinstance(launcher_pid, int) else pumps:

@@ -192,7 +192,13 @@ def test_only_output_from_one_instance(poprun, client):
 def test_offline_mode_runs_instance_zero_of_the_full_layout(poprun, client):
     program, out = client
     result = poprun(
-        "--offline-mode", "--num-replicas=16", "--num-instances=4", "-v", program, str(out)
+        "--offline-mode",
+        "--offline-representative",
+        "--num-replicas=16",
+        "--num-instances=4",
+        "-v",
+        program,
+        str(out),
     )
     assert result.returncode == 0, result.stderr
     views = _views(out)
