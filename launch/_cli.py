@@ -168,7 +168,7 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
             + (", offline" if options.offline_mode and not representative else "")
         )
     single = representative or (options.offline_mode and layout.num_instances == 1)
-    flavour = "other"
+    flavour = "none"
     mpiexec = libmpi = ""
     if not single:
         mpiexec = find_mpiexec(os.environ, options.mpiexec)
@@ -183,7 +183,7 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
     local_args = adapt_mpi_args(options.mpi_local_args, flavour, os.environ)
     dropped = global_args.dropped + local_args.dropped
     if dropped:
-        _log(f"MPI arguments not honoured with {flavour}: {'; '.join(dropped)}")
+        _log(f"MPI arguments not honoured ({flavour}): {'; '.join(dropped)}")
     if options.verbosity >= 1 and global_args.translated + local_args.translated:
         translated = global_args.translated + local_args.translated
         _log(f"MPI arguments done by poprun-emu itself: {', '.join(translated)}")

@@ -22,7 +22,7 @@ from typing import Literal, NamedTuple
 
 from launch._errors import UsageError
 
-Flavour = Literal["hydra", "openmpi", "other"]
+Flavour = Literal["hydra", "openmpi", "other", "none"]  # none: no mpiexec runs
 
 # mpirun options with an equivalent here, whatever the MPI: the bootstrap tags output, writes
 # per-instance log files, exports variables and pins each instance itself; Open MPI gets
@@ -236,7 +236,8 @@ def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str
             i += 1
             continue
         if not token.startswith("-") or token == "-":
-            args.append(token)  # a value of a passed-through option
+            if flavour != "none":
+                args.append(token)  # a value of a passed-through option
             i += 1
             continue
         name = token.lstrip("-").partition("=")[0]
@@ -269,6 +270,10 @@ def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str
                     f"--bind-to {value} (each instance stays pinned to one CPU, so that "
                     f"every instance computes the same bits)"
                 )
+        elif flavour == "none":
+            arity = _OPENMPI.get(name, _HYDRA.get(name, 0))
+            values = take(arity)
+            dropped.append(" ".join([token, *values]) + " (no mpiexec runs for one instance)")
         elif flavour == "openmpi" and name in _OPENMPI:
             args.extend([token, *take(_OPENMPI[name])])
         elif flavour == "hydra" and name in _HYDRA:
