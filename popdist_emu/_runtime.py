@@ -119,6 +119,8 @@ class Trainer:
         timeout: float | None = None,
         debug: bool = False,
     ) -> None:
+        if hasattr(options, "to_options"):  # popdist.poptorch.Options (PopTorch's methods)
+            options = options.to_options()
         self.options = Options() if options is None else options
         self.loss_fn = loss_fn
         self.optimizer = optimizer
