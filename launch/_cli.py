@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -138,12 +139,14 @@ def _system_mpi(options: LaunchOptions, mpiexec: str) -> str:
     return find_libmpi(mpiexec, options.libmpi, os.environ)
 
 
-def _openmpi_forwarded(exports: Sequence[str]) -> list[str]:
-    """``-x NAME`` words so Open MPI carries the launcher's variables to remote hosts."""
-    names = [CONFIG_VARIABLE, "PATH", "PYTHONPATH", "LD_LIBRARY_PATH", "VIRTUAL_ENV", *exports]
-    words: list[str] = []
-    for name in dict.fromkeys(names):
-        if name in os.environ or name in exports:
+def _openmpi_forwarded() -> list[str]:
+    """``-x NAME`` words so Open MPI gives remote instances the launcher's environment, as
+    Hydra does by default (``-genvall``); Open MPI's own variables are its to set."""
+    words = ["-x", CONFIG_VARIABLE]
+    for name in sorted(os.environ):
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and not name.startswith(
+            ("OMPI_", "PMIX_", "PRTE_", "OPAL_", CONFIG_VARIABLE)
+        ):
             words += ["-x", name]
     return words
 
@@ -228,7 +231,7 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
                     flavour, layout.hosts, layout.num_instances // len(layout.hosts)
                 )
                 if flavour == "openmpi":
-                    extra += _openmpi_forwarded([name for name, _ in exports])
+                    extra += _openmpi_forwarded()
             command = mpiexec_command(
                 mpiexec,
                 flavour,

@@ -93,8 +93,9 @@ _HYDRA = {
     "nameserver": 1,
     "localhost": 1,
 }
-# What bind-to values mean the same as the bootstrap's pinning (one CPU per instance).
-_ONE_CPU_BINDINGS = ("core", "hwthread", "cpu")
+# bind-to values the launch honours as given: the MPI binds nothing (PopRun's own mpirun
+# passes --bind-to none) and the bootstrap pins each instance to one CPU.
+_ONE_CPU_BINDINGS = ("none", "core", "hwthread", "cpu")
 
 
 def find_mpiexec(environ: Mapping[str, str] | None = None, explicit: str = "") -> str:

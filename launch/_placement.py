@@ -90,3 +90,30 @@ def find_libmpi(mpiexec: str, explicit: str, environ: Mapping[str, str]) -> str:
         f"no libmpi.so.N beside {mpiexec} (looked in {prefix}/lib): name it with --libmpi "
         f"PATH (mpi4py loads it through MPI4PY_LIBMPI)."
     )
+
+
+def mpi_launch(
+    num_processes: int, program: Sequence[str], environ: Mapping[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
+    """``(command, extra environment)`` to run ``program`` as ``num_processes`` MPI ranks on
+    this machine with the MPI poprun-emu would use (``POPDIST_EMU_MPIEXEC`` or the embedded
+    wheel), with the flags that MPI needs as root and oversubscribed, and ``MPI4PY_LIBMPI``
+    for a named system MPI. For tools and tests that start MPI jobs without the launcher.
+    """
+    from launch._mpi import find_mpiexec, mpi_flavour, mpiexec_command
+
+    environ = os.environ if environ is None else environ
+    mpiexec = find_mpiexec(environ)
+    extra = {}
+    if environ.get(ENV_MPIEXEC) or environ.get(ENV_LIBMPI):
+        extra["MPI4PY_LIBMPI"] = find_libmpi(mpiexec, "", environ)
+    command = mpiexec_command(
+        mpiexec,
+        mpi_flavour(mpiexec),
+        num_instances=num_processes,
+        global_args=(),
+        local_args=(),
+        bootstrap=program,
+        is_root=os.geteuid() == 0,
+    )
+    return command, extra

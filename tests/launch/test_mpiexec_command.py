@@ -27,17 +27,16 @@ def test_exports_from_x_options():
 def test_openmpi_only_options_are_dropped_under_hydra():
     adapted = adapt_mpi_args(POPRUN_GLOBAL, "hydra", {})
     assert adapted.args == ("-verbose",)
-    assert [d.split(" (")[0] for d in adapted.dropped] == [
-        "--mca oob_tcp_if_include 10.10.0.0/16",
-        "--bind-to none",
-    ]
-    assert adapted.translated == ("--tag-output", "--allow-run-as-root")
+    assert [d.split(" (")[0] for d in adapted.dropped] == ["--mca oob_tcp_if_include 10.10.0.0/16"]
+    assert adapted.translated == ("--tag-output", "--allow-run-as-root", "--bind-to none")
 
 
 def test_openmpi_keeps_its_options_but_those_poprun_emu_does_itself():
     adapted = adapt_mpi_args(POPRUN_GLOBAL, "openmpi", {})
     assert adapted.args == ("--mca", "oob_tcp_if_include", "10.10.0.0/16", "-verbose")
-    assert [d.split(" (")[0] for d in adapted.dropped] == ["--bind-to none"]
+    assert adapted.dropped == ()
+    socket = adapt_mpi_args(("--bind-to", "socket"), "openmpi", {})
+    assert [d.split(" (")[0] for d in socket.dropped] == ["--bind-to socket"]
 
 
 @pytest.mark.parametrize("flavour", ["hydra", "openmpi"])

@@ -1,10 +1,12 @@
 """``--real-hosts``: instances on the hosts ``-H`` names, through MPI's ssh launcher, for real.
 
-Two loopback addresses (127.0.0.1 and 127.0.0.2) served by an sshd this fixture starts (its own
-port, host key and authorized key; Debian's openssh-server, installed with apt-get where it is
-missing and the tests run as root) are two hosts to MPI. Nothing of the remote side is mocked:
-Hydra's ``hydra_pmi_proxy`` reaches 127.0.0.2 through ssh and that sshd, and the instances it
-starts report an sshd among their ancestors.
+Two loopback addresses (127.0.0.1 and 127.0.0.2) served by an sshd this fixture starts (its
+own port, host key and authorized key; Debian's openssh-server, installed with apt-get where
+it is missing and the tests run as root) are two hosts to MPI, whichever MPI is in use
+(Hydra's ``-launcher-exec`` or Open MPI's ``plm_rsh_agent`` names the ssh wrapper). Nothing of
+the remote side is mocked: the MPI's daemon (Hydra's ``hydra_pmi_proxy``, Open MPI's
+``prted``) reaches 127.0.0.2 through ssh and that sshd, and the instances it starts report an
+sshd among their ancestors.
 """
 
 import json
@@ -17,6 +19,8 @@ import textwrap
 import time
 
 import pytest
+
+from launch._mpi import find_mpiexec, mpi_flavour
 
 HOSTS = "127.0.0.1,127.0.0.2"
 
@@ -132,7 +136,11 @@ def _run(tmp_path, wrapper, *extra):
     out.mkdir(exist_ok=True)
     command = [sys.executable, "-m", "launch", "--real-hosts", "-H", HOSTS]
     command += ["--num-replicas=8", "--num-instances=4", "--print-topology"]
-    command += [f"--mpi-global-args=-launcher ssh -launcher-exec {wrapper}", str(program), str(out)]
+    if mpi_flavour(find_mpiexec()) == "openmpi":
+        ssh = f"--mca plm_rsh_agent {wrapper}"  # Open MPI's ssh launcher
+    else:
+        ssh = f"-launcher ssh -launcher-exec {wrapper}"  # Hydra's
+    command += [f"--mpi-global-args={ssh}", str(program), str(out)]
     result = subprocess.run(
         [*command, *extra],
         capture_output=True,
