@@ -40,8 +40,10 @@ def help_text() -> str:
             "Emulates Graphcore PopRun on this machine: starts --num-instances MPI processes as "
             "host instances, each with PopRun's POPDIST_* environment, pinned to one CPU. A "
             "program ending in .py runs with this Python; anything else is run as an "
-            "executable (python3 train.py). Host names (-H) are simulated: every instance runs "
-            "here. V-IPU and partition options are accepted and have no effect."
+            "executable (python3 train.py). Host names (-H) are simulated (every instance runs "
+            "here) unless --real-hosts runs the instances on them through MPI. V-IPU and "
+            "partition options are accepted and have no effect. MPI options written for Open "
+            "MPI's mpirun are translated, passed to the MPI in use, or dropped with a note."
         ),
     )
     for spec in OPTIONS:

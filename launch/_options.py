@@ -71,8 +71,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "str",
         "host",
         "Hosts, e.g. host0,host1 or host[0-2,4]; instances are divided evenly among them. "
-        "SIMULATED: every instance runs on this machine; the names only set "
-        "POPDIST_EMU_HOSTS and POPDIST_LOCAL_INSTANCE_INDEX and show in --print-topology.",
+        "Simulated by default: every instance runs on this machine and the names set "
+        "POPDIST_LOCAL_INSTANCE_INDEX and show in --print-topology; with --real-hosts the "
+        "instances run on these hosts.",
         "HOSTS",
     ),
     OptionSpec(
@@ -87,7 +88,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
         ("--mpi-global-args",),
         "str",
         "mpi_global_args",
-        "Arguments for mpiexec (one string). Open MPI-only options are dropped under MPICH.",
+        "mpirun arguments (one string; repeatable). Translated whatever the MPI: "
+        "--tag-output, --output-filename DIR (Open MPI's per-instance log layout), -x "
+        "NAME[=VALUE], --bind-to, --allow-run-as-root, --oversubscribe; other options go to "
+        "the MPI in use, Open MPI-only ones are dropped with a note under MPICH, -np/-H/"
+        "--hostfile are refused.",
         "ARGS",
     ),
     OptionSpec(
