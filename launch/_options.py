@@ -11,15 +11,13 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import json
-import os
 import shlex
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
+from launch._config import export_config, read_config
 from launch._errors import UsageError
 from launch._hosts import parse_hosts
-from popdist_emu._files import write_atomically
 
 _TRUE = ("1", "yes", "true", "on")
 _FALSE = ("0", "no", "false", "off")
@@ -380,42 +378,6 @@ def split_command_line(argv: Sequence[str]) -> tuple[list[tuple[str, str, str | 
     return options, []
 
 
-def _read_config(path: str) -> list[str]:
-    """The words of a config file written by --export-config (a JSON list of words)."""
-    try:
-        with open(path) as f:
-            words = json.load(f)
-    except OSError as error:
-        raise UsageError(
-            f"--import-config {path!r} cannot be read ({error.strerror}): check the path."
-        ) from None
-    except ValueError as error:
-        raise UsageError(
-            f"--import-config {path!r} is not a config written by --export-config ({error}): "
-            f"write one with poprun-emu --export-config FILE ..."
-        ) from None
-    if not isinstance(words, list) or not all(isinstance(w, str) for w in words):
-        raise UsageError(
-            f"--import-config {path!r} must hold a JSON list of option words, as "
-            f"--export-config writes: write one with poprun-emu --export-config FILE ..."
-        )
-    return words
-
-
-def _export_config(path: str, options: list[tuple[str, str, str | None]], overwrite: bool) -> None:
-    if os.path.exists(path) and not overwrite:
-        raise UsageError(
-            f"--export-config {path!r} exists: add --overwrite-config=yes to replace it, or "
-            f"pick another file."
-        )
-    words = []
-    for dest, flag, value in options:
-        if dest in ("import_config", "export_config", "overwrite_config"):
-            continue
-        words.append(flag if value is None else f"{flag}={value}")
-    write_atomically(path, json.dumps(words, indent=1) + "\n")
-
-
 def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
     """Parses ``poprun-emu`` arguments (without the command name) into LaunchOptions.
 
@@ -429,7 +391,7 @@ def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
     options, program = split_command_line(argv)
     imported = [text for dest, _, text in options if dest == "import_config"]
     if imported and imported[-1]:
-        config_options, _ = split_command_line([*_read_config(imported[-1]), "--"])
+        config_options, _ = split_command_line([*read_config(imported[-1]), "--"])
         options = config_options + options
     values: dict[str, object] = {"program": tuple(program)}
     no_effect: list[str] = []
@@ -455,7 +417,7 @@ def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
             values[dest] = values.get(f"_{dest}", ()) + words
             values[f"_{dest}"] = values[dest]
     if values.get("export_config"):
-        _export_config(str(values["export_config"]), options, bool(values.get("overwrite_config")))
+        export_config(str(values["export_config"]), options, bool(values.get("overwrite_config")))
     fields = {f.name for f in dataclasses.fields(LaunchOptions)}
     return LaunchOptions(
         **{k: v for k, v in values.items() if k in fields}, no_effect=tuple(no_effect)
