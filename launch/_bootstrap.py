@@ -39,6 +39,7 @@ from launch._job import (
     status_path,
     write_atomically,
 )
+from launch._output import open_log
 from launch._watchdog import tail_path
 from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig
 
@@ -81,14 +82,17 @@ def _pump(
     sink: BinaryIO | None,
     tag: bytes,
     tail: collections.deque | None = None,
+    log: BinaryIO | None = None,
 ) -> None:
     """Copies lines from the child's pipe to ours (None: drop them), each with ``tag`` (a
-    line a progress bar redraws with ``\r`` keeps its tag), and keeps the last whole lines
-    in ``tail``."""
+    line a progress bar redraws with ``\r`` keeps its tag); keeps the last whole lines in
+    ``tail``, and with ``--output-filename`` writes them untagged to the instance's log."""
     broken = sink is None
     for line in _segments(source):
         if tail is not None and not line.endswith(b"\r"):
             tail.append(line)
+        if log is not None:
+            log.write(line)
         if broken:
             continue  # keep draining, so that the child never blocks on a full pipe
         try:
@@ -97,6 +101,8 @@ def _pump(
         except OSError:  # mpiexec is gone; nobody reads our output any more
             broken = True
     source.close()
+    if log is not None:
+        log.close()
 
 
 def _is_running(pid: int) -> bool:
@@ -155,9 +161,10 @@ def run_instance(program: list[str], config: JobConfig) -> int:
 
     only = config.only_output_from
     tagged = only is None
+    output_dir = config.output_dir
     shown = tagged or only == instance
-    # stderr always comes through a pipe, for its last lines; stdout only when tagged.
-    stdout = subprocess.PIPE if tagged else None if shown else subprocess.DEVNULL
+    # stderr always comes through a pipe, for its last lines; stdout when tagged or logged.
+    stdout = subprocess.PIPE if tagged or output_dir else None if shown else subprocess.DEVNULL
     stderr = subprocess.PIPE
     pmi_fd = os.environ.get("PMI_FD", "")
     try:
@@ -187,16 +194,19 @@ def run_instance(program: list[str], config: JobConfig) -> int:
 
     tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
     tag = f"[1,{instance}]<stderr>:".encode() if tagged else b""
+    error_log = open_log(output_dir, instance, "stderr") if output_dir else None
     error_pump = threading.Thread(
         target=_pump,
-        args=(child.stderr, sys.stderr.buffer if shown else None, tag, tail),
+        args=(child.stderr, sys.stderr.buffer if shown else None, tag, tail, error_log),
         daemon=True,
     )
     pumps = [error_pump]
-    if tagged:
-        tag = f"[1,{instance}]<stdout>:".encode()
+    if tagged or output_dir:
+        tag = f"[1,{instance}]<stdout>:".encode() if tagged else b""
+        log = open_log(output_dir, instance, "stdout") if output_dir else None
+        sink = sys.stdout.buffer if shown else None
         pumps.append(
-            threading.Thread(target=_pump, args=(child.stdout, sys.stdout.buffer, tag), daemon=True)
+            threading.Thread(target=_pump, args=(child.stdout, sink, tag, None, log), daemon=True)
         )
     launcher_pid = config.launcher_pid
     watcher = threading.Thread(target=_watch_launcher, args=(launcher_pid, child), daemon=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -22,6 +23,7 @@ from launch._errors import UsageError
 from launch._job import instance_environment
 from launch._mpi import adapt_mpi_args, find_mpiexec, mpi_flavour, mpiexec_command
 from launch._options import OPTIONS, LaunchOptions, parse_command_line
+from launch._placement import find_libmpi, hosts_argument, offline_capacity
 from launch._preflight import (
     check_memory,
     check_output_dir,
@@ -32,7 +34,13 @@ from launch._program import program_command
 from launch._topology import format_topology
 from launch._version import launcher_version
 from launch._watchdog import run_job
-from popdist_emu._environment import ENV_BOOTSTRAP, ENV_GCL_TIMEOUT, JobConfig
+from popdist_emu._environment import (
+    ENV_BOOTSTRAP,
+    ENV_GCL_TIMEOUT,
+    ENV_MPI4PY_LIBMPI,
+    ENV_MPIEXEC,
+    JobConfig,
+)
 
 
 def help_text() -> str:
@@ -45,8 +53,10 @@ def help_text() -> str:
             "Emulates Graphcore PopRun on this machine: starts --num-instances MPI processes as "
             "host instances, each with PopRun's POPDIST_* environment, pinned to one CPU. A "
             "program ending in .py runs with this Python; anything else is run as an "
-            "executable (python3 train.py). Host names (-H) are simulated: every instance runs "
-            "here. V-IPU and partition options are accepted and have no effect."
+            "executable (python3 train.py). Host names (-H) are simulated (every instance runs "
+            "here) unless --real-hosts runs the instances on them through MPI. V-IPU and "
+            "partition options are accepted and have no effect. MPI options written for Open "
+            "MPI's mpirun are translated, passed to the MPI in use, or dropped with a note."
         ),
     )
     for spec in OPTIONS:
@@ -64,7 +74,7 @@ def _version_text(style: str) -> str:
     if style == "text":
         return f"poprun-emu {version}"
     try:
-        mpiexec = find_mpiexec()
+        mpiexec = find_mpiexec(os.environ)
     except UsageError:
         mpiexec = ""
     details = {
@@ -124,33 +134,87 @@ def _log(message: str) -> None:
     print(f"poprun-emu: {message}", file=sys.stderr, flush=True)
 
 
+def _offline_representative(options: LaunchOptions, layout: ReplicaLayout) -> bool:
+    """Whether one representative instance stands for all of an offline job's instances."""
+    if not options.offline_mode or layout.num_instances == 1:
+        return False
+    if options.offline_representative:
+        _log(
+            f"--offline-representative: instance 0 stands for all {layout.num_instances} "
+            f"instances (they are symmetric)"
+        )
+        return True
+    capacity = offline_capacity()
+    if layout.num_instances > capacity:
+        _log(
+            f"--offline-mode: {layout.num_instances} instances would not fit on this machine "
+            f"(at most {capacity} here, by its CPUs and free memory); instance 0 stands for "
+            f"all of them (they are symmetric)"
+        )
+        return True
+    return False
+
+
+def _system_mpi(options: LaunchOptions, mpiexec: str) -> str:
+    """The libmpi to export as MPI4PY_LIBMPI when a system MPI was named, else ""."""
+    if not (options.mpiexec or os.environ.get(ENV_MPIEXEC) or options.libmpi):
+        return ""
+    return find_libmpi(mpiexec, options.libmpi, os.environ)
+
+
+def _openmpi_forwarded() -> list[str]:
+    """``-x NAME`` words so Open MPI gives remote instances the launcher's environment, as
+    Hydra does by default (``-genvall``); Open MPI's own variables are its to set."""
+    words = ["-x", ENV_BOOTSTRAP]
+    for name in sorted(os.environ):
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and not name.startswith(
+            ("OMPI_", "PMIX_", "PRTE_", "OPAL_", ENV_BOOTSTRAP)
+        ):
+            words += ["-x", name]
+    return words
+
+
 def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) -> int:
-    """Starts the instances (or, offline, instance 0 alone) and watches them to the end."""
+    """Starts the instances (offline, perhaps instance 0 alone) and watches them to the end."""
     cache = executable_cache_dir(options.executable_cache_path)  # refused before any start
     if options.no_effect:
         _log(
             f"{', '.join(options.no_effect)}: no effect in the emulator (there is no V-IPU "
             f"server; the IPUs are simulated)"
         )
+    representative = _offline_representative(options, layout)
     if options.print_topology:
-        print(format_topology(layout), end="", flush=True)
+        print(format_topology(layout, simulated=not options.real_hosts), end="", flush=True)
     if options.verbosity >= 1:
         _log(
             f"layout: {layout.num_replicas} replicas, {layout.num_instances} instances x "
             f"{layout.num_local_replicas} local replicas, {layout.ipus_per_replica} IPUs per "
             f"replica ({layout.num_ipus} IPUs), hosts {','.join(layout.hosts)}"
-            + (", offline (instance 0 only)" if options.offline_mode else "")
+            + (" (real)" if options.real_hosts else " (simulated)")
+            + (", offline (instance 0 only)" if representative else "")
+            + (", offline" if options.offline_mode and not representative else "")
         )
-    flavour = "other"
-    mpiexec = ""
-    if not options.offline_mode:
-        mpiexec = find_mpiexec()
+    single = representative or (options.offline_mode and layout.num_instances == 1)
+    flavour = "none"
+    mpiexec = libmpi = ""
+    if not single:
+        mpiexec = find_mpiexec(os.environ, options.mpiexec)
         flavour = mpi_flavour(mpiexec)
+        libmpi = _system_mpi(options, mpiexec)
+        if options.verbosity >= 1:
+            _log(
+                f"MPI: {flavour} {mpiexec}; libmpi: "
+                + (f"{libmpi} (MPI4PY_LIBMPI)" if libmpi else "mpi4py's default")
+            )
     global_args = adapt_mpi_args(options.mpi_global_args, flavour, os.environ)
     local_args = adapt_mpi_args(options.mpi_local_args, flavour, os.environ)
     dropped = global_args.dropped + local_args.dropped
-    if dropped and options.verbosity >= 1:
-        _log(f"MPI arguments not used with this MPI ({flavour}): {' '.join(dropped)}")
+    if dropped:
+        _log(f"MPI arguments not honoured ({flavour}): {'; '.join(dropped)}")
+    if options.verbosity >= 1 and global_args.translated + local_args.translated:
+        translated = global_args.translated + local_args.translated
+        _log(f"MPI arguments done by poprun-emu itself: {', '.join(translated)}")
+    output_dir = global_args.output_dir or local_args.output_dir
 
     # The device first, so that a user's -x JAX_PLATFORMS=... still wins.
     exports = compute_device_exports(options.compute_device)
@@ -158,7 +222,13 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
     if timeout is not None:
         exports += ((ENV_GCL_TIMEOUT, f"{timeout:g}"),)
     exports += global_args.exports + local_args.exports
-    job_dir = tempfile.mkdtemp(prefix="poprun-emu-")
+    if libmpi and ENV_MPI4PY_LIBMPI not in dict(exports):
+        exports += ((ENV_MPI4PY_LIBMPI, libmpi),)
+    # Real hosts see the job directory only where the working directory is shared.
+    job_dir = tempfile.mkdtemp(
+        prefix=".poprun-emu-" if options.real_hosts else "poprun-emu-",
+        dir=os.getcwd() if options.real_hosts else None,
+    )
     try:
         config = JobConfig(
             layout=layout,
@@ -169,19 +239,27 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
             report_dir=options.report_dir or "",
             offline=options.offline_mode,
             launcher_pid=os.getpid(),
-            instance=0 if options.offline_mode else None,
+            instance=0 if single else None,
             executable_cache_path=cache,
             progress=sys.stderr.isatty(),
+            output_dir=output_dir or "",
         )
         bootstrap = [sys.executable, "-m", "launch._bootstrap", "--", *program]
-        if options.offline_mode:
+        if single:
             command, instances = bootstrap, [0]
         else:
+            extra: list[str] = []
+            if options.real_hosts:
+                extra = hosts_argument(
+                    flavour, layout.hosts, layout.num_instances // len(layout.hosts)
+                )
+                if flavour == "openmpi":
+                    extra += _openmpi_forwarded()
             command = mpiexec_command(
                 mpiexec,
                 flavour,
                 num_instances=layout.num_instances,
-                global_args=global_args.args,
+                global_args=(*extra, *global_args.args),
                 local_args=local_args.args,
                 bootstrap=bootstrap,
                 is_root=os.geteuid() == 0,

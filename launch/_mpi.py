@@ -21,35 +21,109 @@ from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
 
 from launch._errors import UsageError
+from popdist_emu._environment import ENV_MPIEXEC
 
-Flavour = Literal["hydra", "openmpi", "other"]
+Flavour = Literal["hydra", "openmpi", "other", "none"]  # none: no mpiexec runs
 
-# Open MPI options PopRun scripts use, with the number of values each takes. Hydra has no
-# equivalent for them; --tag-output is dropped under every MPI because the bootstrap tags.
-_OPENMPI_ONLY = {
-    "tag-output": 0,
-    "allow-run-as-root": 0,
-    "oversubscribe": 0,
-    "report-bindings": 0,
+# mpirun options with an equivalent here, whatever the MPI: the bootstrap tags output, writes
+# per-instance log files, exports variables and pins each instance itself; Open MPI gets
+# --allow-run-as-root and --oversubscribe from mpiexec_command, and Hydra needs neither.
+_TRANSLATED = {"tag-output": 0, "allow-run-as-root": 0, "oversubscribe": 0, "output-filename": 1}
+# Refused: they contradict the layout poprun-emu computes (instances and hosts).
+_REFUSED = {
+    "np": "the instance count is --num-instances",
+    "n": "the instance count is --num-instances",
+    "c": "the instance count is --num-instances",
+    "H": "hosts are poprun-emu's -H (with --real-hosts to run on them)",
+    "host": "hosts are poprun-emu's -H (with --real-hosts to run on them)",
+    "hosts": "hosts are poprun-emu's -H (with --real-hosts to run on them)",
+    "hostfile": "hosts are poprun-emu's -H (with --real-hosts to run on them)",
+    "machinefile": "hosts are poprun-emu's -H (with --real-hosts to run on them)",
+    "f": "hosts are poprun-emu's -H (with --real-hosts to run on them)",
+}
+# Open MPI options real PopRun scripts use, with the number of values each takes; passed to
+# Open MPI, dropped with a note under another MPI (they tune transports, mapping or reports
+# and change no number of the job).
+_OPENMPI = {
+    "mca": 2,
+    "gmca": 2,
     "bind-to": 1,
     "map-by": 1,
     "rank-by": 1,
-    "mca": 2,
+    "report-bindings": 0,
+    "display-map": 0,
+    "display-allocation": 0,
+    "prefix": 1,
+    "timestamp-output": 0,
+    "merge-stderr-to-stdout": 0,
+    "verbose": 0,
+    "quiet": 0,
+    "q": 0,
+    "mca-params": 1,
+    "tune": 1,
 }
+# MPICH Hydra's own options (``mpiexec -help``) with their value counts; passed to Hydra.
+_HYDRA = {
+    "genv": 2,
+    "env": 2,
+    "genvlist": 1,
+    "envlist": 1,
+    "genvnone": 0,
+    "envnone": 0,
+    "genvall": 0,
+    "envall": 0,
+    "wdir": 1,
+    "launcher": 1,
+    "launcher-exec": 1,
+    "rmk": 1,
+    "topolib": 1,
+    "bind-to": 1,
+    "map-by": 1,
+    "membind": 1,
+    "demux": 1,
+    "iface": 1,
+    "ppn": 1,
+    "usize": 1,
+    "verbose": 0,
+    "info": 0,
+    "prepend-rank": 0,
+    "print-all-exitcodes": 0,
+    "disable-auto-cleanup": 0,
+    "disable-hostname-propagation": 0,
+    "profile": 0,
+    "nameserver": 1,
+    "localhost": 1,
+}
+# bind-to values the launch honours as given: the MPI binds nothing (PopRun's own mpirun
+# passes --bind-to none) and the bootstrap pins each instance to one CPU.
+_ONE_CPU_BINDINGS = ("none", "core", "hwthread", "cpu")
 
 
-def find_mpiexec(environ: Mapping[str, str] | None = None) -> str:
-    """Path of the mpiexec to use: the one beside this interpreter, else the one on PATH.
+def find_mpiexec(environ: Mapping[str, str] | None = None, explicit: str = "") -> str:
+    """Path of the mpiexec to use.
+
+    In order: ``explicit`` (``--mpiexec``), ``POPDIST_EMU_MPIEXEC``, the one beside this
+    interpreter (the ``mpich`` wheel's), the one on PATH.
 
     Raises:
-        UsageError: no mpiexec anywhere, with the fix (``pip install mpich``).
+        UsageError: a named mpiexec that is not an executable, or no mpiexec anywhere, with
+            the fix (``pip install mpich``).
     """
+    environ = os.environ if environ is None else environ
+    named = explicit or environ.get(ENV_MPIEXEC, "")
+    if named:
+        found = shutil.which(named, path=environ.get("PATH")) if os.sep not in named else named
+        if not found or not (os.path.isfile(found) and os.access(found, os.X_OK)):
+            raise UsageError(
+                f"--mpiexec {named!r} is not an executable: give the path of the system MPI's "
+                f"mpiexec (e.g. /usr/bin/mpiexec.openmpi)."
+            )
+        return os.path.abspath(found)
     for directory in (os.path.dirname(sys.executable), sysconfig.get_path("scripts")):
         candidate = os.path.join(directory, "mpiexec")
         if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
-    path = (environ if environ is not None else os.environ).get("PATH")
-    found = shutil.which("mpiexec", path=path)
+    found = shutil.which("mpiexec", path=environ.get("PATH"))
     if found is None:
         raise UsageError(
             "no mpiexec found beside the interpreter or on PATH: install the MPI wheel "
@@ -75,52 +149,150 @@ def mpi_flavour(mpiexec: str) -> Flavour:
 
 
 class MpiArgs(NamedTuple):
-    """MPI arguments sorted out: what goes to mpiexec, what is exported, what is dropped."""
+    """MPI arguments sorted out: what goes to mpiexec, what is exported, what is dropped.
+
+    Attributes:
+        args: words for mpiexec.
+        exports: ``(name, value)`` for every instance (from ``-x``).
+        dropped: options not honoured, each with the reason, for one note line.
+        output_dir: ``--output-filename DIR`` (absolute), or "".
+        translated: options honoured by poprun-emu itself rather than by mpiexec.
+    """
 
     args: tuple[str, ...]
     exports: tuple[tuple[str, str], ...]
     dropped: tuple[str, ...]
+    output_dir: str = ""
+    translated: tuple[str, ...] = ()
+
+
+def _flavour_name(flavour: Flavour) -> str:
+    return {"hydra": "MPICH's mpiexec (Hydra)", "openmpi": "Open MPI"}.get(flavour, "this MPI")
+
+
+def _values(tokens: Sequence[str], at: int, token: str, arity: int) -> tuple[list[str], int]:
+    """The ``arity`` values of the option at ``tokens[at]`` (``--opt=v`` counts as one) and
+    the index of its last word."""
+    _, has_inline, inline = token.partition("=")
+    values = [inline] if has_inline else []
+    need = arity - len(values)
+    if need > len(tokens) - at - 1:
+        raise UsageError(
+            f"MPI argument {token} needs {arity} value(s) after it: write e.g. "
+            f"{token.split('=')[0]} VALUE."
+        )
+    return values + list(tokens[at + 1 : at + 1 + need]), at + need
 
 
 def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str, str]) -> MpiArgs:
     """Turns PopRun's Open MPI-style arguments into what this MPI and the bootstrap need.
 
-    ``-x NAME=VALUE`` exports the value to every instance and ``-x NAME`` the launcher's own
-    value (skipped when unset, as mpirun does); the bootstrap sets them, whatever the MPI.
+    - Translated whatever the MPI: ``-x NAME=VALUE`` exports the value to every instance and
+      ``-x NAME`` the launcher's own value (skipped when unset, as mpirun does);
+      ``--tag-output`` (the bootstrap always tags); ``--output-filename DIR`` (per-instance
+      files written by the bootstrap in Open MPI's layout); ``--allow-run-as-root`` and
+      ``--oversubscribe`` (added for Open MPI as needed, Hydra needs neither); ``--bind-to
+      core|hwthread`` (each instance is pinned to one CPU anyway).
+    - Passed through: options this MPI understands (Open MPI's to Open MPI, Hydra's to Hydra).
+    - Dropped with a note: Open MPI tuning options (``--mca``, ``--map-by``, other
+      ``--bind-to`` values, ...) under another MPI; they change no number of the job.
+    - Refused: ``-np``/``-n``/``-H``/``--hostfile`` (they contradict the layout).
+    - Anything else goes to mpiexec as given; an MPI that does not know it fails, and the
+      watchdog reports mpiexec's exit.
 
     Args:
         tokens: words of ``--mpi-global-args`` or ``--mpi-local-args``.
-        flavour: the MPI in use.
+        flavour: the MPI in use ("other" checks the syntax only).
         environ: the launcher's environment, for ``-x NAME``.
+
+    Raises:
+        UsageError: a malformed ``-x`` or ``--output-filename``, or a refused option.
+
+    References:
+        Open MPI ``mpirun(1)`` (4.1: ``--output-filename``, ``-x``, ``--tag-output``,
+        ``--bind-to``); MPICH Hydra ``mpiexec -help``.
     """
     args: list[str] = []
     exports: list[tuple[str, str]] = []
     dropped: list[str] = []
+    translated: list[str] = []
+    output_dir = ""
     i = 0
     while i < len(tokens):
         token = tokens[i]
-        if token == "-x":
-            if i + 1 >= len(tokens):
-                raise UsageError(
-                    "--mpi-local-args/--mpi-global-args: -x needs NAME or NAME=VALUE after "
-                    "it: write -x NAME=VALUE."
-                )
-            name, has_value, value = tokens[i + 1].partition("=")
+        if token == "-x" or token.startswith("-x="):
+            value = token[3:] if token.startswith("-x=") else None
+            if value is None:
+                if i + 1 >= len(tokens):
+                    raise UsageError(
+                        "--mpi-local-args/--mpi-global-args: -x needs NAME or NAME=VALUE after "
+                        "it: write -x NAME=VALUE."
+                    )
+                value = tokens[i + 1]
+                i += 1
+            name, has_value, text = value.partition("=")
             if has_value:
-                exports.append((name, value))
+                exports.append((name, text))
             elif name in environ:
                 exports.append((name, environ[name]))
-            i += 2
+            i += 1
             continue
-        name = token.lstrip("-")
-        arity = _OPENMPI_ONLY.get(name) if token.startswith("-") else None
-        if arity is not None and (flavour != "openmpi" or name == "tag-output"):
-            dropped.append(" ".join(tokens[i : i + 1 + arity]))
-            i += 1 + arity
+        if not token.startswith("-") or token == "-":
+            if flavour != "none":
+                args.append(token)  # a value of a passed-through option
+            i += 1
             continue
-        args.append(token)
+        name = token.lstrip("-").partition("=")[0]
+
+        def take(arity: int, token: str = token, at: int = i) -> list[str]:
+            nonlocal i
+            values, i = _values(tokens, at, token, arity)
+            return values
+
+        if name in _REFUSED:
+            raise UsageError(
+                f"MPI argument {token} cannot be honoured: {_REFUSED[name]}; remove it from "
+                f"--mpi-global-args/--mpi-local-args."
+            )
+        if name in _TRANSLATED:
+            values = take(_TRANSLATED[name])
+            if name == "output-filename":
+                if not values[0]:
+                    raise UsageError(
+                        "--output-filename needs a directory: write --output-filename DIR."
+                    )
+                output_dir = os.path.abspath(values[0])
+            translated.append(" ".join([token.split("=")[0], *values]))
+        elif name == "bind-to":
+            (value,) = take(1)
+            if value.split(":")[0] in _ONE_CPU_BINDINGS:
+                translated.append(f"--bind-to {value}")
+            else:
+                dropped.append(
+                    f"--bind-to {value} (each instance stays pinned to one CPU, so that "
+                    f"every instance computes the same bits)"
+                )
+        elif flavour == "none":
+            arity = _OPENMPI.get(name, _HYDRA.get(name, 0))
+            values = take(arity)
+            dropped.append(" ".join([token, *values]) + " (no mpiexec runs for one instance)")
+        elif flavour == "openmpi" and name in _OPENMPI:
+            args.extend([token, *take(_OPENMPI[name])])
+        elif flavour == "hydra" and name in _HYDRA:
+            args.extend([token, *take(_HYDRA[name])])
+        elif name in _OPENMPI and flavour != "other":
+            values = take(_OPENMPI[name])
+            dropped.append(
+                " ".join([token, *values])
+                + f" (an Open MPI option with no equivalent in {_flavour_name(flavour)}; "
+                "it changes no number of the job)"
+            )
+        elif flavour == "other" and name in _OPENMPI:
+            take(_OPENMPI[name])  # syntax check only
+        else:
+            args.append(token)  # not ours to judge: the MPI in use reads it (or fails on it)
         i += 1
-    return MpiArgs(tuple(args), tuple(exports), tuple(dropped))
+    return MpiArgs(tuple(args), tuple(exports), tuple(dropped), output_dir, tuple(translated))
 
 
 def mpiexec_command(

@@ -16,6 +16,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Literal, NamedTuple
 
+from launch._config import export_config, read_config
 from launch._errors import UsageError
 from launch._hosts import parse_hosts
 
@@ -69,8 +70,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "str",
         "host",
         "Hosts, e.g. host0,host1 or host[0-2,4]; instances are divided evenly among them. "
-        "SIMULATED: every instance runs on this machine; the names only set "
-        "POPDIST_EMU_HOSTS and POPDIST_LOCAL_INSTANCE_INDEX and show in --print-topology.",
+        "Simulated by default: every instance runs on this machine and the names set "
+        "POPDIST_LOCAL_INSTANCE_INDEX and show in --print-topology; with --real-hosts the "
+        "instances run on these hosts.",
         "HOSTS",
     ),
     OptionSpec(
@@ -85,7 +87,11 @@ OPTIONS: tuple[OptionSpec, ...] = (
         ("--mpi-global-args",),
         "str",
         "mpi_global_args",
-        "Arguments for mpiexec (one string). Open MPI-only options are dropped under MPICH.",
+        "mpirun arguments (one string; repeatable). Translated whatever the MPI: "
+        "--tag-output, --output-filename DIR (Open MPI's per-instance log layout), -x "
+        "NAME[=VALUE], --bind-to, --allow-run-as-root, --oversubscribe; other options go to "
+        "the MPI in use, Open MPI-only ones are dropped with a note under MPICH, -np/-H/"
+        "--hostfile are refused.",
         "ARGS",
     ),
     OptionSpec(
@@ -114,8 +120,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         ("--offline-mode",),
         "bool",
         "offline_mode",
-        "Compile only, attach to no IPUs: starts one representative process (instance 0 "
-        "with its environment in the full layout), no mpiexec; exports POPDIST_EMU_OFFLINE=1.",
+        "Compile only, attach to no IPUs: starts every instance PopRun would (each compiles, "
+        "none runs; exports POPDIST_EMU_OFFLINE=1); one representative instance stands for "
+        "them all where that many would not fit on this machine.",
         "yes|no",
     ),
     OptionSpec(
@@ -154,7 +161,63 @@ OPTIONS: tuple[OptionSpec, ...] = (
         ("-v", "--verbose"),
         "count",
         "verbosity",
-        "-v prints the layout; -vv also the mpiexec command and the exported variables.",
+        "-v prints the layout and the MPI in use; -vv (or --vv) also the mpiexec command and "
+        "the exported variables.",
+    ),
+    OptionSpec(("--vv",), "count", "verbosity", "Very verbose: the same as -vv."),
+    OptionSpec(
+        ("--import-config",),
+        "str",
+        "import_config",
+        "Read options from this file (JSON written by --export-config); options given on "
+        "the command line override it.",
+        "FILE",
+    ),
+    OptionSpec(
+        ("--export-config",),
+        "str",
+        "export_config",
+        "Write the options given (after --import-config) to this file as JSON.",
+        "FILE",
+    ),
+    OptionSpec(
+        ("--overwrite-config",),
+        "bool",
+        "overwrite_config",
+        "Allow --export-config to replace an existing file (0).",
+        "yes|no",
+    ),
+    OptionSpec(
+        ("--real-hosts",),
+        "bool",
+        "real_hosts",
+        "Emulator: run the instances on the hosts -H names, through the MPI in use (its host "
+        "list and ssh launcher) instead of simulating the host names here.",
+        "yes|no",
+    ),
+    OptionSpec(
+        ("--offline-representative",),
+        "bool",
+        "offline_representative",
+        "Emulator: with --offline-mode, start one representative instance (instance 0 of the "
+        "full layout) instead of every instance.",
+        "yes|no",
+    ),
+    OptionSpec(
+        ("--mpiexec",),
+        "str",
+        "mpiexec",
+        "Emulator: the mpiexec of a system MPI to use instead of the embedded MPICH wheel's "
+        "(also POPDIST_EMU_MPIEXEC).",
+        "PATH",
+    ),
+    OptionSpec(
+        ("--libmpi",),
+        "str",
+        "libmpi",
+        "Emulator: that MPI's libmpi.so for mpi4py (exported as MPI4PY_LIBMPI; also "
+        "POPDIST_EMU_LIBMPI); default: found beside --mpiexec.",
+        "PATH",
     ),
     # V-IPU and partition options: there is no V-IPU server here, the IPUs are simulated.
     OptionSpec(("--vipu-server-host",), "str", "vipu_server_host", "No effect.", "HOST", True),
@@ -170,6 +233,31 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(("--reset-partition",), "bool", "reset_partition", "No effect.", "yes|no", True),
     OptionSpec(("--remove-partition",), "bool", "remove_partition", "No effect.", "yes|no", True),
     OptionSpec(("--num-ilds",), "int", "num_ilds", "No effect.", "N", True),
+    OptionSpec(
+        ("--sync-type",),
+        "str",
+        "sync_type",
+        "No effect (partition sync type, e.g. ST_POD_NATIVE_DEFAULT).",
+        "TYPE",
+        True,
+    ),
+    OptionSpec(
+        ("--host-subnet",),
+        "str",
+        "host_subnet",
+        "No effect (subnet of the hosts' MPI traffic).",
+        "SUBNET",
+        True,
+    ),
+    OptionSpec(
+        ("--process-placement",),
+        "str",
+        "process_placement",
+        "No effect: instances are always pinned round-robin to one CPU each "
+        "(PopRun's spreadnuma, disabled, ...).",
+        "STRATEGY",
+        True,
+    ),
     OptionSpec(
         ("--executable-cache-path",),
         "str",
@@ -207,6 +295,13 @@ class LaunchOptions:
     executable_cache_path: str = ""
     collective_timeout: str = ""
     compute_device: str = "cpu"
+    real_hosts: bool = False
+    offline_representative: bool = False
+    mpiexec: str = ""
+    libmpi: str = ""
+    import_config: str = ""
+    export_config: str = ""
+    overwrite_config: bool = False
     verbosity: int = 0
     help: bool = False
     version: bool = False
@@ -306,18 +401,24 @@ def split_command_line(argv: Sequence[str]) -> tuple[list[tuple[str, str, str | 
 def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
     """Parses ``poprun-emu`` arguments (without the command name) into LaunchOptions.
 
-    Only the syntax is checked here; the layout rules are ReplicaLayout's.
+    Only the syntax is checked here; the layout rules are ReplicaLayout's. Options given more
+    than once keep the last value, except ``--mpi-global-args``/``--mpi-local-args``, whose
+    words accumulate (real scripts give ``--mpi-global-args`` once per MPI option).
 
     Raises:
         UsageError: an unknown option, a missing or malformed value.
     """
     options, program = split_command_line(argv)
+    imported = [text for dest, _, text in options if dest == "import_config"]
+    if imported and imported[-1]:
+        config_options, _ = split_command_line([*read_config(imported[-1]), "--"])
+        options = config_options + options
     values: dict[str, object] = {"program": tuple(program)}
     no_effect: list[str] = []
     for dest, flag, text in options:
         spec = _BY_FLAG[flag]
         if spec.kind == "count":
-            values[dest] = int(values.get(dest, 0)) + 1
+            values[dest] = int(values.get(dest, 0)) + (2 if flag == "--vv" else 1)
         elif spec.kind == "flag" or (spec.kind == "bool" and text is None):
             values[dest] = True
         else:
@@ -328,11 +429,15 @@ def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
             values["hosts"] = parse_hosts(str(values.pop("host")))
         elif dest in ("mpi_global_args", "mpi_local_args"):
             try:
-                values[dest] = tuple(shlex.split(str(values[dest])))
+                words = tuple(shlex.split(str(text)))
             except ValueError as error:
                 raise UsageError(
                     f"{flag} {text!r} cannot be split into words ({error}): balance its quotes."
                 ) from None
+            values[dest] = values.get(f"_{dest}", ()) + words
+            values[f"_{dest}"] = values[dest]
+    if values.get("export_config"):
+        export_config(str(values["export_config"]), options, bool(values.get("overwrite_config")))
     fields = {f.name for f in dataclasses.fields(LaunchOptions)}
     return LaunchOptions(
         **{k: v for k, v in values.items() if k in fields}, no_effect=tuple(no_effect)

@@ -9,7 +9,7 @@ def _span(first: int, count: int) -> str:
     return str(first) if count == 1 else f"{first}-{first + count - 1}"
 
 
-def format_topology(layout: ReplicaLayout) -> str:
+def format_topology(layout: ReplicaLayout, *, simulated: bool = True) -> str:
     """A table with one row per instance: its (simulated) host, local index, replicas, IPUs.
 
     Replicas and IPUs are global indices: replica ``r`` uses IPUs
@@ -37,7 +37,11 @@ def format_topology(layout: ReplicaLayout) -> str:
     lines = [
         f"{layout.num_replicas} replicas x {ipr} IPUs per replica = {layout.num_ipus} IPUs, "
         f"{layout.num_instances} instances on {hosts} host{'s' if hosts > 1 else ''} "
-        f"(host names are simulated: every instance runs on this machine)"
+        + (
+            "(host names are simulated: every instance runs on this machine)"
+            if simulated
+            else "(real hosts, reached through MPI)"
+        )
     ]
     rule = "+".join("-" * (w + 2) for w in widths)
     for n, row in enumerate(rows):

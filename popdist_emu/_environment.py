@@ -68,6 +68,11 @@ EMULATOR_VARIABLES = (
     ENV_BOOTSTRAP,
 )
 
+# -- Choosing a system MPI (read by the launcher from the user's environment) ------------------
+ENV_MPIEXEC = "POPDIST_EMU_MPIEXEC"  # like --mpiexec: the system MPI's mpiexec
+ENV_LIBMPI = "POPDIST_EMU_LIBMPI"  # like --libmpi: that MPI's libmpi.so
+ENV_MPI4PY_LIBMPI = "MPI4PY_LIBMPI"  # mpi4py's own variable: the libmpi it loads
+
 # -- gcl's knobs that the launcher sets (gcl reads them itself; it may not import this) ------
 ENV_GCL_TIMEOUT = gcl_knobs.ENV_TIMEOUT  # --collective-timeout, seconds
 ENV_GCL_ON_FAILURE = gcl_knobs.ENV_ON_FAILURE  # "exit" under the launcher, else MPI_Abort
@@ -215,6 +220,8 @@ class JobConfig:
             ``--executable-cache-path``); empty = no persistent cache.
         progress: whether instance 0 draws a progress bar (the launcher's stderr is a
             terminal).
+        output_dir: Open MPI's ``--output-filename DIR``: every instance's stdout and stderr
+            are also written under DIR in Open MPI's layout; empty = no log files.
     """
 
     layout: ReplicaLayout
@@ -228,6 +235,7 @@ class JobConfig:
     instance: int | None = None
     executable_cache_path: str = ""
     progress: bool = False
+    output_dir: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exports", tuple((str(k), str(v)) for k, v in self.exports))

@@ -125,6 +125,8 @@ class Trainer:
         debug: bool = False,
         offline: bool | None = None,
     ) -> None:
+        if hasattr(options, "to_options"):  # popdist.poptorch.Options (PopTorch's methods)
+            options = options.to_options()
         self.options = Options() if options is None else options
         self.loss_fn = loss_fn
         self.optimiser = optimiser

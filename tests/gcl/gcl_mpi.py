@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+from launch._placement import mpi_launch
+
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gcl_worker.py")
 
 
@@ -16,5 +18,8 @@ def run_worker(
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **(env or {}))
     # ``python -m mpi4py`` aborts the whole job on an exception in any rank, so a failing
     # rank cannot leave the others waiting until the timeout.
-    cmd = ["mpiexec", "-n", str(instances), sys.executable, "-m", "mpi4py", WORKER, *args]
+    # The MPI poprun-emu uses (POPDIST_EMU_MPIEXEC selects a system one), with the flags it
+    # needs as root and oversubscribed.
+    cmd, extra = mpi_launch(instances, [sys.executable, "-m", "mpi4py", WORKER, *args], env)
+    env.update(extra)
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)

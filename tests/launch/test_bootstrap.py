@@ -192,7 +192,13 @@ def test_only_output_from_one_instance(poprun, client):
 def test_offline_mode_runs_instance_zero_of_the_full_layout(poprun, client):
     program, out = client
     result = poprun(
-        "--offline-mode", "--num-replicas=16", "--num-instances=4", "-v", program, str(out)
+        "--offline-mode",
+        "--offline-representative",
+        "--num-replicas=16",
+        "--num-instances=4",
+        "-v",
+        program,
+        str(out),
     )
     assert result.returncode == 0, result.stderr
     views = _views(out)
@@ -226,5 +232,8 @@ def test_the_example_client_gets_poprun_layout_16_on_4(poprun):
         assert view["getNumTotalReplicas"] == 16
 
 
-def test_popdist_is_not_importable_outside_the_launcher():
-    assert importlib.util.find_spec("popdist") is None
+def test_popdist_outside_the_launcher_comes_from_the_fallback_finder():
+    # Issue 13: PopDist's single-process view outside the launcher, through the finder that
+    # is asked last (tests/popdist_emu/test_popdist_helpers.py checks the view).
+    spec = importlib.util.find_spec("popdist")
+    assert spec is not None and spec.origin.endswith("_shim/popdist/__init__.py")

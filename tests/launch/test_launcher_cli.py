@@ -107,9 +107,10 @@ def test_validate_returns_the_layout(script):
 def test_help_lists_poprun_options_and_says_hosts_are_simulated(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
-    for flag in ("--num-replicas", "--ipus-per-replica", "--mpi-local-args", "--vipu-partition"):
+    flags = ("--num-replicas", "--ipus-per-replica", "--mpi-local-args", "--vipu-partition")
+    for flag in (*flags, "--vv", "--sync-type", "--process-placement", "--real-hosts"):
         assert flag in out
-    assert "SIMULATED" in out
+    assert "Simulated by default" in out
     assert out == help_text()
 
 

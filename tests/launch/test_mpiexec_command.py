@@ -27,18 +27,41 @@ def test_exports_from_x_options():
 def test_openmpi_only_options_are_dropped_under_hydra():
     adapted = adapt_mpi_args(POPRUN_GLOBAL, "hydra", {})
     assert adapted.args == ("-verbose",)
-    assert adapted.dropped == (
-        "--tag-output",
-        "--allow-run-as-root",
-        "--mca oob_tcp_if_include 10.10.0.0/16",
-        "--bind-to none",
-    )
+    assert [d.split(" (")[0] for d in adapted.dropped] == ["--mca oob_tcp_if_include 10.10.0.0/16"]
+    assert adapted.translated == ("--tag-output", "--allow-run-as-root", "--bind-to none")
 
 
-def test_openmpi_keeps_its_options_but_tag_output():
+def test_openmpi_keeps_its_options_but_those_poprun_emu_does_itself():
     adapted = adapt_mpi_args(POPRUN_GLOBAL, "openmpi", {})
-    assert adapted.args == POPRUN_GLOBAL[1:]
-    assert adapted.dropped == ("--tag-output",)
+    assert adapted.args == ("--mca", "oob_tcp_if_include", "10.10.0.0/16", "-verbose")
+    assert adapted.dropped == ()
+    socket = adapt_mpi_args(("--bind-to", "socket"), "openmpi", {})
+    assert [d.split(" (")[0] for d in socket.dropped] == ["--bind-to socket"]
+
+
+@pytest.mark.parametrize("flavour", ["hydra", "openmpi"])
+def test_translations_hold_under_every_mpi(flavour, tmp_path):
+    adapted = adapt_mpi_args(
+        ("--output-filename", str(tmp_path / "logs"), "--bind-to", "core", "-x=A=1"),
+        flavour,
+        {},
+    )
+    assert adapted.output_dir == str(tmp_path / "logs")
+    assert adapted.args == () and adapted.dropped == ()
+    assert adapted.exports == (("A", "1"),)
+    equals_form = adapt_mpi_args((f"--output-filename={tmp_path}",), flavour, {})
+    assert equals_form.output_dir == str(tmp_path)
+
+
+@pytest.mark.parametrize("words", [("-np", "4"), ("--host", "a,b"), ("--hostfile", "h")])
+def test_options_that_contradict_the_layout_are_refused(words):
+    with pytest.raises(UsageError, match=f"MPI argument {words[0]} cannot be honoured"):
+        adapt_mpi_args(words, "hydra", {})
+
+
+def test_hydra_options_pass_through_with_their_values():
+    adapted = adapt_mpi_args(("-genv", "A", "1", "-iface", "lo", "-prepend-rank"), "hydra", {})
+    assert adapted.args == ("-genv", "A", "1", "-iface", "lo", "-prepend-rank")
 
 
 def test_x_without_a_name_is_refused():

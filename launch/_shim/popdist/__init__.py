@@ -1,31 +1,64 @@
-"""``popdist`` inside ``poprun-emu`` instances: the emulator's PopDist API under PopDist's name.
+"""``popdist`` for host code run by ``poprun-emu`` (or plainly, through the fallback finder).
 
-The launcher puts this directory's parent on the instances' PYTHONPATH only, so unmodified host
-code that does ``import popdist`` runs there, while outside the launcher nothing named
-``popdist`` is importable.
+PopDist's Python API and nothing else: the functions of the PopDist reference and the
+framework submodules ``popdist.poptorch``, ``popdist.tensorflow`` and ``popdist.popart``
+(imported on first use, as ``import popdist.poptorch`` does). The emulator's own names live in
+``popdist_emu``.
+
+References:
+    PopRun/PopDist User Guide, "Python API" (api_python.html).
 """
 
-import sys
+import sys as _sys
 
 try:
-    import popdist_emu as _emu
+    from popdist_emu._popdist_api import (
+        checkNumIpusPerReplica,
+        execute_on_instances,
+        getDeviceId,
+        getInstanceIndex,
+        getLocalInstanceIndex,
+        getNumInstances,
+        getNumIpusPerReplica,
+        getNumLocalReplicas,
+        getNumTotalReplicas,
+        getReplicaIndexOffset,
+        init,
+        isPopdistEnvSet,
+    )
 except ImportError as _error:  # a program run with another interpreter than poprun-emu's
     raise ImportError(
         f"popdist (poprun-emu's shim) needs the popdist_emu package, which this interpreter "
-        f"({sys.executable}) cannot import: run the program with the Python poprun-emu is "
+        f"({_sys.executable}) cannot import: run the program with the Python poprun-emu is "
         f"installed for (give poprun-emu the script.py itself), or pip install popdist-emu "
         f"here."
     ) from _error
 
-from popdist_emu import *  # noqa: F403 - the whole public PopDist API, by design
+_SUBMODULES = ("poptorch", "tensorflow", "popart")
 
-__all__ = list(_emu.__all__)
+__all__ = [
+    "checkNumIpusPerReplica",
+    "execute_on_instances",
+    "getDeviceId",
+    "getInstanceIndex",
+    "getLocalInstanceIndex",
+    "getNumInstances",
+    "getNumIpusPerReplica",
+    "getNumLocalReplicas",
+    "getNumTotalReplicas",
+    "getReplicaIndexOffset",
+    "init",
+    "isPopdistEnvSet",
+]
 
 
 def __getattr__(name: str):
-    # Names the emulator loads lazily (the runtime) resolve through popdist_emu.
-    return getattr(_emu, name)
+    if name in _SUBMODULES:
+        import importlib
+
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module 'popdist' has no attribute {name!r} (PopDist's API only)")
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_emu.__all__))
+    return sorted([*__all__, *_SUBMODULES])

@@ -1,18 +1,10 @@
-"""``popdist.poptorch`` inside instances: PopDist's PopTorch helpers, as far as they map.
+"""``popdist.poptorch``: PopDist's PopTorch helper, ``Options(ipus_per_replica=None, **kwargs)``.
 
-Real host code writes ``opts = popdist.poptorch.Options()`` to get PopTorch options whose
-replication factor is this instance's local replica count. The emulator's ``Options`` carries
-the same default (``replication_factor = getNumLocalReplicas()``), so it stands in here; it is
-loaded on first use because it pulls in the runtime.
+The options accept the PopTorch option methods real host code calls and map them onto the
+emulator's ``popdist_emu.Options`` (see ``popdist_emu._poptorch_options``);
+``TensorLocationSettings`` stands in for PopTorch's, which ``setOptimizerLocation`` takes.
 """
 
+from popdist_emu._poptorch_options import Options, TensorLocationSettings
 
-def __getattr__(name: str):
-    if name != "Options":
-        raise AttributeError(
-            f"popdist.poptorch has no {name!r} in the emulator: only Options is provided; "
-            f"use popdist_emu's runtime names instead."
-        )
-    import popdist_emu
-
-    return popdist_emu.Options
+__all__ = ["Options", "TensorLocationSettings"]

@@ -1,0 +1,32 @@
+"""Per-instance log files for ``--output-filename DIR``, in Open MPI's layout.
+
+Open MPI's ``mpirun --output-filename DIR`` writes each process's streams to
+``DIR/1/rank.<N>/stdout`` and ``DIR/1/rank.<N>/stderr`` (job 1, MPI rank N), while the terminal
+keeps the (tagged) output. The bootstrap does the same whatever MPI runs underneath, so logs
+land in the same place under MPICH's Hydra as under Open MPI.
+
+These are streams appended line by line while the program runs, not finished files, so they
+are not written through ``popdist_emu._files``' rename-into-place.
+
+References:
+    Open MPI ``mpirun(1)`` (v4.1), ``--output-filename``: "Redirect the stdout, stderr, and
+    stddiag of all processes to a process-unique version of the specified filename"
+    (``filename/1/rank.N/stdout``).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import BinaryIO
+
+
+def log_path(output_dir: str, instance: int, stream: str) -> str:
+    """Where instance ``instance``'s ``stream`` ("stdout" or "stderr") is logged."""
+    return os.path.join(output_dir, "1", f"rank.{instance}", stream)
+
+
+def open_log(output_dir: str, instance: int, stream: str) -> BinaryIO:
+    """Opens (creating its directories) the log file of one stream of one instance."""
+    path = log_path(output_dir, instance, stream)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    return open(path, "wb", buffering=0)

@@ -1,0 +1,53 @@
+"""``import popdist`` outside ``poprun-emu``: PopDist's single-process view, never in the way.
+
+Real PopDist, imported in a process PopRun did not start, answers for one instance with one
+replica (``isPopdistEnvSet()`` is false), so a script runs plainly while it is written. The
+installed ``popdist_emu_popdist.pth`` registers :class:`PopDistFallbackFinder` at the END of
+``sys.meta_path``: Python asks it only after every other finder (the path, an editable
+install's finder) found no ``popdist``, so a Poplar SDK's real ``popdist`` always wins, and
+inside ``poprun-emu`` instances the shim on PYTHONPATH is found first anyway.
+
+This module is loaded from its file by the .pth line at interpreter start-up, without
+importing the ``launch`` package (which would cost every Python process tens of
+milliseconds); it imports only the standard library.
+
+References:
+    Python Language Reference, "The import system" (meta path finders, ``find_spec``);
+    Python ``site`` module documentation (``.pth`` files: lines starting with ``import`` are
+    executed).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from importlib.machinery import ModuleSpec
+
+SHIM_PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim", "popdist")
+
+
+class PopDistFallbackFinder:
+    """Finds ``popdist`` (the emulator's shim) when nothing else on the path provides it."""
+
+    @classmethod
+    def find_spec(
+        cls, fullname: str, path: object = None, target: object = None
+    ) -> ModuleSpec | None:
+        if fullname != "popdist":
+            return None  # popdist.poptorch etc. come from the package's __path__
+        init = os.path.join(SHIM_PACKAGE, "__init__.py")
+        if not os.path.isfile(init):
+            return None
+        return importlib.util.spec_from_file_location(
+            "popdist", init, submodule_search_locations=[SHIM_PACKAGE]
+        )
+
+
+def install() -> None:
+    """Appends the finder to ``sys.meta_path`` once (last, so that it is asked last)."""
+    if not any(getattr(f, "__name__", "") == PopDistFallbackFinder.__name__ for f in sys.meta_path):
+        sys.meta_path.append(PopDistFallbackFinder)
+
+
+install()

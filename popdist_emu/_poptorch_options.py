@@ -1,0 +1,346 @@
+"""``popdist.poptorch.Options``: PopTorch's option methods, mapped onto the emulator's Options.
+
+Real PopDist host code writes ``opts = popdist.poptorch.Options(ipus_per_replica=K)`` and then
+calls PopTorch's option methods on it (``deviceIterations``, ``Training.gradientAccumulation``,
+``outputMode``, ``TensorLocations.setOptimizerLocation``, ...). Each call here either
+
+- sets the matching field of the emulator's :class:`popdist_emu.Options` (replication factor =
+  local replicas, device iterations, gradient accumulation, reduction, output mode, optimiser
+  state offloading and replicated tensor sharding), or keeps a value for the emulator to read
+  (random seed, executable cache, available memory proportion, execution strategy);
+- is accepted and named once in a warning, when it cannot change the emulator's numbers or
+  its simulated time (precision, logging, profiling, compiler switches);
+- or is refused with a one-line reason, when silently losing it would change them.
+
+:meth:`Options.to_options` gives the emulator's frozen Options; ``popdist_emu.Trainer`` calls it
+when handed these options. Enumerations are read by name (``poptorch.OutputMode.All``, its
+``.name`` ``"All"`` or the string ``"all"`` all mean the same), since PopTorch is not installed
+here.
+
+References:
+    PopRun/PopDist User Guide, "Python API" (``popdist.poptorch.Options``); PopTorch User Guide,
+    "Options" (``poptorch.Options``: deviceIterations, replicationFactor, randomSeed,
+    enableExecutableCaching, outputMode, Training.gradientAccumulation,
+    Training.accumulationAndReplicationReductionType, TensorLocations.setOptimizerLocation,
+    TensorLocationSettings.useOnChipStorage / useReplicatedTensorSharding,
+    setAvailableMemoryProportion, setExecutionStrategy).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+from popdist_emu import _popdist_api as popdist
+from popdist_emu._options import Options as EmulatorOptions
+
+_WARNED: set[str] = set()
+
+# Accepted, named once: they steer Poplar's compiler, precision on the IPU, logging or
+# tooling, none of which the emulator's numbers (computed in float32 by XLA) or its simulated
+# step time depend on.
+_NO_EFFECT = {
+    "Options": (
+        "autoRoundNumIPUs",
+        "connectionType",
+        "enableProfiling",
+        "enableStableNorm",
+        "logCycleCount",
+        "logDir",
+        "modelName",
+        "setAvailableMemoryProportionForRNG",
+        "useIpuId",
+        "useOfflineIpuTarget",
+        "enableFloatingPointExceptions",
+        "sourceLocationExcludes",
+        "relaxOptimizerAttributesChecks",
+        "updatableNamedBuffers",
+        "showCompilationProgressBar",
+        "loadFromFile",
+    ),
+    "Precision": (
+        "enableStochasticRounding",
+        "setPartialsType",
+        "runningStatisticsAlwaysFloat",
+        "enableFloatingPointExceptions",
+        "halfFloatCasting",
+    ),
+    "Jit": ("traceModel",),
+    "Training": ("setConvolutionDithering", "setAutomaticLossScaling"),
+    "TensorLocations": ("numIOTiles",),
+    "_Popart": ("set", "setPatterns", "setEngineOptions"),
+    "Distributed": ("configureProcessId", "disable"),
+}
+# Refused: the emulator would compute other numbers than PopTorch does if it ignored them.
+_REFUSED = {
+    ("Options", "enableSyntheticData"): "synthetic data replaces the host's data on the IPU",
+    ("Options", "useIpuModel"): "the IPU Model is a different target with its own timing",
+    ("Training", "clipNormOfGradients"): "gradient clipping changes every update",
+}
+
+
+def _name(value: Any) -> str:
+    """The enumeration member's name, lower case: ``OutputMode.All`` -> ``"all"``."""
+    return str(getattr(value, "name", value)).rsplit(".", 1)[-1].lower()
+
+
+def _warn_once(method: str) -> None:
+    if method not in _WARNED:
+        _WARNED.add(method)
+        warnings.warn(
+            f"popdist.poptorch.Options.{method}: accepted, no effect in the emulator (it "
+            f"changes neither its numbers nor its simulated time)",
+            stacklevel=3,
+        )
+
+
+class TensorLocationSettings:
+    """PopTorch's ``TensorLocationSettings``: where a kind of tensor lives.
+
+    ``useOnChipStorage(False)`` streams the tensors from host memory (the emulator's
+    optimiser-state offloading); ``useReplicatedTensorSharding(True)`` shards them over the
+    replicas (RTS). The ``minElements...`` thresholds are kept.
+    """
+
+    def __init__(self) -> None:
+        self.on_chip = True
+        self.replicated_tensor_sharding = False
+        self.min_elements_for_off_chip = 0
+        self.min_elements_for_rts = 0
+        self.io_tiles_to_load = False
+
+    def useOnChipStorage(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
+        self.on_chip = bool(use)
+        return self
+
+    def useReplicatedTensorSharding(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
+        self.replicated_tensor_sharding = bool(use)
+        return self
+
+    def minElementsForOffChip(self, n: int) -> TensorLocationSettings:  # noqa: N802
+        self.min_elements_for_off_chip = int(n)
+        return self
+
+    def minElementsForReplicatedTensorSharding(self, n: int) -> TensorLocationSettings:  # noqa: N802
+        self.min_elements_for_rts = int(n)
+        return self
+
+    def useIOTilesToLoad(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
+        self.io_tiles_to_load = bool(use)
+        return self
+
+
+def _read_settings(settings: Any, method: str) -> tuple[bool, bool]:
+    """``(on_chip, rts)`` of a TensorLocationSettings (ours, or any with those attributes)."""
+    try:
+        return bool(settings.on_chip), bool(settings.replicated_tensor_sharding)
+    except AttributeError:
+        raise TypeError(
+            f"TensorLocations.{method}: expected popdist.poptorch.TensorLocationSettings, got "
+            f"{type(settings).__name__}; build it with TensorLocationSettings()"
+            f".useOnChipStorage(...)."
+        ) from None
+
+
+class _Group:
+    """One of PopTorch's option groups (``opts.Training``, ``opts.Precision``, ...)."""
+
+    _group = ""
+
+    def __init__(self, owner: Options) -> None:
+        self._owner = owner
+
+    def __getattr__(self, method: str) -> Any:
+        if method.startswith("__"):
+            raise AttributeError(method)
+        return self._owner._method(self._group, method)
+
+
+class _Training(_Group):
+    _group = "Training"
+
+    def gradientAccumulation(self, n: int) -> Options:  # noqa: N802
+        self._owner._fields["gradient_accumulation"] = int(n)
+        return self._owner
+
+    def accumulationAndReplicationReductionType(self, reduction: Any) -> Options:  # noqa: N802
+        name = _name(reduction)
+        if name not in ("mean", "sum"):
+            raise ValueError(
+                f"Training.accumulationAndReplicationReductionType({name!r}): the emulator "
+                f"reduces gradients by 'mean' or 'sum' only; a running mean would add in another "
+                f"order and give other bits."
+            )
+        self._owner._fields["reduction"] = name
+        return self._owner
+
+
+class _TensorLocations(_Group):
+    _group = "TensorLocations"
+
+    def setOptimizerLocation(self, settings: Any) -> Options:  # noqa: N802
+        on_chip, rts = _read_settings(settings, "setOptimizerLocation")
+        self._owner._fields["offload_optimiser"] = not on_chip
+        self._owner._fields["replicated_tensor_sharding"] = rts
+        return self._owner
+
+    def _only_default(self, settings: Any, method: str, what: str) -> Options:
+        on_chip, rts = _read_settings(settings, method)
+        if not on_chip or rts:
+            raise ValueError(
+                f"TensorLocations.{method}: the emulator keeps {what} on chip and unsharded; "
+                f"streaming or sharding them would change its simulated memory and time. Set "
+                f"the optimiser state's location instead (setOptimizerLocation)."
+            )
+        return self._owner
+
+    def setWeightLocation(self, settings: Any) -> Options:  # noqa: N802
+        return self._only_default(settings, "setWeightLocation", "weights")
+
+    def setAccumulatorLocation(self, settings: Any) -> Options:  # noqa: N802
+        return self._only_default(settings, "setAccumulatorLocation", "gradient accumulators")
+
+    def setActivationLocation(self, settings: Any) -> Options:  # noqa: N802
+        return self._only_default(settings, "setActivationLocation", "activations")
+
+
+class Options:
+    """``popdist.poptorch.Options(ipus_per_replica=None, **kwargs)``: PopTorch options for this
+    instance of a PopRun job.
+
+    As PopDist's, the replication factor is this instance's local replica count and the
+    instance is configured as process ``getInstanceIndex()`` of ``getNumInstances()``.
+
+    Args:
+        ipus_per_replica: IPUs per replica of the program; checked against PopRun's
+            ``--ipus-per-replica`` (None: PopRun's value).
+        **kwargs: fields of :class:`popdist_emu.Options` to start from (e.g.
+            ``prefetch_depth=2``).
+
+    Raises:
+        ValueError: ``ipus_per_replica`` differs from what PopRun was given.
+    """
+
+    def __init__(self, ipus_per_replica: int | None = None, **kwargs: Any) -> None:
+        if ipus_per_replica is not None and not popdist.checkNumIpusPerReplica(ipus_per_replica):
+            raise ValueError(
+                f"popdist.poptorch.Options(ipus_per_replica={ipus_per_replica}): PopRun was "
+                f"given --ipus-per-replica {popdist.getNumIpusPerReplica()}; pass that, or "
+                f"start poprun-emu with --ipus-per-replica {ipus_per_replica}."
+            )
+        self.ipus_per_replica = ipus_per_replica or popdist.getNumIpusPerReplica()
+        self._fields: dict[str, Any] = {"replication_factor": popdist.getNumLocalReplicas()}
+        self._fields.update(kwargs)
+        self.random_seed: int | None = None
+        self.executable_cache_dir: str | None = None
+        self.available_memory_proportion: dict[str, float] | float | None = None
+        self.execution_strategy: Any = None
+        self.process_id = (popdist.getInstanceIndex(), popdist.getNumInstances())
+        self.Training = _Training(self)
+        self.TensorLocations = _TensorLocations(self)
+        self.Precision = type("_Precision", (_Group,), {"_group": "Precision"})(self)
+        self.Jit = type("_Jit", (_Group,), {"_group": "Jit"})(self)
+        self._Popart = type("_PopartGroup", (_Group,), {"_group": "_Popart"})(self)
+        self.Distributed = type("_Distributed", (_Group,), {"_group": "Distributed"})(self)
+
+    def _method(self, group: str, method: str) -> Any:
+        """A PopTorch method this class does not define: no-effect (warn) or refused."""
+        reason = _REFUSED.get((group, method))
+        qualified = method if group == "Options" else f"{group}.{method}"
+        if reason is not None:
+
+            def refuse(*_args: Any, **_kwargs: Any) -> Options:
+                raise ValueError(
+                    f"popdist.poptorch.Options.{qualified}: not supported by the emulator "
+                    f"({reason}); remove the call."
+                )
+
+            return refuse
+        if method in _NO_EFFECT.get(group, ()):
+
+            def accept(*_args: Any, **_kwargs: Any) -> Options:
+                _warn_once(qualified)
+                return self
+
+            return accept
+        raise AttributeError(
+            f"popdist.poptorch.Options has no {qualified!r}: it is not a PopTorch option the "
+            f"emulator knows; see the README's PopDist helpers for the ones supported."
+        )
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name in ("Training", "TensorLocations"):
+            raise AttributeError(name)
+        if name in {f.name for f in _emulator_fields()} or name in (
+            "num_instances",
+            "num_total_replicas",
+            "replica_offset",
+            "global_batch_size",
+        ):
+            return getattr(self.to_options(), name)
+        return self._method("Options", name)
+
+    # -------------------------------------------------------- PopTorch's option methods
+    def deviceIterations(self, n: int) -> Options:  # noqa: N802
+        self._fields["device_iterations"] = int(n)
+        return self
+
+    def replicationFactor(self, n: int) -> Options:  # noqa: N802
+        self._fields["replication_factor"] = int(n)
+        return self
+
+    def randomSeed(self, seed: int) -> Options:  # noqa: N802
+        self.random_seed = int(seed)
+        return self
+
+    def enableExecutableCaching(self, path: str) -> Options:  # noqa: N802
+        self.executable_cache_dir = str(path)
+        return self
+
+    def outputMode(self, mode: Any, output_return_period: int | None = None) -> Options:  # noqa: N802
+        name = _name(mode)
+        if name not in ("all", "final"):
+            raise ValueError(
+                f"outputMode({name!r}): the emulator returns the loss of every step ('All') or "
+                f"of the last ('Final'); 'Sum' and 'EveryN' would return other numbers."
+            )
+        self._fields["output_mode"] = name
+        return self
+
+    anchorMode = outputMode  # PopTorch's older name  # noqa: N815
+
+    def setAvailableMemoryProportion(self, proportion: dict[str, float] | float) -> Options:  # noqa: N802
+        values = proportion.values() if isinstance(proportion, dict) else [proportion]
+        for value in values:
+            if not 0.0 < float(value) <= 1.0:
+                raise ValueError(
+                    f"setAvailableMemoryProportion: {value} is outside (0, 1]; PopTorch takes "
+                    f"e.g. {{'IPU0': 0.6}}."
+                )
+        self.available_memory_proportion = proportion
+        return self
+
+    def setExecutionStrategy(self, strategy: Any) -> Options:  # noqa: N802
+        self.execution_strategy = strategy
+        return self
+
+    # ------------------------------------------------------------------ the emulator
+    def to_options(self) -> EmulatorOptions:
+        """The emulator's Options for what was set; the executable cache, if set, becomes
+        JAX's persistent compilation cache (XLA's stands in for Poplar's).
+
+        Raises:
+            ValueError: a field the emulator refuses (e.g. a replication factor other than
+                PopRun's local replicas).
+        """
+        if self.executable_cache_dir:
+            import jax
+
+            jax.config.update("jax_compilation_cache_dir", self.executable_cache_dir)
+        return EmulatorOptions(**self._fields)
+
+
+def _emulator_fields():
+    import dataclasses
+
+    return dataclasses.fields(EmulatorOptions)
