@@ -17,6 +17,7 @@ import os
 import pathlib
 
 from hardware import TRACKS, StepSimulation
+from popdist_emu._run_report import write_run_report
 
 SUMMARY_FILE = "summary.json"
 TRACE_FILE = "trace.json"
@@ -104,6 +105,7 @@ def write_reports(simulation: StepSimulation, report_dir: str | os.PathLike) -> 
     directory.mkdir(parents=True, exist_ok=True)
     (directory / SUMMARY_FILE).write_text(json.dumps(summary(simulation), indent=2) + "\n")
     (directory / TRACE_FILE).write_text(json.dumps(chrome_trace(simulation)) + "\n")
+    write_run_report(simulation, directory)  # report.html: the same figures as pictures
     return directory
 
 
