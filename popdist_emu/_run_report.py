@@ -20,13 +20,14 @@ from popdist_emu._files import write_atomically
 
 REPORT_FILE = "report.html"
 STYLE = """
-body { font-family: sans-serif; max-width: 1000px; margin: 1em auto; color: #222; }
+body { font-family: sans-serif; max-width: 1200px; margin: 1em auto; color: #222; }
 table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }
-th { background: #f0f0f0; } td.l, th.l { text-align: left; }
+th { background: #f0f0f0; } td.l, th.l { text-align: left; min-width: 6em; }
 img { max-width: 100%; display: block; margin: 0.5em 0 1.5em; }
 .bad { color: #b00; font-weight: bold; } .ok { color: #070; }
 code { background: #f4f4f4; padding: 1px 4px; }
+pre { white-space: pre-wrap; overflow-wrap: anywhere; background: #f4f4f4; padding: 6px; }
 """
 
 
@@ -35,19 +36,15 @@ def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def table(header: list[str], rows: list[list[object]]) -> str:
-    """An HTML table; the first column left-aligned, values escaped."""
-    head = "".join(
-        f'<th class="{"l" if i == 0 else ""}">{html.escape(h)}</th>' for i, h in enumerate(header)
-    )
+def table(header: list[str], rows: list[list[object]], left: tuple[int, ...] = (0,)) -> str:
+    """An HTML table, values escaped; the columns in ``left`` are left-aligned (text)."""
+
+    def cell(tag: str, i: int, value: object) -> str:
+        return f'<{tag} class="{"l" if i in left else ""}">{html.escape(str(value))}</{tag}>'
+
+    head = "".join(cell("th", i, h) for i, h in enumerate(header))
     body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="{"l" if i == 0 else ""}">{html.escape(str(v))}</td>'
-            for i, v in enumerate(row)
-        )
-        + "</tr>"
-        for row in rows
+        "<tr>" + "".join(cell("td", i, v) for i, v in enumerate(row)) + "</tr>" for row in rows
     )
     return f"<table><tr>{head}</tr>{body}</table>"
 

@@ -47,7 +47,7 @@ def throughput_plot(series: Sequence[Mapping[str, Any]], published: Sequence[Map
             and optionally ``fit_replicas``/``fit_throughput`` (the fitted law).
         published: measured points: ``replicas``, ``throughput``, ``label``.
     """
-    fig = Figure(figsize=(8, 5))
+    fig = Figure(figsize=(8, 5), layout="constrained")
     ax = fig.subplots()
     all_replicas: list[int] = []
     for i, s in enumerate(series):
@@ -99,7 +99,7 @@ def throughput_plot(series: Sequence[Mapping[str, Any]], published: Sequence[Map
 
 def efficiency_plot(series: Sequence[Mapping[str, Any]], thresholds: Sequence[float]) -> bytes:
     """Parallel efficiency against replicas, with the threshold lines (80 %, 50 %)."""
-    fig = Figure(figsize=(8, 4))
+    fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.subplots()
     all_replicas: list[int] = []
     for i, s in enumerate(series):
@@ -154,7 +154,7 @@ def phases_plot(series: Sequence[Mapping[str, Any]]) -> bytes:
             mapping per point), for the points that have a simulation.
     """
     shown = [s for s in series if s["replicas"]]
-    fig = Figure(figsize=(8, 3.6 * max(len(shown), 1)))
+    fig = Figure(figsize=(8, 3.6 * max(len(shown), 1)), layout="constrained")
     axes = fig.subplots(max(len(shown), 1), 1, squeeze=False)[:, 0]
     for ax, s in zip(axes, shown, strict=False):
         labels = [f"{n:,}" for n in s["replicas"]]
@@ -174,7 +174,7 @@ def memory_plot(series: Sequence[Mapping[str, Any]]) -> bytes:
             point) and ``capacity`` (bytes per point).
     """
     shown = [s for s in series if s["replicas"]]
-    fig = Figure(figsize=(8, 3.6 * max(len(shown), 1)))
+    fig = Figure(figsize=(8, 3.6 * max(len(shown), 1)), layout="constrained")
     axes = fig.subplots(max(len(shown), 1), 1, squeeze=False)[:, 0]
     for ax, s in zip(axes, shown, strict=False):
         labels = [f"{n:,}" for n in s["replicas"]]
@@ -192,7 +192,7 @@ def memory_plot(series: Sequence[Mapping[str, Any]]) -> bytes:
 def single_phases_plot(phases: Mapping[str, float], step_seconds: float) -> bytes:
     """One run's phases as horizontal bars (ms), with the simulated step for scale."""
     items = [(k, v) for k, v in phases.items() if v > 0]
-    fig = Figure(figsize=(7, 0.45 * (len(items) + 1) + 1))
+    fig = Figure(figsize=(7, 0.45 * (len(items) + 1) + 1), layout="constrained")
     ax = fig.subplots()
     names = [k for k, _ in items] + ["simulated step"]
     values = [v * 1e3 for _, v in items] + [step_seconds * 1e3]
@@ -207,7 +207,7 @@ def single_phases_plot(phases: Mapping[str, float], step_seconds: float) -> byte
 
 def single_memory_plot(categories: Mapping[str, float], capacity: float) -> bytes:
     """One run's memory per IPU: one stacked bar by category against the capacity."""
-    fig = Figure(figsize=(7, 2.6))
+    fig = Figure(figsize=(7, 2.6), layout="constrained")
     ax = fig.subplots()
     left = 0.0
     for i, (name, value) in enumerate((k, v) for k, v in categories.items() if v > 0):

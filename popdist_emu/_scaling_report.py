@@ -102,9 +102,13 @@ def narrative(series: Mapping[str, Any]) -> list[str]:
     lines = []
     if series.get("error"):
         lines.append(f"The program did not produce the points: {series['error']}")
+    bad = [
+        f"{r['replicas']:,} replicas: {r['status'].replace('_', ' ')}: {r['reason']}"
+        for r in rows
+        if r["status"] != "ok"
+    ]
     if not good:
-        lines.append("No point of this series was simulated and fits in memory.")
-        return lines
+        return [*lines, "No point of this series was simulated and fits in memory.", *bad]
     first, last = good[0], good[-1]
     if len(good) > 1:
         lines.append(
@@ -143,10 +147,7 @@ def narrative(series: Mapping[str, Any]) -> list[str]:
         )
     elif len(good) > 1:
         lines.append("No phase's share of the step grows with the replica count.")
-    bad = [r for r in rows if r["status"] != "ok"]
-    for r in bad:
-        lines.append(f"{r['replicas']:,} replicas: {r['status'].replace('_', ' ')}: {r['reason']}")
-    return lines
+    return lines + bad
 
 
 def _published_rows(series, published) -> list[list[str]]:
@@ -208,7 +209,7 @@ def _point_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 status,
             ]
         )
-    return table(header, body)
+    return table(header, body, left=(0, 1, len(header) - 1))
 
 
 def _phase_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -244,8 +245,8 @@ def report_html(doc: Mapping[str, Any]) -> str:
     for s in series:
         f, a = s["analysis"]["fit"], s["analysis"]
         if f:
-            e80 = a["efficiency_below"].get("80%", {})
-            e50 = a["efficiency_below"].get("50%", {})
+            e80 = a["efficiency_below"].get("80 %", {})
+            e50 = a["efficiency_below"].get("50 %", {})
             fits.append(
                 [
                     s["label"],

@@ -111,7 +111,7 @@ def analyse_series(rows: Sequence[Mapping[str, Any]], law: str) -> dict[str, Any
     eff = [r["efficiency"] for r in good]
     for t in analysis.EFFICIENCY_THRESHOLDS:
         fitted = fit.efficiency_crossing(t) * n[0] if fit else math.inf
-        result["efficiency_below"][f"{round(100 * t)}%"] = {
+        result["efficiency_below"][f"{round(100 * t)} %"] = {
             "first_simulated_replicas": analysis.first_below(n, eff, t),
             "fitted_replicas": _finite(fitted),
         }
