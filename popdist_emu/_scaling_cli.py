@@ -302,8 +302,21 @@ def _last_line(path: str) -> str:
     return lines[-1] if lines else ""
 
 
-def run_series(config: dict, series: dict, log_path: str) -> dict[str, Any]:
-    """Compiles the series' program once and evaluates all its points; fills ``result``s."""
+def _stop(process: subprocess.Popen) -> int:
+    """Ends a program past its time: SIGTERM to its process group, SIGKILL 30 s later."""
+    os.killpg(process.pid, signal.SIGTERM)
+    try:
+        return process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        return process.wait(timeout=30)
+
+
+def run_series(config: dict, series: dict, log_path: str, tick: Any = None) -> dict[str, Any]:
+    """Compiles the series' program once and evaluates all its points; fills ``result``s.
+
+    ``tick()`` is called about once a second while the program runs.
+    """
     points = series_points(config, series)
     todo = [p for p in points if "result" not in p]
     info: dict[str, Any] = {
@@ -331,17 +344,16 @@ def run_series(config: dict, series: dict, log_path: str) -> dict[str, Any]:
             process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-            try:
-                info["exit_code"] = process.wait(timeout=config["timeout"])
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGTERM)
+            deadline = time.monotonic() + config["timeout"]
+            while info["exit_code"] is None:
                 try:
-                    process.wait(timeout=30)
+                    info["exit_code"] = process.wait(timeout=1.0)
                 except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait(timeout=30)
-                info["exit_code"] = process.returncode
-                info["error"] = f"the program ran past --timeout {config['timeout']:g} s"
+                    if tick is not None:
+                        tick()  # the progress bar's elapsed time moves while it compiles
+                    if time.monotonic() > deadline:
+                        info["exit_code"] = _stop(process)
+                        info["error"] = f"the program ran past --timeout {config['timeout']:g} s"
         info["compile_seconds"] = time.perf_counter() - start
         if os.path.exists(result):
             with open(result) as f:
@@ -385,7 +397,7 @@ def sweep(config: dict[str, Any], argv: Sequence[str]) -> tuple[dict[str, Any], 
         for i, series in enumerate(config["series"]):
             bar.set_postfix_str(f"compiling {series['label']}")
             log = os.path.join(out, "logs", f"series-{i}.log")
-            ran = run_series(config, series, log)
+            ran = run_series(config, series, log, tick=bar.refresh)
             parameters = parameters or _model_parameters([ran])
             row_input = {"label": series["label"], "points": ran["points"]}
             rows = series_rows(row_input)

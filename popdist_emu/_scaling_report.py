@@ -85,7 +85,7 @@ def _fmt(value: Any, kind: str = "") -> str:
     if kind == "ms":
         return f"{value * 1e3:.3f}"
     if kind == "int":
-        return f"{int(value):,}"
+        return f"{round(value):,}"
     if kind == "mib":
         return f"{value / 2**20:,.1f}"
     if kind == "e":
