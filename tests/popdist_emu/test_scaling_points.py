@@ -152,3 +152,45 @@ def test_system_name_follows_the_ipu():
 def test_no_request_no_work(tmp_path):
     points.answer_request(PROFILE, prefetch_depth=None, environ={})  # nothing to do
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bow_point_equals_a_single_run_on_that_system(tmp_path):
+    request, result = tmp_path / "request.json", tmp_path / "result.json"
+    bow = {"replicas": 8, "instances": 2, "ipus_per_replica": 1, "system": "bow-pod16"}
+    request.write_text(json.dumps({"points": [bow], "result": str(result)}))
+    env = {**environment(2, 1), points.REQUEST_VARIABLE: str(request)}
+    with mock.patch.dict(os.environ, env):
+        trainer, batch = trainer_and_batch(1, False)
+        popdist_emu.simulate(trainer, batch, environ=env)
+    (answer,) = json.loads(result.read_text())["points"]
+    single_env = {**environment(8, 2), "POPDIST_EMU_SYSTEM": "bow-pod16"}
+    with mock.patch.dict(os.environ, single_env):
+        trainer, batch = trainer_and_batch(1, False)
+        expected = summary(popdist_emu.simulate(trainer, batch, environ=single_env))
+    assert expected["system"] == "bow-pod16" and answer["summary"] == expected
+
+
+def test_invalid_and_out_of_memory_points_are_reported_not_fatal(tmp_path):
+    from popdist_emu._scaling_report import narrative, write_outputs
+    from popdist_emu._scaling_table import analyse_series, series_rows
+
+    big = PROFILE.replace(activation_bytes=2 * 10**9)
+    specs = [point(16), point(64), point(12), point(256)]
+    evaluated = [
+        {**p, "result": points.evaluate_point(big if p["replicas"] == 256 else PROFILE, p)}
+        for p in specs
+    ]
+    rows = series_rows({"label": "synthetic", "points": evaluated})
+    assert [r["status"] for r in rows] == ["ok", "ok", "invalid", "out_of_memory"]
+    assert rows[3]["fits"] is False and rows[3]["speedup"] is None
+    series = {"label": "synthetic", "rows": rows, "analysis": analyse_series(rows, "amdahl"),
+              "error": ""}  # fmt: skip
+    lines = narrative(series)
+    assert any(line.startswith("12 replicas: invalid:") for line in lines)
+    assert any(line.startswith("256 replicas: out of memory: Out of memory:") for line in lines)
+    doc = {"command": "test", "mode": "strong", "law": "amdahl", "model": "synthetic",
+           "sweep_seconds": 0.0, "num_points": 4, "published": [], "series": [series]}  # fmt: skip
+    paths = write_outputs(doc, tmp_path)
+    text = paths["html"].read_text()
+    assert "out_of_memory: Out of memory:" in text and "not a power of two" in text
+    assert paths["csv"].read_text().count("\n") == 5  # header and 4 points
