@@ -118,6 +118,12 @@ def narrative(series: Mapping[str, Any]) -> list[str]:
             f"{last['replicas'] / first['replicas']:g}x the replicas, a parallel efficiency "
             f"of {100 * last['efficiency']:.1f} %."
         )
+    batches = sorted({r["global_batch"] for r in good})
+    if a["law"] == "amdahl" and len(batches) > 1:
+        lines.append(
+            f"The global batch changes across the points ({batches[0]:,} to {batches[-1]:,}), "
+            "as given by --global-batch; the speed-up is the ratio of throughputs."
+        )
     fit = a["fit"]
     if fit:
         err = f" ± {fit['stderr']:.1e}" if fit["stderr"] is not None else ""
@@ -235,7 +241,8 @@ def report_html(doc: Mapping[str, Any]) -> str:
         f"{html.escape(doc['mode'])} scaling</h1>",
         "<p>Made by:</p><pre><code>" + html.escape(doc["command"]) + "</code></pre>",
         f"<p>Sweep time {doc['sweep_seconds']:.1f} s for {doc['num_points']} points "
-        f"({len(series)} series, one compile each).</p>",
+        f"({len(series)} series, one compile each); the slowest point took "
+        f"{_fmt(doc.get('max_point_evaluation_seconds'), 'ms')} ms after the compile.</p>",
     ]
     for s in series:
         parts.append(f"<h2>What limits the scaling: {html.escape(s['label'])}</h2><ul>")
