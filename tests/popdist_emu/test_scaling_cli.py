@@ -52,6 +52,7 @@ def run(cwd, name, *words, timeout=300):
         (["--num-replicas", "16", "--published", "no.csv", "--out", "o", TRAIN], "no.csv"),
         (["--num-replicas", "16", "--out", "o", "missing.py"], "missing.py"),
         (["--num-replicas", "16", "--compare", "", "--out", "o", TRAIN], "--compare"),
+        (["--num-replicas", "16", "--compare", "'--x", "--out", "o", TRAIN], "quotation"),
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(tmp_path, words, needle):
