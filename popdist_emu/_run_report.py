@@ -60,7 +60,7 @@ def page(title: str, body: str) -> str:
 
 def run_report_html(simulation: StepSimulation) -> str:
     """The page of one simulated configuration."""
-    from popdist_emu._scaling_plots import single_memory_plot, single_phases_plot
+    from popdist_emu._scaling_plots import SHOWN_SECONDS, single_memory_plot, single_phases_plot
 
     sim, p, layout, memory = simulation, simulation.profile, simulation.layout, simulation.memory
     mib = 2**20
@@ -85,7 +85,7 @@ def run_report_html(simulation: StepSimulation) -> str:
     phases = [
         [name, f"{seconds * 1e3:.4f}", f"{100 * seconds / step:.1f}" if step > 0 else "-"]
         for name, seconds in sim.phases.items()
-        if seconds > 0
+        if seconds > SHOWN_SECONDS
     ]
     categories = [
         [name, f"{value / mib:,.2f}", f"{100 * value / memory.capacity:.1f}"]

@@ -21,6 +21,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 MIB = 2**20
+# Phases shorter than this are rounding noise of the timeline (e.g. 1e-19 s of host IO).
+SHOWN_SECONDS = 1e-9
 _DPI = 80
 
 
@@ -134,10 +136,12 @@ def efficiency_plot(series: Sequence[Mapping[str, Any]], thresholds: Sequence[fl
     return _png(fig)
 
 
-def _stacked(ax, labels: Sequence[str], stacks: Sequence[Mapping[str, float]], scale: float):
+def _stacked(
+    ax, labels: Sequence[str], stacks: Sequence[Mapping[str, float]], scale: float, least: float
+):
     names: list[str] = []
     for stack in stacks:
-        names += [k for k, v in stack.items() if v > 0 and k not in names]
+        names += [k for k, v in stack.items() if v > least and k not in names]
     bottom = [0.0] * len(stacks)
     for i, name in enumerate(names):
         values = [stack.get(name, 0.0) * scale for stack in stacks]
@@ -158,7 +162,7 @@ def phases_plot(series: Sequence[Mapping[str, Any]]) -> bytes:
     axes = fig.subplots(max(len(shown), 1), 1, squeeze=False)[:, 0]
     for ax, s in zip(axes, shown, strict=False):
         labels = [f"{n:,}" for n in s["replicas"]]
-        _stacked(ax, labels, s["phases"], 1e3)
+        _stacked(ax, labels, s["phases"], 1e3, SHOWN_SECONDS)
         ax.set_xlabel("replicas")
         ax.set_ylabel("ms per step")
         ax.set_title(f"Phases of one step: {s['label']}")
@@ -178,7 +182,7 @@ def memory_plot(series: Sequence[Mapping[str, Any]]) -> bytes:
     axes = fig.subplots(max(len(shown), 1), 1, squeeze=False)[:, 0]
     for ax, s in zip(axes, shown, strict=False):
         labels = [f"{n:,}" for n in s["replicas"]]
-        _stacked(ax, labels, s["memory"], 1 / MIB)
+        _stacked(ax, labels, s["memory"], 1 / MIB, 0)
         ax.plot(
             labels, [c / MIB for c in s["capacity"]], "k_", markersize=30, mew=2, label="capacity"
         )
@@ -191,7 +195,7 @@ def memory_plot(series: Sequence[Mapping[str, Any]]) -> bytes:
 
 def single_phases_plot(phases: Mapping[str, float], step_seconds: float) -> bytes:
     """One run's phases as horizontal bars (ms), with the simulated step for scale."""
-    items = [(k, v) for k, v in phases.items() if v > 0]
+    items = [(k, v) for k, v in phases.items() if v > SHOWN_SECONDS]
     fig = Figure(figsize=(7, 0.45 * (len(items) + 1) + 1), layout="constrained")
     ax = fig.subplots()
     names = [k for k, _ in items] + ["simulated step"]

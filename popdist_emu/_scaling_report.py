@@ -225,7 +225,7 @@ def _phase_table(rows: Sequence[Mapping[str, Any]]) -> str:
     for r in simulated:
         ph = plotted_phases({"summary": {"phases": r["phases"]}, "link_tiers": r["link_tiers"]})
         phases.append(ph)
-        names += [k for k, v in ph.items() if v > 0 and k not in names]
+        names += [k for k, v in ph.items() if v > plots.SHOWN_SECONDS and k not in names]
     body = [
         [r["series"], _fmt(r["replicas"], "int")] + [_fmt(ph.get(k, 0.0), "ms") for k in names]
         for r, ph in zip(simulated, phases, strict=True)
