@@ -63,13 +63,19 @@ def _series_parser() -> _Parser:
     """The options a series may set (also inside ``--compare``)."""
     parser = _Parser(prog=PROG, add_help=False, allow_abbrev=False)
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--num-instances", metavar="N[,N...]")
-    group.add_argument("--instances-per-replica", type=float, metavar="F")
-    parser.add_argument("--ipus-per-replica", type=int, metavar="K")
+    group.add_argument(
+        "--num-instances", metavar="N[,N...]", help="instances: one count, or one per point (1)"
+    )
+    group.add_argument(
+        "--instances-per-replica", type=float, metavar="F", help="instances = F x replicas"
+    )
+    parser.add_argument("--ipus-per-replica", type=int, metavar="K", help="1, 2, 4, 8 or 16 (1)")
     system = parser.add_mutually_exclusive_group()
-    system.add_argument("--system", metavar="NAME")
-    system.add_argument("--ipu", choices=("mk2", "bow"))
-    parser.add_argument("--label", metavar="TEXT")
+    system.add_argument("--system", metavar="NAME", help="every point on this system")
+    system.add_argument(
+        "--ipu", choices=("mk2", "bow"), help="smallest POD of this IPU per point (mk2)"
+    )
+    parser.add_argument("--label", metavar="TEXT", help="the series' name in the report")
     return parser
 
 
@@ -81,17 +87,33 @@ def _parser() -> _Parser:
         usage=f"{PROG} --num-replicas N,N,... [options] --out DIR program [args]",
         description=__doc__.split("\n\n")[0],
     )
-    parser.add_argument("--num-replicas", required=True, metavar="N,N,...")
+    parser.add_argument(
+        "--num-replicas", required=True, metavar="N,N,...", help="the replica counts"
+    )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--strong", action="store_true", help="fixed global batch (Amdahl)")
     mode.add_argument("--weak", action="store_true", help="fixed work per replica (Gustafson)")
     parser.add_argument("--global-batch", metavar="N[,N...]", help="strong scaling's batch")
-    parser.add_argument("--compare", action="append", default=[], metavar='"ARGS"')
-    parser.add_argument("--published", metavar="FILE.csv")
-    parser.add_argument("--out", required=True, metavar="DIR")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, metavar="SECONDS")
-    parser.add_argument("program")
-    parser.add_argument("args", nargs=argparse.REMAINDER)
+    parser.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar='"ARGS"',
+        help="another series: launcher options above, or words added to the program's args",
+    )
+    parser.add_argument(
+        "--published", metavar="FILE.csv", help="measured points: replicas,throughput,label"
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="where the report goes")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="per series run of the program (1800)",
+    )
+    parser.add_argument("program", help="the training program (a .py runs with this Python)")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the program's arguments")
     return parser
 
 
