@@ -57,6 +57,8 @@ ENV_OFFLINE = "POPDIST_EMU_OFFLINE"  # "1" under --offline-mode
 ENV_JOB_DIR = "POPDIST_EMU_JOB_DIR"  # the launcher's job directory (pid/status files)
 ENV_PROGRESS = "POPDIST_EMU_PROGRESS"  # "1": the launcher's terminal wants a progress bar
 ENV_BOOTSTRAP = "POPDIST_EMU_BOOTSTRAP"  # the JobConfig, as JSON, for the bootstraps
+# poprun-emu-scaling -> the program: a request file listing every point of a sweep
+ENV_SCALING_REQUEST = "POPDIST_EMU_SCALING_REQUEST"
 EMULATOR_VARIABLES = (
     ENV_INSTANCE_INDEX,
     ENV_HOSTS,

@@ -18,6 +18,7 @@ import pathlib
 
 from hardware import TRACKS, StepSimulation
 from popdist_emu._files import write_atomically
+from popdist_emu._run_report import write_run_report
 
 SUMMARY_FILE = "summary.json"
 TRACE_FILE = "trace.json"
@@ -106,6 +107,7 @@ def write_reports(simulation: StepSimulation, report_dir: str | os.PathLike) -> 
     # Renamed into place: a failed write keeps the old report, a symlink is replaced.
     write_atomically(directory / SUMMARY_FILE, json.dumps(summary(simulation), indent=2) + "\n")
     write_atomically(directory / TRACE_FILE, json.dumps(chrome_trace(simulation)) + "\n")
+    write_run_report(simulation, directory)  # report.html: the same figures as pictures
     return directory
 
 

@@ -32,6 +32,7 @@ import hardware
 from popdist_emu._environment import InstanceEnvironment
 from popdist_emu._infeed import InfeedStats
 from popdist_emu._report import format_summary, write_reports
+from popdist_emu._scaling_points import answer_request, trainer_relayout
 
 
 def job_layout(num_total_replicas: int, environ: Mapping[str, str]) -> hardware.ReplicaLayout:
@@ -104,6 +105,7 @@ def simulate(
         prefetch_depth=int(opts.prefetch_depth),
         system=system,
         environ=environ,
+        relayout=trainer_relayout(trainer, batch),
     )
     return simulation if infeed_stats is None else with_infeed_stats(simulation, infeed_stats)
 
@@ -116,6 +118,7 @@ def simulate_profile(
     prefetch_depth: int | None = None,
     system: str | None = None,
     environ: Mapping[str, str] | None = None,
+    relayout: Any = None,
 ) -> hardware.StepSimulation:
     """``simulate`` for a step already profiled (``Trainer.profile``, ``profile_programs`` or
     ``profile_step``), e.g. without a Trainer, or one profile over many layouts.
@@ -128,12 +131,16 @@ def simulate_profile(
         prefetch_depth: the infeed's prefetch depth; None is the hardware model's default.
         system: system name overriding ``POPDIST_EMU_SYSTEM``; None reads the environment.
         environ: the environment to read (default ``os.environ``).
+        relayout: for ``poprun-emu-scaling``: the profile fields that depend on the layout
+            (``_scaling_points.trainer_relayout``); None when none do.
 
     Raises:
         hardware.OutOfMemoryError: as ``simulate``.
         hardware.SystemSelectionError: unknown system, or too small for the job.
     """
     environ = os.environ if environ is None else environ
+    # poprun-emu-scaling: every point of a sweep from this one profile (no-op otherwise).
+    answer_request(profile, prefetch_depth=prefetch_depth, environ=environ, relayout=relayout)
     view = InstanceEnvironment.from_environ(environ)
     if layout is None:
         layout = (

@@ -1,0 +1,374 @@
+"""``poprun-emu-scaling``: sweep a training program over replica counts from one compile.
+
+    poprun-emu-scaling --num-replicas 16,64,128,256 --instances-per-replica 0.5 \\
+        --strong --global-batch 3200,3840,5120,10240 \\
+        --published examples/mlperf_v1.1_resnet50.csv --out rn50 \\
+        examples/resnet50.py --micro-batch-size 20
+
+Each series (the command's own arguments, then one per ``--compare "ARGS"``) runs the program
+ONCE, as ``poprun-emu --offline-mode`` of its first valid point, with
+``POPDIST_EMU_SCALING_REQUEST`` naming a request that lists every point; the program's
+``popdist_emu.simulate`` evaluates them all from the one compiled step
+(``_scaling_points``). The analysis (``_scaling_analysis``) and the report
+(``_scaling_report``) follow. Every bad argument is refused in one line with exit code 2
+before anything runs; a point that PopRun would refuse, or that does not fit in memory, stays
+in the report with its reason. Imports no JAX.
+
+References:
+    Graphcore PopRun user guide (``--num-replicas``, ``--num-instances``,
+    ``--ipus-per-replica``, ``--offline-mode``); Memory and Performance Optimisation on the
+    IPU, section 7 ("Scaling an application over multiple replicas").
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import hardware
+from popdist_emu import _scaling_run
+
+PROG = "poprun-emu-scaling"
+DEFAULT_TIMEOUT = 1800.0
+
+
+class UsageError(ValueError):
+    """A bad argument: one line naming the value and the fix."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, not argparse's usage block
+        raise UsageError(message)
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(
+            f"{flag} {text!r} is not a comma-separated list of integers: e.g. {flag} 16,64"
+        ) from None
+    if not values or any(v < 1 for v in values):
+        raise UsageError(f"{flag} {text!r} needs positive integers: e.g. {flag} 16,64")
+    return values
+
+
+def _series_parser() -> _Parser:
+    """The options a series may set (also inside ``--compare``)."""
+    parser = _Parser(prog=PROG, add_help=False, allow_abbrev=False)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--num-instances", metavar="N[,N...]", help="instances: one count, or one per point (1)"
+    )
+    group.add_argument(
+        "--instances-per-replica", type=float, metavar="F", help="instances = F x replicas"
+    )
+    parser.add_argument("--ipus-per-replica", type=int, metavar="K", help="1, 2, 4, 8 or 16 (1)")
+    system = parser.add_mutually_exclusive_group()
+    system.add_argument("--system", metavar="NAME", help="every point on this system")
+    system.add_argument(
+        "--ipu", choices=("mk2", "bow"), help="smallest POD of this IPU per point (mk2)"
+    )
+    parser.add_argument("--label", metavar="TEXT", help="the series' name in the report")
+    return parser
+
+
+def _parser() -> _Parser:
+    parser = _Parser(
+        prog=PROG,
+        parents=[_series_parser()],
+        allow_abbrev=False,
+        usage=f"{PROG} --num-replicas N,N,... [options] --out DIR program [args]",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument(
+        "--num-replicas", required=True, metavar="N,N,...", help="the replica counts"
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--strong", action="store_true", help="fixed global batch (Amdahl)")
+    mode.add_argument("--weak", action="store_true", help="fixed work per replica (Gustafson)")
+    parser.add_argument("--global-batch", metavar="N[,N...]", help="strong scaling's batch")
+    parser.add_argument(
+        "--compare",
+        action="append",
+        default=[],
+        metavar='"ARGS"',
+        help="another series: launcher options above, or words added to the program's args",
+    )
+    parser.add_argument(
+        "--published", metavar="FILE.csv", help="measured points: replicas,throughput,label"
+    )
+    parser.add_argument("--out", required=True, metavar="DIR", help="where the report goes")
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help="per series run of the program (1800)",
+    )
+    parser.add_argument("program", help="the training program (a .py runs with this Python)")
+    parser.add_argument("args", nargs=argparse.REMAINDER, help="the program's arguments")
+    return parser
+
+
+def _per_point(values: list[int], n: int, flag: str) -> list[int]:
+    if len(values) == 1:
+        return values * n
+    if len(values) != n:
+        raise UsageError(
+            f"{flag} has {len(values)} values for {n} replica counts: give one value or one "
+            "per --num-replicas entry."
+        )
+    return values
+
+
+def _series(ns: argparse.Namespace, base: dict[str, Any] | None, replicas: list[int]) -> dict:
+    """One series' settings from parsed series options over ``base`` (the first series)."""
+    series = dict(
+        base
+        or {
+            "label": "baseline",
+            "instances": [1] * len(replicas),
+            "ipus_per_replica": 1,
+            "system": "",
+            "ipu": "mk2",
+        }
+    )
+    if ns.label:
+        series["label"] = ns.label
+    if ns.num_instances:
+        series["instances"] = _per_point(
+            _ints(ns.num_instances, "--num-instances"), len(replicas), "--num-instances"
+        )
+    if ns.instances_per_replica is not None:
+        f = ns.instances_per_replica
+        if not 0 < f <= 1:
+            raise UsageError(
+                f"--instances-per-replica {f} must be in (0, 1]: e.g. 0.5 for one instance "
+                "per two replicas, as the MLPerf ResNet-50 runs."
+            )
+        series["instances"] = [max(1, round(r * f)) for r in replicas]
+    if ns.ipus_per_replica is not None:
+        if ns.ipus_per_replica not in hardware.VALID_IPUS_PER_REPLICA:
+            raise UsageError(
+                f"--ipus-per-replica {ns.ipus_per_replica} is not supported: use one of "
+                f"{', '.join(map(str, hardware.VALID_IPUS_PER_REPLICA))}."
+            )
+        series["ipus_per_replica"] = ns.ipus_per_replica
+    if ns.system:
+        try:
+            hardware.get_system(ns.system)
+        except hardware.SystemSelectionError as error:
+            raise UsageError(str(error)) from None
+        series["system"], series["ipu"] = ns.system, ""
+    if ns.ipu:
+        series["ipu"], series["system"] = ns.ipu, ""
+    return series
+
+
+def read_published(path: str) -> list[dict[str, Any]]:
+    """Measured points from a CSV with columns ``replicas``, ``throughput``, ``label``."""
+    try:
+        with open(path, newline="") as f:
+            rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+    except OSError as error:
+        raise UsageError(f"--published {path!r} cannot be read ({error.strerror}).") from None
+    points = []
+    for i, row in enumerate(rows, start=2):
+        try:
+            points.append(
+                {
+                    "replicas": int(row["replicas"]),
+                    "throughput": float(row["throughput"]),
+                    "label": str(row["label"]),
+                }
+            )
+        except (KeyError, TypeError, ValueError):
+            raise UsageError(
+                f"--published {path!r} row {i} is not replicas,throughput,label (a header line "
+                "'replicas,throughput,label' then one measured point per line)."
+            ) from None
+    if not points:
+        raise UsageError(f"--published {path!r} has no points.")
+    return points
+
+
+def _glued(argv: Sequence[str]) -> list[str]:
+    """``--compare ARGS`` as ``--compare=ARGS``: argparse takes no value starting with ``-``.
+
+    Only the options before the program are looked at, so the program's own words are left
+    alone.
+    """
+    with_value = {"--num-instances", "--instances-per-replica", "--ipus-per-replica",
+                  "--system", "--ipu", "--label", "--num-replicas", "--global-batch",
+                  "--published", "--out", "--timeout"}  # fmt: skip
+    words, out, i = list(argv), [], 0
+    while i < len(words):
+        word = words[i]
+        if word == "--compare" and i + 1 < len(words):
+            out.append(f"--compare={words[i + 1]}")
+            i += 2
+        elif word in with_value:
+            out += words[i : i + 2]
+            i += 2
+        elif word.startswith("-") and word != "--":
+            out.append(word)
+            i += 1
+        else:
+            return out + words[i:]
+    return out
+
+
+def parse(argv: Sequence[str]) -> dict[str, Any]:
+    """The whole sweep from the command line.
+
+    Raises:
+        UsageError: any bad argument (before anything runs).
+    """
+    ns = _parser().parse_args(_glued(argv))
+    replicas = _ints(ns.num_replicas, "--num-replicas")
+    if len(set(replicas)) != len(replicas):
+        raise UsageError(f"--num-replicas {ns.num_replicas} repeats a replica count.")
+    if ns.strong and not ns.global_batch:
+        raise UsageError("--strong needs --global-batch N (or one per replica count).")
+    if ns.weak and ns.global_batch:
+        raise UsageError("--weak keeps the work per replica: drop --global-batch, or use --strong.")
+    batches = None
+    if ns.global_batch:
+        batches = _per_point(
+            _ints(ns.global_batch, "--global-batch"), len(replicas), "--global-batch"
+        )
+    if ns.timeout <= 0:
+        raise UsageError(f"--timeout {ns.timeout} must be positive seconds.")
+    if ns.program.endswith(".py") and not os.path.isfile(ns.program):
+        raise UsageError(f"program {ns.program!r} does not exist.")
+    if os.path.exists(ns.out) and not os.path.isdir(ns.out):
+        raise UsageError(f"--out {ns.out!r} is a file: name a directory.")
+    first = _series(ns, None, replicas)
+    first["program_args"] = list(ns.args)
+    series = [first]
+    for text in ns.compare:
+        try:
+            words = shlex.split(text)
+        except ValueError as error:
+            raise UsageError(f"--compare {text!r}: {error}; quote it as one shell word.") from None
+        if not words:
+            raise UsageError('--compare "" is empty: give program or launcher options.')
+        sub, extra = _series_parser().parse_known_args(words)
+        s = _series(sub, {**first, "label": text}, replicas)
+        s["program_args"] = list(ns.args) + extra
+        series.append(s)
+    if len({s["label"] for s in series}) != len(series):
+        raise UsageError("two series have the same label: give --label in --compare.")
+    return {
+        "replicas": replicas,
+        "global_batch": batches,
+        "mode": "strong" if batches else "weak",
+        "program": ns.program,
+        "series": series,
+        "published": read_published(ns.published) if ns.published else [],
+        "out": ns.out,
+        "timeout": ns.timeout,
+    }
+
+
+def _model_parameters(series: Sequence[dict]) -> dict | None:
+    for s in series:
+        for p in s["points"]:
+            summary = (p.get("result") or {}).get("summary")
+            if summary:
+                return summary.get("model_parameters")
+    return None
+
+
+def sweep(config: dict[str, Any], argv: Sequence[str]) -> tuple[dict[str, Any], int]:
+    """Runs every series and analyses it; returns the report's document and the exit code."""
+    from tqdm import tqdm
+
+    from popdist_emu._scaling_table import analyse_series, series_rows
+
+    out = config["out"]
+    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    law = "amdahl" if config["mode"] == "strong" else "gustafson"
+    start = time.perf_counter()
+    results = []
+    parameters = None
+    total = len(config["replicas"]) * len(config["series"])
+    with tqdm(total=total, unit="point", desc=PROG, file=sys.stderr, dynamic_ncols=True) as bar:
+        for i, series in enumerate(config["series"]):
+            bar.set_postfix_str(f"compiling {series['label']}")
+            log = os.path.join(out, "logs", f"series-{i}.log")
+            ran = _scaling_run.run_series(config, series, log, tick=bar.refresh)
+            parameters = parameters or _model_parameters([ran])
+            row_input = {"label": series["label"], "points": ran["points"]}
+            rows = series_rows(row_input)
+            results.append(
+                {
+                    "label": series["label"],
+                    "program_args": series["program_args"],
+                    "system": series["system"],
+                    "ipu": series["ipu"],
+                    "ipus_per_replica": series["ipus_per_replica"],
+                    "command": ran["command"],
+                    "exit_code": ran["exit_code"],
+                    "compile_seconds": ran["compile_seconds"],
+                    "error": ran["error"],
+                    "model": ran["model"],
+                    "log": os.path.relpath(log, out),
+                    "rows": rows,
+                    "analysis": analyse_series(rows, law),
+                }
+            )
+            bar.update(len(ran["points"]))
+    models = [s["model"]["model"] for s in results if s["model"]]
+    evaluation = [
+        r["evaluation_seconds"]
+        for s in results
+        for r in s["rows"]
+        if r["evaluation_seconds"] is not None
+    ]
+    doc = {
+        "command": shlex.join([PROG, *argv]),
+        "mode": config["mode"],
+        "law": law,
+        "model": models[0] if models else "",
+        "program": config["program"],
+        "num_points": total,
+        "sweep_seconds": time.perf_counter() - start,
+        "max_point_evaluation_seconds": max(evaluation) if evaluation else None,
+        "published": config["published"],
+        "model_parameters": parameters,
+        "series": results,
+    }
+    failed = [s for s in results if s["error"]]
+    return doc, 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``poprun-emu-scaling`` console script; returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        config = parse(argv)
+    except UsageError as error:
+        print(f"{PROG}: error: {error}", file=sys.stderr)
+        return 2
+    from popdist_emu._scaling_report import narrative, write_outputs
+
+    doc, code = sweep(config, argv)
+    # The report's own time: the sweep plus writing the plots and pages.
+    paths = write_outputs(doc, config["out"])
+    for s in doc["series"]:
+        print(f"[{PROG}] {s['label']}:")
+        for line in narrative(s):
+            print(f"  {line}")
+    print(
+        f"[{PROG}] {doc['num_points']} points in {doc['sweep_seconds']:.1f} s; "
+        f"report: {paths['html']}"
+    )
+    return code

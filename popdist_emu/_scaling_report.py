@@ -1,0 +1,365 @@
+"""The outputs of ``poprun-emu-scaling``: report.html, PNG plots, scaling.json, scaling.csv.
+
+``report.html`` is one page with no script and nothing fetched from the network: the plots
+are PNG files beside it, referenced by relative links, so the folder can be moved or zipped
+as a whole. Every file is written through ``popdist_emu._files`` (temporary name, renamed).
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import math
+import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from popdist_emu import _scaling_plots as plots
+from popdist_emu._files import write_atomically
+from popdist_emu._run_report import page, table
+from popdist_emu._scaling_analysis import EFFICIENCY_THRESHOLDS, LAWS
+from popdist_emu._scaling_table import csv_columns, csv_record, plotted_phases
+
+REPORT_FILE = "report.html"
+JSON_FILE = "scaling.json"
+CSV_FILE = "scaling.csv"
+PLOTS = {
+    "throughput": "throughput.png",
+    "efficiency": "efficiency.png",
+    "phases": "phases.png",
+    "memory": "memory.png",
+}
+LAW_NAMES = {"amdahl": "Amdahl's law", "gustafson": "Gustafson's law"}
+
+
+def _good(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return sorted((r for r in rows if r["status"] == "ok"), key=lambda r: r["replicas"])
+
+
+def _simulated(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return sorted((r for r in rows if r["throughput"] is not None), key=lambda r: r["replicas"])
+
+
+def _plot_series(series: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    out = []
+    for s in series:
+        good, simulated = _good(s["rows"]), _simulated(s["rows"])
+        entry = {
+            "label": s["label"],
+            "replicas": [r["replicas"] for r in good],
+            "throughput": [r["throughput"] for r in good],
+            "efficiency": [r["efficiency"] for r in good],
+        }
+        fit = s["analysis"]["fit"]
+        if fit and good:
+            n0, x0 = good[0]["replicas"], good[0]["throughput"]
+            grid = np.geomspace(n0, good[-1]["replicas"], 50)
+            entry["fit_replicas"] = grid.tolist()
+            entry["fit_throughput"] = (
+                x0 * LAWS[fit["law"]](grid / n0, fit["serial_fraction"])
+            ).tolist()
+            entry["fit_label"] = f"{LAW_NAMES[fit['law']]} fit (s = {fit['serial_fraction']:.2e})"
+        entry_sim = {
+            "label": s["label"],
+            "replicas": [r["replicas"] for r in simulated],
+            "phases": [
+                plotted_phases({"summary": {"phases": r["phases"]}, "link_tiers": r["link_tiers"]})
+                for r in simulated
+            ],
+            "memory": [r["memory_categories"] for r in simulated],
+            "capacity": [r["memory_capacity"] for r in simulated],
+        }
+        out.append({**entry, "simulated": entry_sim})
+    return out
+
+
+def _fmt(value: Any, kind: str = "") -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "-"
+    if kind == "pct":
+        return f"{100 * value:.1f} %"
+    if kind == "ms":
+        return f"{value * 1e3:.3f}"
+    if kind == "int":
+        return f"{round(value):,}"
+    if kind == "mib":
+        return f"{value / 2**20:,.1f}"
+    if kind == "e":
+        return f"{value:.3e}"
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def narrative(series: Mapping[str, Any]) -> list[str]:
+    """Sentences on what limits the scaling of one series, generated from its analysis."""
+    a, rows = series["analysis"], series["rows"]
+    good = _good(rows)
+    lines = []
+    if series.get("error"):
+        lines.append(f"The program did not produce the points: {series['error']}")
+    bad = [
+        f"{r['replicas']:,} replicas: {r['status'].replace('_', ' ')}: {r['reason']}"
+        for r in rows
+        if r["status"] != "ok"
+    ]
+    if not good:
+        return [*lines, "No point of this series was simulated and fits in memory.", *bad]
+    first, last = good[0], good[-1]
+    if len(good) > 1:
+        lines.append(
+            f"From {first['replicas']:,} to {last['replicas']:,} replicas the simulated "
+            f"throughput grows from {first['throughput']:,.0f} to {last['throughput']:,.0f} "
+            f"samples/s: a speed-up of {last['speedup']:.2f} on "
+            f"{last['replicas'] / first['replicas']:g}x the replicas, a parallel efficiency "
+            f"of {100 * last['efficiency']:.1f} %."
+        )
+    batches = sorted({r["global_batch"] for r in good})
+    if a["law"] == "amdahl" and len(batches) > 1:
+        lines.append(
+            f"The global batch changes across the points ({batches[0]:,} to {batches[-1]:,}), "
+            "as given by --global-batch; the speed-up is the ratio of throughputs."
+        )
+    fit = a["fit"]
+    if fit:
+        err = f" ± {fit['stderr']:.1e}" if fit["stderr"] is not None else ""
+        lines.append(
+            f"{LAW_NAMES[fit['law']]} fits a serial fraction s = {fit['serial_fraction']:.3e}"
+            f"{err} (RMS residual of the speed-up {fit['rms_residual']:.3g} over "
+            f"{fit['points']} points)."
+        )
+    for key, below in a["efficiency_below"].items():
+        sim, fitted = below["first_simulated_replicas"], below["fitted_replicas"]
+        where = (
+            f"falls below {key} at {sim:,} replicas"
+            if sim
+            else f"stays above {key} up to {last['replicas']:,} replicas"
+        )
+        law = f"; the fitted law crosses it at about {fitted:,.0f} replicas" if fitted else ""
+        lines.append(f"Parallel efficiency {where}{law}.")
+    name = a["fastest_growing_phase"]
+    if name:
+        share = a["fastest_growing_share"]
+        lines.append(
+            f"The phase whose share of the step grows fastest is {name}: from "
+            f"{100 * share['first']:.1f} % of the step at {first['replicas']:,} replicas to "
+            f"{100 * share['last']:.1f} % at {last['replicas']:,}. It is the constant or "
+            f"slowed-down process that limits the scaling (memory and performance guide, "
+            f"section 7.3)."
+        )
+    elif len(good) > 1:
+        lines.append("No phase's share of the step grows with the replica count.")
+    return lines + bad
+
+
+def _published_rows(series, published) -> list[list[str]]:
+    rows = []
+    for m in published:
+        for s in series:
+            match = [r for r in _good(s["rows"]) if r["replicas"] == int(m["replicas"])]
+            if match:
+                predicted = match[0]["throughput"]
+                error = predicted / float(m["throughput"]) - 1
+                rows.append(
+                    [
+                        m["label"],
+                        s["label"],
+                        f"{int(m['replicas']):,}",
+                        f"{float(m['throughput']):,.0f}",
+                        f"{predicted:,.0f}",
+                        f"{100 * error:+.1f} %",
+                    ]
+                )
+    return rows
+
+
+def _point_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    header = [
+        "series",
+        "system",
+        "replicas",
+        "instances",
+        "IPUs",
+        "GA",
+        "global batch",
+        "step (ms)",
+        "samples/s",
+        "speed-up",
+        "efficiency",
+        "Karp-Flatt e",
+        "memory/IPU (MiB)",
+        "status",
+    ]
+    body = []
+    for r in rows:
+        status = "ok" if r["status"] == "ok" else f"{r['status']}: {r['reason']}"
+        body.append(
+            [
+                r["series"],
+                r["system"],
+                _fmt(r["replicas"], "int"),
+                _fmt(r["instances"], "int"),
+                _fmt(r["ipus"], "int"),
+                _fmt(r["gradient_accumulation"]),
+                _fmt(r["global_batch"], "int"),
+                _fmt(r["step_seconds"], "ms"),
+                _fmt(r["throughput"], "int"),
+                _fmt(r["speedup"]),
+                _fmt(r["efficiency"], "pct"),
+                _fmt(r["karp_flatt"], "e"),
+                _fmt(r["memory_per_ipu"], "mib"),
+                status,
+            ]
+        )
+    return table(header, body, left=(0, 1, len(header) - 1))
+
+
+def _phase_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    simulated = [r for r in rows if r["step_seconds"]]
+    names: list[str] = []
+    phases = []
+    for r in simulated:
+        ph = plotted_phases({"summary": {"phases": r["phases"]}, "link_tiers": r["link_tiers"]})
+        phases.append(ph)
+        names += [k for k, v in ph.items() if v > plots.SHOWN_SECONDS and k not in names]
+    body = [
+        [r["series"], _fmt(r["replicas"], "int")] + [_fmt(ph.get(k, 0.0), "ms") for k in names]
+        for r, ph in zip(simulated, phases, strict=True)
+    ]
+    return table(["series", "replicas", *(f"{k} (ms)" for k in names)], body)
+
+
+def report_html(doc: Mapping[str, Any]) -> str:
+    """The page: command, narrative, fits, plots and tables (see the module docstring)."""
+    series, published = doc["series"], doc["published"]
+    parts = [
+        f"<h1>Scaling of {html.escape(doc['model'] or 'the program')}: "
+        f"{html.escape(doc['mode'])} scaling</h1>",
+        "<p>Made by:</p><pre><code>" + html.escape(doc["command"]) + "</code></pre>",
+        f"<p>Sweep time {doc['sweep_seconds']:.1f} s for {doc['num_points']} points "
+        f"({len(series)} series, one compile each); the slowest point took "
+        f"{_fmt(doc.get('max_point_evaluation_seconds'), 'ms')} ms after the compile.</p>",
+    ]
+    for s in series:
+        parts.append(f"<h2>What limits the scaling: {html.escape(s['label'])}</h2><ul>")
+        parts += [f"<li>{html.escape(line)}</li>" for line in narrative(s)]
+        parts.append("</ul>")
+    fits = []
+    for s in series:
+        f, a = s["analysis"]["fit"], s["analysis"]
+        if f:
+            e80 = a["efficiency_below"].get("80 %", {})
+            e50 = a["efficiency_below"].get("50 %", {})
+            fits.append(
+                [
+                    s["label"],
+                    LAW_NAMES[f["law"]],
+                    _fmt(f["serial_fraction"], "e"),
+                    _fmt(f["stderr"], "e"),
+                    _fmt(f["rms_residual"]),
+                    _fmt(e80.get("first_simulated_replicas"), "int"),
+                    _fmt(e80.get("fitted_replicas"), "int"),
+                    _fmt(e50.get("first_simulated_replicas"), "int"),
+                    _fmt(e50.get("fitted_replicas"), "int"),
+                    a["fastest_growing_phase"] or "-",
+                ]
+            )
+    if fits:
+        parts.append("<h2>Fits</h2>")
+        parts.append(
+            table(
+                [
+                    "series",
+                    "law",
+                    "serial fraction s",
+                    "std. error",
+                    "RMS residual",
+                    "E < 80 % at (simulated)",
+                    "E < 80 % at (fit)",
+                    "E < 50 % at (simulated)",
+                    "E < 50 % at (fit)",
+                    "fastest-growing phase",
+                ],
+                fits,
+            )
+        )
+    comparison = _published_rows(series, published)
+    if comparison:
+        parts.append("<h2>Published against predicted</h2>")
+        parts.append(
+            table(
+                [
+                    "published",
+                    "series",
+                    "replicas",
+                    "published samples/s",
+                    "predicted samples/s",
+                    "error",
+                ],
+                comparison,
+            )
+        )
+    titles = {
+        "throughput": "Throughput against replicas",
+        "efficiency": "Parallel efficiency",
+        "phases": "Phases of one step per point",
+        "memory": "Memory per IPU against capacity",
+    }
+    for key, name in PLOTS.items():
+        parts.append(f"<h2>{titles[key]}</h2>")
+        parts.append(f'<img src="{name}" alt="{html.escape(titles[key])}">')
+    parts.append("<h2>Points</h2>")
+    parts.append(_point_table([r for s in series for r in s["rows"]]))
+    parts.append("<h2>Phase seconds per step</h2>")
+    parts.append(_phase_table([r for s in series for r in s["rows"]]))
+    parts.append(
+        f'<p>Every figure is in <a href="{JSON_FILE}">{JSON_FILE}</a> (with the model\'s '
+        f'parameters) and <a href="{CSV_FILE}">{CSV_FILE}</a>.</p>'
+    )
+    return page(f"Scaling: {doc['model']}", "".join(parts))
+
+
+def csv_text(rows: Sequence[Mapping[str, Any]]) -> str:
+    """``scaling.csv``: one row per point."""
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=csv_columns(rows), lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow(csv_record(r))
+    return buffer.getvalue()
+
+
+def write_outputs(doc: Mapping[str, Any], out: str | pathlib.Path) -> dict[str, pathlib.Path]:
+    """Writes every output into ``out`` (created); returns name -> path."""
+    out = pathlib.Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    series = _plot_series(doc["series"])
+    simulated = [s["simulated"] for s in series]
+    pngs = {
+        "throughput": plots.throughput_plot(series, doc["published"]),
+        "efficiency": plots.efficiency_plot(series, EFFICIENCY_THRESHOLDS),
+        "phases": plots.phases_plot(simulated),
+        "memory": plots.memory_plot(simulated),
+    }
+    paths = {}
+    for key, data in pngs.items():
+        paths[key] = out / PLOTS[key]
+        write_atomically(paths[key], data)
+    rows = [r for s in doc["series"] for r in s["rows"]]
+    paths["json"] = out / JSON_FILE
+    write_atomically(paths["json"], json.dumps(doc, indent=1, default=_json_default) + "\n")
+    paths["csv"] = out / CSV_FILE
+    write_atomically(paths["csv"], csv_text(rows))
+    paths["html"] = out / REPORT_FILE
+    write_atomically(paths["html"], report_html(doc))
+    return paths
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")

@@ -1,0 +1,145 @@
+"""poprun-emu-scaling end to end: bad arguments, and a small sweep of examples/train.py.
+
+The sweep's every output is checked (the HTML parses and links only files that exist, the
+JSON and the CSV agree) and its point equals a single ``poprun-emu --offline-mode`` run of
+that configuration.
+"""
+
+import csv
+import html.parser
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+EXAMPLES = Path(__file__).parents[2] / "examples"
+TRAIN = EXAMPLES / "train.py"
+
+
+def command(name: str) -> list[str]:
+    script = shutil.which(name)
+    if script:
+        return [script]
+    module = "launch" if name == "poprun-emu" else "popdist_emu._scaling_cli"
+    return (
+        [sys.executable, "-c", f"import sys, {module} as m; sys.exit(m.main())"]
+        if (name != "poprun-emu")
+        else [sys.executable, "-m", "launch"]
+    )
+
+
+def run(cwd, name, *words, timeout=300):
+    return subprocess.run(
+        [*command(name), *map(str, words)], capture_output=True, text=True, timeout=timeout,
+        cwd=cwd,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "words, needle",
+    [
+        (["--num-replicas", "16,x", "--out", "o", TRAIN], "--num-replicas '16,x'"),
+        (["--num-replicas", "16", TRAIN], "--out"),
+        (["--num-replicas", "16", "--strong", "--out", "o", TRAIN], "--strong needs"),
+        (["--num-replicas", "16", "--weak", "--global-batch", "8", "--out", "o", TRAIN], "--weak"),
+        (["--num-replicas", "16,32,64", "--global-batch", "8,9", "--out", "o", TRAIN], "2 values"),
+        (["--num-replicas", "16", "--system", "pod7", "--out", "o", TRAIN], "pod7"),
+        (["--num-replicas", "16", "--ipus-per-replica", "3", "--out", "o", TRAIN], "3"),
+        (["--num-replicas", "16", "--instances-per-replica", "2", "--out", "o", TRAIN], "(0, 1]"),
+        (["--num-replicas", "16", "--published", "no.csv", "--out", "o", TRAIN], "no.csv"),
+        (["--num-replicas", "16", "--out", "o", "missing.py"], "missing.py"),
+        (["--num-replicas", "16", "--compare", "", "--out", "o", TRAIN], "--compare"),
+        (["--num-replicas", "16", "--compare", "'--x", "--out", "o", TRAIN], "quotation"),
+    ],
+)
+def test_bad_arguments_get_one_line_and_exit_2(tmp_path, words, needle):
+    result = run(tmp_path, "poprun-emu-scaling", *words, timeout=60)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("poprun-emu-scaling: error:"), result.stderr
+    assert needle in lines[0]
+    assert not (tmp_path / "o").exists()  # nothing ran
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.links: list[str] = []
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append(tag)
+        for name, value in attrs:
+            if name in ("src", "href"):
+                self.links.append(value)
+
+
+def check_page(path: Path) -> _Links:
+    """The page parses, needs no script, and links only files beside it or data: URIs."""
+    parser = _Links()
+    parser.feed(path.read_text())
+    parser.close()
+    assert "script" not in parser.tags and "img" in parser.tags
+    for link in parser.links:
+        assert "://" not in link, link  # nothing fetched from the network
+        if not link.startswith("data:"):
+            assert (path.parent / link).is_file(), link
+    return parser
+
+
+def test_sweep_of_train_py_writes_every_output_and_equals_single_runs(tmp_path):
+    published = tmp_path / "measured.csv"
+    published.write_text("replicas,throughput,label\n2,100000,lab run A\n4,150000,lab run B\n")
+    # The program is compiled once (2 replicas, its own accumulation 1); the points need
+    # accumulation 4 and 2 for the global batch of 64 at micro-batch 8; 12 is invalid.
+    sweep = run(
+        tmp_path, "poprun-emu-scaling", "--num-replicas", "2,4,12", "--num-instances", "1",
+        "--strong", "--global-batch", "64", "--published", published, "--out", "out",
+        TRAIN, "--micro-batch-size", "8",
+    )  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    out = tmp_path / "out"
+    for name in ("report.html", "scaling.json", "scaling.csv", "throughput.png",
+                 "efficiency.png", "phases.png", "memory.png"):  # fmt: skip
+        assert (out / name).is_file() and (out / name).stat().st_size > 0, name
+    page = check_page(out / "report.html")
+    assert {"throughput.png", "efficiency.png", "phases.png", "memory.png"} <= set(page.links)
+    text = (out / "report.html").read_text()
+    assert "lab run B" in text and "not a power of two" in text and "Amdahl" in text
+
+    doc = json.loads((out / "scaling.json").read_text())
+    assert doc["mode"] == "strong" and doc["law"] == "amdahl"
+    assert doc["command"].startswith("poprun-emu-scaling --num-replicas 2,4,12")
+    assert doc["model_parameters"] and doc["series"][0]["analysis"]["fit"]
+    rows = doc["series"][0]["rows"]
+    assert [r["status"] for r in rows] == ["ok", "ok", "invalid"]
+    assert [r["gradient_accumulation"] for r in rows[:2]] == [4, 2]
+    assert rows[0]["speedup"] == 1.0 and rows[0]["karp_flatt"] is None
+    assert rows[1]["efficiency"] == pytest.approx(rows[1]["speedup"] / 2)
+    assert doc["max_point_evaluation_seconds"] < 0.2
+
+    with open(out / "scaling.csv", newline="") as f:
+        table = list(csv.DictReader(f))
+    assert len(table) == len(rows)
+    for row, record in zip(rows, table, strict=True):
+        assert record["status"] == row["status"] and record["reason"] == row["reason"]
+        assert int(record["replicas"]) == row["replicas"]
+        for key in ("throughput", "step_seconds", "efficiency"):
+            assert (float(record[key]) if record[key] else None) == row[key]
+        for phase, seconds in row["phases"].items():
+            assert float(record[f"phase_{phase}_seconds"]) == seconds
+
+    # A single offline run of the 4-replica point (accumulation 2) reports the same step.
+    single = run(
+        tmp_path, "poprun-emu", "--offline-mode", "--num-replicas", "4", "--num-instances", "1",
+        "--system", "pod16", "--report-dir", "single", TRAIN, "--micro-batch-size", "8",
+        "--gradient-accumulation", "2",
+    )  # fmt: skip
+    assert single.returncode == 0, single.stderr[-3000:]
+    summary = json.loads((tmp_path / "single" / "summary.json").read_text())
+    assert doc["model_parameters"] == summary.pop("model_parameters")
+    assert rows[1]["summary"] == summary
+    check_page(tmp_path / "single" / "report.html")  # the single run's own page
