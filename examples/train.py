@@ -89,6 +89,57 @@ def loss_fn(params: dict, batch: tuple) -> jax.Array:
     return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
 
 
+def _block1(p: dict, batch: tuple) -> tuple:
+    images, labels = batch
+    return conv_layer(p["layer1"]["conv"], images), labels
+
+
+def _block2(p: dict, x: tuple) -> tuple:
+    return conv_layer(p["layer2"]["conv"], x[0]), x[1]
+
+
+def _block3(p: dict, x: tuple) -> tuple:
+    h = x[0].reshape(x[0].shape[0], -1)
+    return jax.nn.relu(h @ p["layer3"]["w"] + p["layer3"]["b"]), x[1]
+
+
+def _block4(p: dict, x: tuple) -> jax.Array:
+    logits = x[0] @ p["layer4"]["w"] + p["layer4"]["b"]
+    return optax.softmax_cross_entropy_with_integer_labels(logits, x[1]).mean()
+
+
+# The tutorial's four blocks B1..B4 (its poptorch.BeginBlock annotations): the labels travel
+# with the activations to the block that computes the loss.
+BLOCK_MODEL = popdist.BlockModel(
+    [
+        popdist.Block("B1", _block1, ("layer1",)),
+        popdist.Block("B2", _block2, ("layer2",)),
+        popdist.Block("B3", _block3, ("layer3",)),
+        popdist.Block("B4", _block4, ("layer4",)),
+    ]
+)
+# Stages per IPUs per replica: the tutorial's one block per IPU on 4 IPUs, two on 2.
+STAGES = {
+    2: (popdist.Stage("B1", "B2"), popdist.Stage("B3", "B4")),
+    4: (popdist.Stage("B1"), popdist.Stage("B2"), popdist.Stage("B3"), popdist.Stage("B4")),
+}
+
+
+def execution_strategy(ipus_per_replica: int, strategy: str):
+    """The tutorial's ``PipelinedExecution``/``ShardedExecution`` for 2 or 4 IPUs; None for 1."""
+    if ipus_per_replica == 1:
+        return None
+    if ipus_per_replica not in STAGES:
+        print(
+            f"train.py: --ipus-per-replica {ipus_per_replica} is not supported: the network "
+            "has four blocks, so use 1, 2 or 4.",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    cls = popdist.PipelinedExecution if strategy == "pipelined" else popdist.ShardedExecution
+    return cls(*STAGES[ipus_per_replica])
+
+
 def accuracy(params: dict, images: np.ndarray, labels: np.ndarray) -> float:
     """Share of ``images`` classified as ``labels``."""
     predicted = np.asarray(jnp.argmax(jax.jit(network)(params, images), axis=-1))
@@ -113,6 +164,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--replicated-tensor-sharding", action="store_true")
     parser.add_argument("--offload-optimiser", action="store_true")
     parser.add_argument("--prefetch-depth", type=int, default=3)
+    parser.add_argument(
+        "--strategy",
+        choices=("pipelined", "sharded"),
+        default="pipelined",
+        help="execution over the IPUs of a replica (with --ipus-per-replica 2 or 4)",
+    )
+    parser.add_argument(
+        "--recompute", action="store_true", help="stash only stage inputs (pipelines)"
+    )
     args = parser.parse_args(argv)
     if args.steps < 1 or args.steps % args.device_iterations:
         parser.error(
@@ -125,6 +185,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     start = time.perf_counter()
     args = parse_args(argv)
+    ipus_per_replica = popdist.getNumIpusPerReplica()
+    strategy = execution_strategy(ipus_per_replica, args.strategy)
     options = popdist.Options(
         gradient_accumulation=args.gradient_accumulation,
         device_iterations=args.device_iterations,
@@ -132,15 +194,17 @@ def main(argv: list[str] | None = None) -> dict:
         replicated_tensor_sharding=args.replicated_tensor_sharding,
         offload_optimiser=args.offload_optimiser,
         prefetch_depth=args.prefetch_depth,
+        execution_strategy=strategy,
+        recomputation=args.recompute,
     )
     try:
         trainer = popdist.Trainer(
-            loss_fn,
+            loss_fn if strategy is None else BLOCK_MODEL,
             optax.adamw(args.learning_rate),
             init_params(jax.random.PRNGKey(args.seed)),
             options,
         )
-    except NotImplementedError as err:
+    except (NotImplementedError, popdist.PipelineError) as err:
         print(f"train.py: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     report = {
@@ -151,6 +215,8 @@ def main(argv: list[str] | None = None) -> dict:
         "gradient_accumulation": args.gradient_accumulation,
         "device_iterations": args.device_iterations,
         "global_batch": options.global_batch_size(args.micro_batch_size),
+        "ipus_per_replica": ipus_per_replica,
+        "strategy": args.strategy if strategy is not None else None,
         # What --replicated-tensor-sharding / --offload-optimiser buy and cost per replica.
         "optimiser_state_bytes_per_replica": trainer.lever_info.optimiser_state_bytes_per_replica,
         "sharding_domain_size": trainer.lever_info.sharding_domain_size,

@@ -74,6 +74,11 @@ class Options:
         sharding_domain: replicas an RTS shard spans; None means the default domain.
         offload_optimiser: keep optimiser state in host memory (streamed in for the update).
         prefetch_depth: calls of input the host-IO infeed prepares ahead (at least 1).
+        execution_strategy: ``PipelinedExecution(...)`` or ``ShardedExecution(...)`` to run
+            a ``BlockModel`` over the replica's IPUs (PopTorch's setExecutionStrategy);
+            None runs the loss on one IPU's worth of program.
+        recomputation: stages stash only their inputs and recompute their activations in
+            the backward pass (the hardware model's stash; see ``_pipeline``).
     """
 
     replication_factor: int = dataclasses.field(default_factory=_local_replicas)
@@ -85,6 +90,8 @@ class Options:
     sharding_domain: int | None = None
     offload_optimiser: bool = False
     prefetch_depth: int = 3
+    execution_strategy: object | None = None
+    recomputation: bool = False
 
     def __post_init__(self) -> None:
         _check_positive("replication_factor", self.replication_factor, "replicationFactor")

@@ -30,6 +30,7 @@ import optax
 from hardware import CollectiveRecord
 from popdist_emu._offload import OffloadedUpdate, state_nbytes, stream_out
 from popdist_emu._options import Options, is_offline_mode
+from popdist_emu._pipeline import make_pipeline
 from popdist_emu._reduce_update import AllReduceUpdate, ReduceUpdateStage
 from popdist_emu._replica_step import (
     TrainState,
@@ -135,6 +136,8 @@ class Trainer:
             else None
         )
         self.grad_fn = make_micro_step(loss_fn)
+        # Model parallelism over the replica's IPUs (None: the loss runs as one program).
+        self.pipeline = make_pipeline(loss_fn, opts, params)
         self.update_fn = make_update(optimizer, scale)
         # The same compute on gradient trees, for the hardware model's profile_step.
         self.tree_grad_fn = make_tree_grad(loss_fn)
@@ -249,6 +252,15 @@ class Trainer:
         leaves, treedef = jax.tree.flatten(batch)
         sums, flags = [], []
         for k in range(opts.replication_factor):
+            if self.pipeline is not None:
+                micros = [
+                    jax.tree.unflatten(treedef, [leaf[d, a, k] for leaf in leaves])
+                    for a in range(opts.gradient_accumulation)
+                ]
+                acc, finite = self.pipeline.accumulate(self.state.params, micros, self._zeros)
+                sums.append(acc)
+                flags.append([finite] * opts.gradient_accumulation)
+                continue
             acc = self._zeros
             replica_flags = []
             for a in range(opts.gradient_accumulation):

@@ -100,6 +100,12 @@ def simulate(
         hardware.SystemSelectionError: unknown system, or too small for the job.
     """
     environ = os.environ if environ is None else environ
+    if getattr(trainer, "pipeline", None) is not None:
+        # Model parallelism: each stage profiled from its own compiled programs.
+        from popdist_emu._pipeline_profile import simulate_pipeline
+
+        simulation = simulate_pipeline(trainer, batch, system=system, name=name, environ=environ)
+        return simulation if infeed_stats is None else with_infeed_stats(simulation, infeed_stats)
     opts = trainer.options
     kwargs = trainer.profile_kwargs(batch)
     profile = profile_step(
@@ -176,6 +182,10 @@ def with_infeed_stats(
     if measured is None or measured == profile.host_bytes_per_micro_batch:
         return simulation
     profile = dataclasses.replace(profile, host_bytes_per_micro_batch=measured)
+    if getattr(simulation, "pipeline", None) is not None:
+        from popdist_emu._pipeline_profile import with_profile
+
+        return with_profile(simulation, profile)
     return _checked(
         profile,
         simulation.layout,
