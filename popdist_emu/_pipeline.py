@@ -219,6 +219,10 @@ class StageProgram:
             self._y_mask = _float_mask(y)
 
 
+# (model, blocks, first, last) -> StageProgram; the model object is kept alive by its key.
+_PROGRAMS: dict[tuple, StageProgram] = {}
+
+
 class Pipeline:
     """A ``BlockModel`` placed on the IPUs of a replica under an execution strategy.
 
@@ -260,11 +264,18 @@ class Pipeline:
         )
         n = len(stages)
         self.programs = tuple(
-            StageProgram(self._stage_fn(s), self.stage_keys[i], i == 0, i == n - 1)
-            for i, s in enumerate(stages)
+            self._program(s, self.stage_keys[i], i == 0, i == n - 1) for i, s in enumerate(stages)
         )
         self.gradient_accumulation = gradient_accumulation
         self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
+
+    def _program(self, stage: Stage, keys: tuple, first: bool, last: bool) -> StageProgram:
+        """The stage's programs, shared by every pipeline of the same model and blocks (so
+        pipelined and sharded runs of a model compile each stage once)."""
+        key = (self.model, stage.blocks, first, last)
+        if key not in _PROGRAMS:
+            _PROGRAMS[key] = StageProgram(self._stage_fn(stage), keys, first, last)
+        return _PROGRAMS[key]
 
     def _stage_fn(self, stage: Stage) -> Callable:
         blocks = [self.model.block(name) for name in stage.blocks]
