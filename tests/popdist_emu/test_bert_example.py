@@ -47,3 +47,15 @@ def test_offline_tiny_pipeline_from_shapes(bert, capsys):
     assert report["gradient_accumulation"] == 3  # 2 x 2 - 1, PopART's least for 2 stages
     assert report["parameters"] > 100_000 and len(report["memory_per_ipu_per_stage"]) == 2
     assert "pipeline: pipelined over 2 IPUs with recomputation" in out
+
+
+def test_model_too_large_for_one_ipu_is_refused_before_compiling(bert, capsys):
+    env = {"POPDIST_EMU_OFFLINE": "1", "POPDIST_NUM_IPUS_PER_REPLICA": "1"}
+    with mock.patch.dict(os.environ, env), pytest.raises(SystemExit) as exit_:
+        bert.main(["--model", "base", "--sequence-length", "128"])
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith(
+        "Out of memory: IPU 0 (stage 0: embeddings, layer00 ... heads, 14 blocks)"
+    )
+    assert "more IPUs per replica (--ipus-per-replica 2)" in err
