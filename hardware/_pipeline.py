@@ -64,6 +64,10 @@ class StageCost(NamedTuple):
             with a recomputation checkpoint at every block boundary (the inputs of its
             blocks after the first, plus the largest block's activations); 0 means the whole
             stage's ``activation_bytes``.
+        block_gradient_bytes: the largest block's gradient: with gradient accumulation the
+            backward pass adds each block's weight gradients into the accumulators as they
+            are produced, so only one block's gradients are live at a time; 0 means the
+            whole stage's ``gradient_bytes``.
     """
 
     ipu: int
@@ -79,6 +83,7 @@ class StageCost(NamedTuple):
     temporary_bytes: int = 0
     num_ops: int = 0
     checkpoint_bytes: int = 0
+    block_gradient_bytes: int = 0
 
 
 class PipelineEvent(NamedTuple):

@@ -109,6 +109,7 @@ class StageProfile:
     parameter_bytes: int
     temporary_bytes: int
     checkpoint_bytes: int
+    block_parameter_bytes: int
 
 
 def profile_stages(pipeline: Pipeline, params: Any, micro: Any) -> list[StageProfile]:
@@ -139,6 +140,10 @@ def profile_stages(pipeline: Pipeline, params: Any, micro: Any) -> list[StagePro
                 parameter_bytes=tree_nbytes(p),
                 temporary_bytes=2 * largest,
                 checkpoint_bytes=_checkpoint_bytes(pipeline, s, p, x),
+                block_parameter_bytes=max(
+                    tree_nbytes({k: p[k] for k in pipeline.model.block(name).params})
+                    for name in pipeline.stages[s].blocks
+                ),
             )
         )
         x = y
@@ -192,6 +197,7 @@ def stage_costs(
                 temporary_bytes=sp.temporary_bytes,
                 num_ops=sp.forward_ops + sp.backward_ops,
                 checkpoint_bytes=sp.checkpoint_bytes,
+                block_gradient_bytes=sp.block_parameter_bytes,
             )
         )
     return tuple(costs)
