@@ -1,4 +1,4 @@
-"""Fits the hardware model's four free parameters to published ResNet-50 throughput.
+"""Fits the hardware model's five free parameters to published ResNet-50 throughput.
 
 The ResNet-50 step profile comes from compiling (never running) ``examples/resnet50.py``'s
 training step at micro-batch 20, FP16, with recomputation, through
@@ -51,7 +51,13 @@ PUBLISHED = (
     ("pod256", 256, 2, 128, 16, 326e3),
 )
 MICRO_BATCH = 20
-FITTED = ("compute_efficiency", "ipu_link_latency", "gw_link_latency", "host_sync_seconds")
+FITTED = (
+    "compute_efficiency",
+    "ipu_link_latency",
+    "gw_link_latency",
+    "host_sync_seconds",
+    "compute_set_seconds",
+)
 PRIOR = hardware.ModelParameters()  # the documented priors of each parameter
 PRIOR_WEIGHT = 0.02  # residual per e-fold away from the prior: a weak pull only
 
@@ -89,8 +95,8 @@ def fit(profile, rows) -> hardware.ModelParameters:
         errors = [predict(profile, row, params) / row[-1] - 1.0 for row in rows]
         return np.concatenate([errors, PRIOR_WEIGHT * (x - x0)])
 
-    upper = np.log([1.0, 1e-2, 1e-1, 1e-1])
-    lower = np.log([1e-3, 1e-9, 1e-9, 1e-9])
+    upper = np.log([1.0, 1e-2, 1e-1, 1e-1, 1e-4])
+    lower = np.log([1e-3, 1e-9, 1e-9, 1e-9, 1e-9])
     result = least_squares(residuals, x0, bounds=(lower, upper), method="trf", x_scale=1.0)
     return _params(result.x)
 

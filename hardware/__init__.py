@@ -21,6 +21,21 @@ from hardware._memory import memory_per_ipu as memory_per_ipu
 from hardware._parameters import DEFAULT_PREFETCH_DEPTH as DEFAULT_PREFETCH_DEPTH
 from hardware._parameters import ModelParameters as ModelParameters
 from hardware._parameters import load_parameters as load_parameters
+from hardware._pipeline import SCHEDULES as PIPELINE_SCHEDULES
+from hardware._pipeline import STRATEGIES as PIPELINE_STRATEGIES
+from hardware._pipeline import PipelineEvent as PipelineEvent
+from hardware._pipeline import PipelineSchedule as PipelineSchedule
+from hardware._pipeline import StageCost as StageCost
+from hardware._pipeline import min_gradient_accumulation as min_gradient_accumulation
+from hardware._pipeline import program_order as program_order
+from hardware._pipeline import ramp_bubble_fraction as ramp_bubble_fraction
+from hardware._pipeline import schedule_pipeline as schedule_pipeline
+from hardware._pipeline import stash_depth as stash_depth
+from hardware._pipeline_step import PipelineReport as PipelineReport
+from hardware._pipeline_step import check_pipeline_memory as check_pipeline_memory
+from hardware._pipeline_step import ipu_track as ipu_track
+from hardware._pipeline_step import simulate_pipeline_step as simulate_pipeline_step
+from hardware._pipeline_step import stage_seconds as stage_seconds
 from hardware._specs import BOW_2000 as BOW_2000
 from hardware._specs import BOW_IPU as BOW_IPU
 from hardware._specs import GC200 as GC200
@@ -50,6 +65,8 @@ __all__ = [
     "IPU_M2000",
     "MEMORY_CATEGORIES",
     "PHASES",
+    "PIPELINE_SCHEDULES",
+    "PIPELINE_STRATEGIES",
     "SYSTEMS",
     "TRACKS",
     "VALID_IPUS_PER_REPLICA",
@@ -61,24 +78,37 @@ __all__ = [
     "MemoryBreakdown",
     "ModelParameters",
     "OutOfMemoryError",
+    "PipelineEvent",
+    "PipelineReport",
+    "PipelineSchedule",
     "ReplicaLayout",
+    "StageCost",
     "StepProfile",
     "StepSimulation",
     "SystemSelectionError",
     "SystemSpec",
     "TimelineEvent",
     "check_memory",
+    "check_pipeline_memory",
     "collective_time",
     "compute_seconds",
     "default_system",
     "get_system",
     "group_span",
     "host_io_seconds",
+    "ipu_track",
     "link_bandwidths",
     "load_parameters",
     "memory_per_ipu",
+    "min_gradient_accumulation",
+    "program_order",
+    "ramp_bubble_fraction",
     "resolve_group",
     "ring_seconds",
+    "schedule_pipeline",
     "select_system",
+    "simulate_pipeline_step",
     "simulate_step",
+    "stage_seconds",
+    "stash_depth",
 ]

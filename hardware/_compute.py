@@ -8,7 +8,11 @@ References:
 
 from __future__ import annotations
 
-from hardware._parameters import TRANSCENDENTALS_PER_TILE_CYCLE, ModelParameters
+from hardware._parameters import (
+    CLOCK_OF_FIT_HZ,
+    TRANSCENDENTALS_PER_TILE_CYCLE,
+    ModelParameters,
+)
 from hardware._specs import IpuSpec
 
 
@@ -21,18 +25,25 @@ def compute_seconds(
     params: ModelParameters,
     *,
     num_ipus: int = 1,
+    compute_sets: int = 0,
 ) -> float:
     """Seconds an IPU (or a replica of ``num_ipus`` IPUs) needs for a computation.
 
-    ``t = max(F / (eta * P), B / M) + T / (tiles * clock * r)`` with F FLOPs, B bytes
-    accessed, T transcendentals, P the peak FLOP/s of ``precision``, M the
-    In-Processor-Memory bandwidth, eta the fitted sustained efficiency and r one
-    transcendental per tile per cycle. A replica spanning several IPUs divides the work
-    evenly (the ideal of model parallelism; pipelining's ramp is not modelled).
+    ``t = max(F / (eta * P), B / M) + T / (tiles * clock * r) + C * s`` with F FLOPs, B
+    bytes accessed, T transcendentals, P the peak FLOP/s of ``precision`` (the datasheet's
+    FP16.16 or FP32 peak), M the In-Processor-Memory bandwidth, eta the fitted sustained
+    efficiency, r one transcendental per tile per cycle, C the compute sets and s the fitted
+    fixed cost of one compute set (its BSP sync and exchange set-up), which keeps small
+    models from computing in microseconds. A replica spanning several IPUs without a
+    pipeline divides the arithmetic evenly; the compute sets run on every IPU (a pipeline
+    is costed per stage by ``hardware._pipeline``).
 
     References:
         Williams et al. 2009 (roofline); P and M from the IPU-POD64 datasheet and the
-        published GC200 figures cited in ``hardware/_specs.py``.
+        published GC200 figures cited in ``hardware/_specs.py``; Valiant, "A bridging model
+        for parallel computation", CACM 33(8), 1990 (BSP supersteps); Jia et al.,
+        "Dissecting the Graphcore IPU Architecture via Microbenchmarking", arXiv:1912.03413,
+        2019 (sync and exchange phases of every compute set).
     """
     if min(flops, bytes_accessed, transcendentals) < 0:
         raise ValueError(
@@ -43,4 +54,8 @@ def compute_seconds(
     arithmetic = flops / n / (params.compute_efficiency * ipu.peak_flops(precision))
     memory = bytes_accessed / n / ipu.memory_bandwidth
     special = transcendentals / n / (ipu.tiles * ipu.clock_hz * TRANSCENDENTALS_PER_TILE_CYCLE)
-    return max(arithmetic, memory) + special
+    if compute_sets < 0:
+        raise ValueError(f"`compute_sets` must be >= 0, got {compute_sets}.")
+    # The sync and exchange set-up take cycles: scale the fitted time by the clock.
+    overhead = compute_sets * params.compute_set_seconds * CLOCK_OF_FIT_HZ / ipu.clock_hz
+    return max(arithmetic, memory) + special + overhead

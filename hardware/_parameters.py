@@ -1,6 +1,6 @@
 """The few free parameters of the model, fitted by ``benchmarks/calibrate.py``, and fixed ones.
 
-Only the four ``ModelParameters`` are fitted to published throughput; every other number of
+Only the five ``ModelParameters`` are fitted to published throughput; every other number of
 the model is a datasheet figure (``_specs``) or a fixed, documented assumption below that no
 fit touches. The fitted values live in ``hardware/calibration.json`` so anyone can re-run
 the fit and see exactly what changed.
@@ -35,12 +35,23 @@ class ModelParameters:
         host_sync_seconds: fixed cost per step of the host synchronisation that ends a step
             (the IPUs wait for all hosts, and the host reads back results). Prior:
             0.1-1 ms per step.
+        compute_set_seconds: fixed cost of one compute set beyond its arithmetic: the BSP
+            synchronisation of all tiles that ends it and the set-up of the exchange phase
+            that follows (Jia, Tillman, Maggioni and Scarpazza, "Dissecting the Graphcore
+            IPU Architecture via Microbenchmarking", arXiv:1912.03413, 2019, measure the
+            IPU's on-chip sync and exchange latencies in the sub-microsecond to microsecond
+            range). Each primitive operation of the profiled step counts as one compute
+            set. Counted in cycles of the Mk2 GC200's 1.33 GHz clock (``CLOCK_OF_FIT_HZ``),
+            so a faster IPU pays it in proportionally less time. Prior: 1 microsecond;
+            fitted with the others (the ResNet-50 rows alone cannot separate it from
+            ``compute_efficiency``: see the README).
     """
 
     compute_efficiency: float = 0.2
     ipu_link_latency: float = 5e-6
     gw_link_latency: float = 1e-4
     host_sync_seconds: float = 3e-4
+    compute_set_seconds: float = 1e-6
 
     def __post_init__(self) -> None:
         if not 0.0 < self.compute_efficiency <= 1.0:
@@ -48,7 +59,12 @@ class ModelParameters:
                 f"`compute_efficiency` must be in (0, 1], got {self.compute_efficiency}: it is "
                 "a fraction of peak FLOP/s."
             )
-        for name in ("ipu_link_latency", "gw_link_latency", "host_sync_seconds"):
+        for name in (
+            "ipu_link_latency",
+            "gw_link_latency",
+            "host_sync_seconds",
+            "compute_set_seconds",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"`{name}` must be >= 0 seconds, got {getattr(self, name)}.")
 
@@ -84,6 +100,9 @@ CODE_BYTES_PER_OP_PER_TILE = 16
 # its ring schedules per peer set, so exchange code grows with replicas (MPO section 7.7,
 # "Memory for more replicas"). UNCONFIRMED magnitude.
 EXCHANGE_CODE_BYTES_PER_TILE = 256
+# The clock the fitted per-cycle parameters were measured at (the Mk2 GC200 of every
+# published row): MLPerf v1.1 Graphcore/systems/ipu-pod16-POPART-closed.json.
+CLOCK_OF_FIT_HZ = 1.33e9
 # Input the infeed keeps in flight ahead of the one being computed: the project's one default
 # (PopTorch's default prefetch depth is also 3); the runtime's Options and Infeed follow it.
 DEFAULT_PREFETCH_DEPTH = 3

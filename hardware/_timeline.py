@@ -17,7 +17,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from hardware._collectives import CollectiveTime, collective_time
 from hardware._compute import compute_seconds
@@ -88,6 +88,8 @@ class StepSimulation:
         host_io_seconds: host link busy time per step.
         events: the step's intervals, for the trace.
         prefetch_depth: micro-batches the infeed keeps ahead of the compute.
+        pipeline: the pipeline part (``hardware._pipeline_step.PipelineReport``) when the
+            replica runs as stages over its IPUs; None otherwise.
     """
 
     profile: StepProfile
@@ -102,6 +104,7 @@ class StepSimulation:
     host_io_seconds: float
     events: tuple[TimelineEvent, ...]
     prefetch_depth: int
+    pipeline: Any = None
 
     @property
     def memory_per_ipu(self) -> dict[str, int]:
@@ -137,6 +140,7 @@ def _durations(
         profile.precision,
         params,
         num_ipus=k,
+        compute_sets=profile.num_ops,
     )
     # acc += grad reads two tensors and writes one, at In-Processor-Memory bandwidth.
     accumulate = (

@@ -70,6 +70,11 @@ class Options:
         sharding_domain: replicas an RTS shard spans; None means the default domain.
         offload_optimiser: keep optimiser state in host memory (streamed in for the update).
         prefetch_depth: calls of input the host-IO infeed prepares ahead (at least 1).
+        execution_strategy: ``PipelinedExecution(...)`` or ``ShardedExecution(...)`` to run
+            a ``BlockModel`` over the replica's IPUs (PopTorch's setExecutionStrategy);
+            None runs the loss on one IPU's worth of program.
+        recomputation: stages stash only their inputs and recompute their activations in
+            the backward pass (the hardware model's stash; see ``_pipeline``).
         layout: the job's replica layout. None (the default) resolves it once, at
             construction: PopRun's layout under ``poprun-emu``, otherwise one instance
             driving ``replication_factor`` replicas.
@@ -86,6 +91,8 @@ class Options:
     sharding_domain: int | None = None
     offload_optimiser: bool = False
     prefetch_depth: int = DEFAULT_PREFETCH_DEPTH
+    execution_strategy: object | None = None
+    recomputation: bool = False
     layout: ReplicaLayout = None  # type: ignore[assignment]  # resolved in __post_init__
     instance_index: int = None  # type: ignore[assignment]  # resolved in __post_init__
 

@@ -18,6 +18,12 @@ import pathlib
 
 from hardware import TRACKS, StepSimulation
 from popdist_emu._files import write_atomically
+from popdist_emu._pipeline_report import (
+    memory_counter_events,
+    pipeline_lines,
+    pipeline_summary,
+    pipeline_tracks,
+)
 from popdist_emu._run_report import write_run_report
 
 SUMMARY_FILE = "summary.json"
@@ -49,6 +55,7 @@ def summary(simulation: StepSimulation) -> dict:
         "host_io_seconds": sim.host_io_seconds,
         "prefetch_depth": sim.prefetch_depth,
         "model_parameters": sim.parameters.to_json(),
+        "pipeline": pipeline_summary(sim),
     }
 
 
@@ -67,7 +74,7 @@ def chrome_trace(simulation: StepSimulation) -> dict:
             },
         }
     ]
-    tids = {track: i + 1 for i, track in enumerate(TRACKS)}
+    tids = {track: i + 1 for i, track in enumerate(TRACKS + pipeline_tracks(simulation))}
     for track, tid in tids.items():
         events.append(
             {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": track}}
@@ -93,6 +100,7 @@ def chrome_trace(simulation: StepSimulation) -> dict:
                 "dur": event.duration * 1e6,
             }
         )
+    events.extend(memory_counter_events(simulation, pid))
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
@@ -143,5 +151,6 @@ def format_summary(simulation: StepSimulation) -> str:
             f"  memory per IPU: {_bytes(memory.total)} of {_bytes(memory.capacity)} "
             f"({'fits' if memory.fits else 'DOES NOT FIT'}); largest: "
             + ", ".join(f"{name} {_bytes(value)}" for name, value in largest),
+            *pipeline_lines(sim),
         ]
     )

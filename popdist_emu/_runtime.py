@@ -33,6 +33,7 @@ from hardware import CollectiveRecord, StepProfile
 from popdist_emu._environment import offline_mode
 from popdist_emu._offload import OffloadedUpdate, stream_out
 from popdist_emu._options import Options
+from popdist_emu._pipeline import make_pipeline
 from popdist_emu._profile import Program, compile_program, profile_programs, tree_nbytes
 from popdist_emu._reduce_update import AllReduceUpdate, ReduceUpdateStage
 from popdist_emu._replica_step import (
@@ -77,12 +78,13 @@ class CompiledStep(NamedTuple):
     """The programs one optimiser step runs, each compiled once, and its collectives.
 
     Attributes:
-        micro_step: one replica's micro-step ``(params, acc, micro_batch) -> (acc, finite)``.
+        micro_step: one replica's micro-step ``(params, acc, micro_batch) -> (acc, finite)``;
+            None for a pipeline, whose stages' programs run instead.
         update: the optimiser update ``(params, opt_state, grad_flat) -> (params, opt_state)``.
         collectives: the collectives the reduce-and-update stage runs per update.
     """
 
-    micro_step: Program
+    micro_step: Program | None
     update: Program
     collectives: tuple[CollectiveRecord, ...]
 
@@ -143,6 +145,8 @@ class Trainer:
             else None
         )
         self.grad_fn = make_micro_step(loss_fn)
+        # Model parallelism over the replica's IPUs (None: the loss runs as one program).
+        self.pipeline = make_pipeline(loss_fn, opts, params)
         self.update_fn = make_update(optimiser, scale)
         # Compiled programs, by argument shapes: each is compiled once and called directly.
         self._micro_steps: dict[Any, Program] = {}
@@ -299,9 +303,21 @@ class Trainer:
             replica, and per replica the finite flag of each micro-batch.
         """
         opts = self.options
-        micro_step = self._compiled.micro_step
         leaves, treedef = jax.tree.flatten(batch)
         sums, flags = [], []
+        if self.pipeline is not None:
+            # The replica's micro-batches run through the stages (pipelined or sharded) and
+            # come out as the same flat accumulator, accumulated in micro-batch order.
+            for k in range(opts.replication_factor):
+                micros = [
+                    jax.tree.unflatten(treedef, [leaf[d, a, k] for leaf in leaves])
+                    for a in range(opts.gradient_accumulation)
+                ]
+                acc, finite = self.pipeline.accumulate(self.state.params, micros, self._zeros)
+                sums.append(acc)
+                flags.append([finite] * opts.gradient_accumulation)
+            return sums, flags
+        micro_step = self._compiled.micro_step
         for k in range(opts.replication_factor):
             acc = self._zeros
             replica_flags = []
@@ -463,7 +479,8 @@ class Trainer:
         acc = accumulator_struct(self._params_shape, self._loss_shape.dtype)
         grad = jax.ShapeDtypeStruct((acc.shape[0] - 1,), acc.dtype)
         micro_key = (jax.tree.structure(micro), tuple(jax.tree.leaves(micro)), acc)
-        if micro_key not in self._micro_steps:
+        # A pipeline runs its stages' programs instead of the whole micro-step.
+        if self.pipeline is None and micro_key not in self._micro_steps:
             self._micro_steps[micro_key] = compile_program(
                 self.grad_fn, self._params_shape, acc, micro, label="the replica's micro-step"
             )
@@ -476,7 +493,7 @@ class Trainer:
                 label="the weight update",
             )
         return CompiledStep(
-            self._micro_steps[micro_key],
+            self._micro_steps.get(micro_key),
             self._updates[grad],
             self.reduce_update.collectives(acc),
         )

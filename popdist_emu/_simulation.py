@@ -97,6 +97,12 @@ def simulate(
             with Poplar's ``Out of memory:`` and lists the categories and remedies.
         hardware.SystemSelectionError: unknown system, or too small for the job.
     """
+    if getattr(trainer, "pipeline", None) is not None:
+        # Model parallelism: each stage profiled from its own compiled programs.
+        from popdist_emu._pipeline_profile import simulate_pipeline
+
+        simulation = simulate_pipeline(trainer, batch, system=system, name=name, environ=environ)
+        return simulation if infeed_stats is None else with_infeed_stats(simulation, infeed_stats)
     opts = trainer.options
     profile = trainer.profile(batch, name=name)
     simulation = simulate_profile(
@@ -167,6 +173,10 @@ def with_infeed_stats(
     if measured is None or measured == profile.host_bytes_per_micro_batch:
         return simulation
     profile = dataclasses.replace(profile, host_bytes_per_micro_batch=measured)
+    if getattr(simulation, "pipeline", None) is not None:
+        from popdist_emu._pipeline_profile import with_profile
+
+        return with_profile(simulation, profile)
     return _checked(
         profile,
         simulation.layout,

@@ -1,0 +1,350 @@
+"""BERT pre-training (masked-LM and next-sentence heads) in plain JAX, pipelined over IPUs.
+
+Run it under the launcher, e.g. the MLPerf v1.1 IPU-POD16 configuration, offline (compile
+only, from shapes: the 340 M parameters are never materialised)::
+
+    poprun-emu --offline-mode --num-replicas 4 --ipus-per-replica 4 examples/bert.py \\
+        --model large --sequence-length 512 --layers-per-ipu 3,7,7,7 \\
+        --micro-batch-size 2 --gradient-accumulation 192 --recompute --offload-optimiser
+
+or train the tiny model for real on this machine::
+
+    poprun-emu --num-replicas 2 --ipus-per-replica 2 examples/bert.py --model tiny
+
+The model is BERT (Devlin et al. 2019): token, position and segment embeddings with layer
+norm; encoder layers of multi-head self-attention and a GELU feed-forward network, each
+with a residual connection and post layer norm; a masked-LM head (dense, GELU, layer norm,
+then a decoder to the vocabulary, evaluated only at the masked positions, as MLPerf's
+reference does) and a next-sentence head on the first token. The decoder has its own
+weights rather than the word embeddings' (untied), so that every parameter belongs to one
+block of a linear pipeline. Blocks: ``embeddings``, ``layer00`` ... and ``heads``; the
+embeddings go on the first IPU with its layers, as Graphcore's BERT places them, and the
+heads on the last. The tiny model trains on SEEDED SYNTHETIC tokens (Zipf-distributed, so
+the masked-LM loss can fall to the unigram entropy; the next-sentence label is the parity
+of the second token), not on a corpus.
+
+The last line printed (by instance 0) is a JSON object with the simulated throughput in
+sequences per second (MLPerf packs about 2 sequences per sample, ``--sequences-per-sample``).
+
+References:
+    Devlin et al., "BERT: Pre-training of Deep Bidirectional Transformers for Language
+    Understanding", NAACL 2019 (large: 24 layers, hidden 1024, 16 heads, FFN 4096,
+    vocabulary 30,522); mlcommons/training_results_v1.1 Graphcore BERT (configurations);
+    Graphcore examples, BERT ("layers_per_ipu", embeddings on IPU 0); You et al.,
+    "Large Batch Optimization for Deep Learning: Training BERT in 76 minutes" (LAMB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import hardware
+import popdist_emu as popdist
+
+# (layers, hidden, heads, ffn, vocabulary)
+CONFIGS = {
+    "tiny": (2, 64, 2, 256, 512),
+    "base": (12, 768, 12, 3072, 30522),
+    "large": (24, 1024, 16, 4096, 30522),
+}
+DTYPES = {"fp16": jnp.float16, "fp32": jnp.float32}
+MASK_ID = 3
+
+
+def _shapes(model: str, seq: int, dtype) -> dict:
+    layers, h, _, f, v = CONFIGS[model]
+
+    def ln():
+        return {"scale": (h,), "bias": (h,)}
+
+    shapes = {
+        "embeddings": {"word": (v, h), "position": (seq, h), "segment": (2, h), "ln": ln()},
+        "heads": {
+            "transform": {"w": (h, h), "b": (h,)},
+            "ln": ln(),
+            "decoder": {"w": (h, v), "b": (v,)},
+            "pooler": {"w": (h, h), "b": (h,)},
+            "nsp": {"w": (h, 2), "b": (2,)},
+        },
+    }
+    for i in range(layers):
+        shapes[f"layer{i:02d}"] = {
+            "qkv": {"w": (h, 3 * h), "b": (3 * h,)},
+            "out": {"w": (h, h), "b": (h,)},
+            "ln1": ln(),
+            "ffn1": {"w": (h, f), "b": (f,)},
+            "ffn2": {"w": (f, h), "b": (h,)},
+            "ln2": ln(),
+        }
+    return jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct(s, dtype), shapes, is_leaf=lambda x: isinstance(x, tuple)
+    )
+
+
+def init_params(model: str, seq: int, dtype, key: jax.Array) -> dict:
+    """Truncated-normal(0.02) weights, zero biases, unit layer-norm scales (BERT's init)."""
+    shapes = _shapes(model, seq, dtype)
+    leaves, _ = jax.tree_util.tree_flatten_with_path(shapes)
+    keys = jax.random.split(key, len(leaves))
+    out = []
+    for k, (path, s) in zip(keys, leaves, strict=True):
+        name = jax.tree_util.keystr(path)
+        if name.endswith("['scale']"):
+            out.append(jnp.ones(s.shape, dtype))
+        elif name.endswith("['b']") or name.endswith("['bias']"):
+            out.append(jnp.zeros(s.shape, dtype))
+        else:
+            out.append((0.02 * jax.random.truncated_normal(k, -2, 2, s.shape)).astype(dtype))
+    return jax.tree.unflatten(jax.tree.structure(shapes), out)
+
+
+def _layer_norm(p, x):
+    x32 = x.astype(jnp.float32)
+    mean = x32.mean(-1, keepdims=True)
+    var = ((x32 - mean) ** 2).mean(-1, keepdims=True)
+    y = (x32 - mean) * jax.lax.rsqrt(var + 1e-12)
+    return (y * p["scale"].astype(jnp.float32) + p["bias"].astype(jnp.float32)).astype(x.dtype)
+
+
+def _dense(p, x):
+    return x @ p["w"] + p["b"]
+
+
+def embeddings_block(p, batch):
+    """Token + position + segment embeddings, layer norm; passes the rest of the batch on."""
+    tokens, segments, mask, positions, labels, weights, nsp = batch
+    e = p["embeddings"]
+    x = e["word"][tokens] + e["position"][None, : tokens.shape[1]] + e["segment"][segments]
+    return _layer_norm(e["ln"], x), (mask, positions, labels, weights, nsp)
+
+
+def make_layer_block(name: str, heads: int):
+    """One encoder layer: self-attention and feed-forward, each residual + post layer norm."""
+
+    def block(p, carry):
+        x, aux = carry
+        q = p[name]
+        b, s, h = x.shape
+        qkv = _dense(q["qkv"], x).reshape(b, s, 3, heads, h // heads)
+        qh, kh, vh = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        scores = jnp.einsum("bqhd,bkhd->bhqk", qh, kh) / math.sqrt(h // heads)
+        bias = jnp.where(aux[0][:, None, None, :] > 0, 0.0, -1e4).astype(scores.dtype)
+        attn = jax.nn.softmax((scores + bias).astype(jnp.float32), axis=-1).astype(x.dtype)
+        ctx = jnp.einsum("bhqk,bkhd->bqhd", attn, vh).reshape(b, s, h)
+        x = _layer_norm(q["ln1"], x + _dense(q["out"], ctx))
+        ffn = _dense(q["ffn2"], jax.nn.gelu(_dense(q["ffn1"], x)))
+        return _layer_norm(q["ln2"], x + ffn), aux
+
+    return block
+
+
+def heads_block(p, carry):
+    """Masked-LM loss at the masked positions plus next-sentence loss."""
+    x, (_, positions, labels, weights, nsp) = carry
+    hp = p["heads"]
+    picked = jnp.take_along_axis(x, positions[..., None], axis=1)
+    t = _layer_norm(hp["ln"], jax.nn.gelu(_dense(hp["transform"], picked)))
+    logits = _dense(hp["decoder"], t).astype(jnp.float32)
+    mlm = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    w = weights.astype(jnp.float32)
+    mlm_loss = (mlm * w).sum() / jnp.maximum(w.sum(), 1.0)
+    pooled = jnp.tanh(_dense(hp["pooler"], x[:, 0]))
+    nsp_logits = _dense(hp["nsp"], pooled).astype(jnp.float32)
+    nsp_loss = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp).mean()
+    return mlm_loss + nsp_loss
+
+
+def block_model(model: str) -> popdist.BlockModel:
+    layers, _, heads, _, _ = CONFIGS[model]
+    blocks = [popdist.Block("embeddings", embeddings_block, ("embeddings",))]
+    for i in range(layers):
+        name = f"layer{i:02d}"
+        blocks.append(popdist.Block(name, make_layer_block(name, heads), (name,)))
+    blocks.append(popdist.Block("heads", heads_block, ("heads",)))
+    return popdist.BlockModel(blocks)
+
+
+def layers_per_ipu(text: str | None, layers: int, ipus: int) -> list[int]:
+    """``--layers-per-ipu`` as a list (default: as even as possible, extras on later IPUs)."""
+    if text is None:
+        base, extra = divmod(layers, ipus)
+        return [base + (1 if i >= ipus - extra else 0) for i in range(ipus)]
+    try:
+        counts = [int(c) for c in text.split(",")]
+    except ValueError:
+        counts = []
+    if len(counts) != ipus or sum(counts) != layers or min(counts, default=-1) < 0:
+        print(
+            f"bert.py: --layers-per-ipu {text!r} must give {ipus} non-negative counts (one per "
+            f"IPU of the replica) summing to the model's {layers} layers, e.g. "
+            f"{','.join(map(str, layers_per_ipu(None, layers, ipus)))}.",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    return counts
+
+
+def stages(model: str, counts: list[int]) -> tuple:
+    """Embeddings with the first IPU's layers, then each IPU's layers, the heads last."""
+    names, out, i = [f"layer{k:02d}" for k in range(CONFIGS[model][0])], [], 0
+    for ipu, count in enumerate(counts):
+        blocks = (["embeddings"] if ipu == 0 else []) + names[i : i + count]
+        if ipu == len(counts) - 1:
+            blocks.append("heads")
+        out.append(popdist.Stage(*blocks))
+        i += count
+    return tuple(out)
+
+
+def synthetic_data(model: str, seq: int, predictions: int, samples: int, seed: int) -> tuple:
+    """Seeded synthetic pre-training samples (NOT a corpus): Zipf tokens, 15 % masked."""
+    vocab = CONFIGS[model][4]
+    rng = np.random.default_rng(seed)
+    ranks = np.arange(1, vocab - 4 + 1)
+    prob = 1.0 / ranks / np.sum(1.0 / ranks)
+    tokens = (rng.choice(vocab - 4, size=(samples, seq), p=prob) + 4).astype(np.int32)
+    segments = (np.arange(seq)[None, :] >= seq // 2).astype(np.int32).repeat(samples, 0)
+    mask = np.ones((samples, seq), np.int32)
+    positions = np.stack([rng.choice(seq, predictions, replace=False) for _ in range(samples)])
+    positions = positions.astype(np.int32)
+    labels = np.take_along_axis(tokens, positions, 1)
+    np.put_along_axis(tokens, positions, MASK_ID, 1)
+    weights = np.ones((samples, predictions), np.float32)
+    nsp = (labels[:, 0] % 2).astype(np.int32)
+    return tokens, segments, mask, positions, labels, weights, nsp
+
+
+def batch_shapes(options, micro: int, seq: int, predictions: int) -> tuple:
+    lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
+    i32 = jnp.int32
+    return (
+        jax.ShapeDtypeStruct((*lead, micro, seq), i32),
+        jax.ShapeDtypeStruct((*lead, micro, seq), i32),
+        jax.ShapeDtypeStruct((*lead, micro, seq), i32),
+        jax.ShapeDtypeStruct((*lead, micro, predictions), i32),
+        jax.ShapeDtypeStruct((*lead, micro, predictions), i32),
+        jax.ShapeDtypeStruct((*lead, micro, predictions), jnp.float32),
+        jax.ShapeDtypeStruct((*lead, micro), i32),
+    )
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=tuple(CONFIGS), default="tiny")
+    parser.add_argument("--sequence-length", type=int, default=128)
+    parser.add_argument("--max-predictions", type=int, help="masked tokens per sequence")
+    parser.add_argument("--layers-per-ipu", help="e.g. 3,7,7,7 (embeddings on the first IPU)")
+    parser.add_argument("--micro-batch-size", type=int, default=2)
+    parser.add_argument("--gradient-accumulation", type=int, help="default: 2 x IPUs - 1 or 1")
+    parser.add_argument("--device-iterations", type=int, default=1)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--learning-rate", type=float, default=2e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--recompute", action="store_true")
+    parser.add_argument("--precision", choices=tuple(DTYPES), default="fp16")
+    parser.add_argument("--strategy", choices=("pipelined", "sharded"), default="pipelined")
+    parser.add_argument("--replicated-tensor-sharding", action="store_true")
+    parser.add_argument("--offload-optimiser", action="store_true")
+    parser.add_argument("--prefetch-depth", type=int, default=3)
+    parser.add_argument(
+        "--sequences-per-sample", type=float, default=1.0, help="packing factor (MLPerf: 2)"
+    )
+    args = parser.parse_args(argv)
+    if args.sequence_length < 2 or args.micro_batch_size < 1 or args.steps < 1:
+        parser.error("--sequence-length >= 2, --micro-batch-size >= 1 and --steps >= 1")
+    if args.max_predictions is None:
+        args.max_predictions = max(1, round(0.15 * args.sequence_length))
+    if not 1 <= args.max_predictions <= args.sequence_length:
+        parser.error(f"--max-predictions {args.max_predictions} must be in 1..sequence length")
+    return args
+
+
+def main(argv=None) -> dict:
+    start = time.perf_counter()
+    args = parse_args(argv)
+    ipus = popdist.getNumIpusPerReplica()
+    counts = layers_per_ipu(args.layers_per_ipu, CONFIGS[args.model][0], ipus)
+    ga = args.gradient_accumulation or hardware.min_gradient_accumulation(ipus, args.strategy)
+    cls = popdist.PipelinedExecution if args.strategy == "pipelined" else popdist.ShardedExecution
+    options = popdist.Options(
+        gradient_accumulation=ga,
+        device_iterations=args.device_iterations,
+        output_mode="all",
+        replicated_tensor_sharding=args.replicated_tensor_sharding,
+        offload_optimiser=args.offload_optimiser,
+        prefetch_depth=args.prefetch_depth,
+        execution_strategy=cls(*stages(args.model, counts)),
+        recomputation=args.recompute,
+    )
+    dtype, seq = DTYPES[args.precision], args.sequence_length
+    offline = popdist.is_offline_mode()
+    if offline:
+        params = _shapes(args.model, seq, dtype)  # shapes only: nothing is allocated
+    else:
+        params = init_params(args.model, seq, dtype, jax.random.PRNGKey(args.seed))
+    try:
+        trainer = popdist.Trainer(
+            block_model(args.model), optax.lamb(args.learning_rate), params, options
+        )
+    except popdist.PipelineError as err:
+        print(f"bert.py: {err}", file=sys.stderr)
+        raise SystemExit(2) from None
+    shapes = batch_shapes(options, args.micro_batch_size, seq, args.max_predictions)
+    try:
+        simulation = popdist.simulate(trainer, shapes, name=f"BERT-{args.model}")
+    except hardware.OutOfMemoryError as error:
+        print(error, file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    leader = popdist.getInstanceIndex() == 0
+    report = {
+        "model": args.model,
+        "replicas": options.num_total_replicas,
+        "instances": options.num_instances,
+        "ipus_per_replica": ipus,
+        "strategy": args.strategy,
+        "layers_per_ipu": counts,
+        "sequence_length": seq,
+        "micro_batch_size": args.micro_batch_size,
+        "gradient_accumulation": ga,
+        "precision": args.precision,
+        "recompute": args.recompute,
+        "parameters": int(
+            sum(math.prod(x.shape) for x in jax.tree.leaves(_shapes(args.model, seq, dtype)))
+        ),
+        "offline": offline,
+    }
+    if not offline:
+        data = synthetic_data(args.model, seq, args.max_predictions, 512, args.seed)
+        loader = popdist.ReplicaLoader(data, args.micro_batch_size, options, seed=args.seed)
+        losses = []
+        for call in range(args.steps // options.device_iterations):
+            losses.extend(np.atleast_1d(trainer.step(loader.batch(call))).tolist())
+        report |= {"first_loss": losses[0], "final_loss": losses[-1], "synthetic_data": True}
+    popdist.report_simulation(simulation)
+    pipe = simulation.pipeline
+    report |= {
+        "simulated_step_seconds": simulation.simulated_step_seconds,
+        "samples_per_second": simulation.samples_per_second,
+        "sequences_per_second": simulation.samples_per_second * args.sequences_per_sample,
+        "bubble_fraction": pipe.bubble_fraction,
+        "balance": pipe.balance,
+        "memory_per_ipu_per_stage": [m.total for m in pipe.stage_memory],
+        "system": simulation.system.name,
+        "wall_seconds": round(time.perf_counter() - start, 3),
+    }
+    if leader:
+        print(json.dumps(report), flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,338 @@
+"""Model parallelism over the IPUs of a replica: the pipeline schedule, its time and memory.
+
+A replica of ``N`` IPUs runs ``N`` stages, stage ``s`` on IPU ``s``. Two strategies:
+
+* ``pipelined``, the grouped schedule of the Memory and Performance Optimisation guide
+  (section 4.2, Fig. 4.1): time runs in BSP cycles; in cycle ``c`` IPU ``s`` runs the
+  forward pass of micro-batch ``c - s`` and the backward pass of micro-batch
+  ``c - 2N + 1 + s`` (each when it exists), then the activations and gradients produced in
+  the cycle cross the IPU-Links in one exchange. A cycle lasts as long as its busiest IPU
+  (the slowest stage paces the steady state) plus its transfers. With ``GA`` micro-batches
+  the step has ``GA + 2N - 1`` cycles; the first ``N`` only fill (ramp-up), the last ``N``
+  only drain (ramp-down). For balanced stages the idle share of the IPUs' time is
+  ``(N - 1) / (GA + N - 1)``, which falls as gradient accumulation grows (the guide: the
+  pipeline "works best when the gradient accumulation factor is much greater than the
+  number of stages, since 2N stages are always under-utilised"; the PopTorch pipelining
+  tutorial: full utilisation after 2N+1 steps).
+* ``sharded``: one micro-batch at a time, stage after stage, forward then backward; only
+  one IPU works at any time (the TensorFlow "Model parallelism with sharding" note).
+
+The activation stash of stage ``s`` (0-based) holds ``2(N - s) + 1`` micro-batches'
+activations for the grouped schedule, as the guide states (2N+1 on the first IPU,
+2(N-1)+1 on the second, and so on), ``N + 1`` for the interleaved schedule, and one for
+sharded execution. With recomputation each stashed entry is only the stage's input, plus,
+while the backward pass recomputes one micro-batch, a checkpoint at every block boundary
+and the activations of one block at a time (guide section 5.3, "Activation
+recomputations" and 5.3.2, "Recomputation checkpoints").
+
+References:
+    Graphcore, "Memory and Performance Optimisation on the IPU", sections 4.2 (pipeline
+    execution scheme, grouped and interleaved schedules, FIFO depths) and 5.3
+    (recomputation); Graphcore tutorials, "PopTorch: pipelining" (ramp-up, 2N+1 steps);
+    Graphcore, "Model Parallelism on the IPU with TensorFlow: Sharding and Pipelining";
+    Huang et al., "GPipe", NeurIPS 2019 (bubble fraction (N-1)/(M+N-1)).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+STRATEGIES = ("pipelined", "sharded")
+SCHEDULES = ("grouped", "interleaved")
+
+
+class StageCost(NamedTuple):
+    """What one stage of a replica asks of its IPU, per micro-batch and per step.
+
+    Attributes:
+        ipu: the IPU of the replica it runs on (0-based).
+        blocks: names of the blocks it holds, in order.
+        forward_seconds: one micro-batch's forward pass.
+        backward_seconds: one micro-batch's backward pass (including any recomputation).
+        output_bytes: activations it sends to the next stage per micro-batch (the
+            gradient of the same size comes back); 0 for the last stage.
+        input_bytes: its input per micro-batch (the recomputation stash entry).
+        activation_bytes: what its forward pass saves for its backward pass, per
+            micro-batch (one stash entry without recomputation).
+        parameter_bytes: its weights.
+        optimiser_state_bytes: its optimiser state (unsharded).
+        gradient_bytes: its gradient (and accumulator).
+        temporary_bytes: its peak working space.
+        num_ops: primitive operations of its forward and backward programs (code size).
+        checkpoint_bytes: bytes live while one micro-batch's backward recomputes the stage
+            with a recomputation checkpoint at every block boundary (the inputs of its
+            blocks after the first, plus the largest block's activations); 0 means the whole
+            stage's ``activation_bytes``.
+        block_gradient_bytes: the largest block's gradient: with gradient accumulation the
+            backward pass adds each block's weight gradients into the accumulators as they
+            are produced, so only one block's gradients are live at a time; 0 means the
+            whole stage's ``gradient_bytes``.
+    """
+
+    ipu: int
+    blocks: tuple[str, ...]
+    forward_seconds: float
+    backward_seconds: float
+    output_bytes: int = 0
+    input_bytes: int = 0
+    activation_bytes: int = 0
+    parameter_bytes: int = 0
+    optimiser_state_bytes: int = 0
+    gradient_bytes: int = 0
+    temporary_bytes: int = 0
+    num_ops: int = 0
+    checkpoint_bytes: int = 0
+    block_gradient_bytes: int = 0
+
+
+class PipelineEvent(NamedTuple):
+    """One interval on one IPU of the replica.
+
+    Attributes:
+        ipu: the IPU (0-based within the replica).
+        kind: ``forward``, ``backward`` or ``transfer`` (an IPU-Link exchange it sends).
+        micro_batch: the micro-batch (0-based within the weight update).
+        start: seconds from the start of the pipeline.
+        duration: seconds.
+    """
+
+    ipu: int
+    kind: str
+    micro_batch: int
+    start: float
+    duration: float
+
+
+def check_strategy(strategy: str, schedule: str = "grouped") -> None:
+    """Raises ValueError for an unknown strategy or schedule."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy {strategy!r} is unknown: use one of {STRATEGIES}.")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule {schedule!r} is unknown: use one of {SCHEDULES}.")
+
+
+def stash_depth(position: int, num_stages: int, strategy: str, schedule: str = "grouped") -> int:
+    """Micro-batches whose activations stage ``position`` keeps for its backward pass.
+
+    Grouped: ``2(N - s) + 1``; interleaved: ``N + 1``; sharded: 1 (MPO section 4.2).
+    """
+    check_strategy(strategy, schedule)
+    if not 0 <= position < num_stages:
+        raise ValueError(f"stage {position} is outside 0..{num_stages - 1}.")
+    if strategy == "sharded":
+        return 1
+    if schedule == "interleaved":
+        return num_stages + 1
+    return 2 * (num_stages - position) + 1
+
+
+def min_gradient_accumulation(num_stages: int, strategy: str) -> int:
+    """The least gradient accumulation a training step with ``num_stages`` stages accepts.
+
+    A pipelined training step over N IPUs has 2N - 1 pipeline stages in PopART's count
+    (a forward stage on every IPU and a backward stage on every IPU, the last IPU's two
+    merged), and PopART refuses a gradient accumulation factor below the number of
+    pipeline stages (PopART User Guide, "Pipelining"). Sharded execution has no such rule.
+    """
+    check_strategy(strategy)
+    return 2 * num_stages - 1 if strategy == "pipelined" and num_stages > 1 else 1
+
+
+def ramp_bubble_fraction(num_stages: int, gradient_accumulation: int) -> float:
+    """Idle share of a balanced grouped pipeline: ``(N - 1) / (GA + N - 1)``."""
+    return (num_stages - 1) / (gradient_accumulation + num_stages - 1)
+
+
+def program_order(num_stages: int, gradient_accumulation: int, strategy: str):
+    """The passes of one weight update as ``(cycle, stage, kind, micro_batch)``, in order.
+
+    Within a cycle every stage runs its forward before its backward (grouped). The
+    runtime executes the passes in this order, so the numerics follow the schedule.
+    """
+    check_strategy(strategy)
+    n, ga = num_stages, gradient_accumulation
+    order = []
+    if strategy == "sharded":
+        cycle = 0
+        for m in range(ga):
+            for s in range(n):
+                order.append((cycle, s, "forward", m))
+                cycle += 1
+            for s in reversed(range(n)):
+                order.append((cycle, s, "backward", m))
+                cycle += 1
+        return order
+    for c in range(ga + 2 * n - 1):
+        for s in range(n):
+            if 0 <= c - s < ga:
+                order.append((c, s, "forward", c - s))
+        for s in reversed(range(n)):
+            m = c - 2 * n + 1 + s
+            if 0 <= m < ga:
+                order.append((c, s, "backward", m))
+    return order
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineSchedule:
+    """The simulated passes of one weight update over the replica's IPUs.
+
+    Attributes:
+        strategy: ``pipelined`` or ``sharded``.
+        schedule: ``grouped`` (the only one simulated) for pipelined; ``grouped`` for sharded.
+        stages: the stages' costs.
+        gradient_accumulation: micro-batches per weight update.
+        events: every forward, backward and transfer, per IPU.
+        seconds: wall time of the update's passes.
+        transfer_seconds: time of the exchanges on the critical path.
+    """
+
+    strategy: str
+    schedule: str
+    stages: tuple[StageCost, ...]
+    gradient_accumulation: int
+    events: tuple[PipelineEvent, ...]
+    seconds: float
+    transfer_seconds: float
+
+    @property
+    def busy_seconds(self) -> tuple[float, ...]:
+        """Compute seconds of each IPU over the update."""
+        ga = self.gradient_accumulation
+        return tuple(ga * (s.forward_seconds + s.backward_seconds) for s in self.stages)
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle share of the IPUs' time: ``1 - sum(busy) / (N * seconds)``."""
+        if self.seconds <= 0:
+            return 0.0
+        return max(1.0 - sum(self.busy_seconds) / (len(self.stages) * self.seconds), 0.0)
+
+    @property
+    def balance(self) -> float:
+        """Slowest stage over the mean stage (1.0 = perfectly balanced)."""
+        work = [s.forward_seconds + s.backward_seconds for s in self.stages]
+        mean = sum(work) / len(work)
+        return max(work) / mean if mean > 0 else 1.0
+
+
+def _link_seconds(nbytes: float, link_bandwidth: float, link_latency: float) -> float:
+    return link_latency + nbytes / link_bandwidth if nbytes > 0 else 0.0
+
+
+def schedule_pipeline(
+    stages: tuple[StageCost, ...] | list[StageCost],
+    gradient_accumulation: int,
+    *,
+    strategy: str = "pipelined",
+    schedule: str = "grouped",
+    link_bandwidth: float,
+    link_latency: float = 0.0,
+) -> PipelineSchedule:
+    """Simulates one weight update's passes over the stages.
+
+    Args:
+        stages: one ``StageCost`` per IPU, in IPU order.
+        gradient_accumulation: micro-batches per weight update.
+        strategy: ``pipelined`` (grouped BSP cycles) or ``sharded``.
+        schedule: ``grouped``; ``interleaved`` changes only the stash depths (its
+            timing is not simulated).
+        link_bandwidth: bytes/s an IPU sends to its neighbour (its IPU-Links to it).
+        link_latency: seconds per exchange (the fitted IPU-Link latency).
+    """
+    check_strategy(strategy, schedule)
+    stages = tuple(stages)
+    if not stages:
+        raise ValueError("a pipeline needs at least one stage.")
+    if gradient_accumulation < 1:
+        raise ValueError(f"gradient_accumulation must be >= 1, got {gradient_accumulation}.")
+    n, ga = len(stages), gradient_accumulation
+    xfer = [_link_seconds(s.output_bytes, link_bandwidth, link_latency) for s in stages]
+    events: list[PipelineEvent] = []
+    t, transfers = 0.0, 0.0
+    if strategy == "sharded":
+        for _, s, kind, m in program_order(n, ga, strategy):
+            stage = stages[s]
+            seconds = stage.forward_seconds if kind == "forward" else stage.backward_seconds
+            events.append(PipelineEvent(stage.ipu, kind, m, t, seconds))
+            t += seconds
+            # A forward sends its output down, a backward its input's gradient back up.
+            boundary = s if kind == "forward" else s - 1
+            cost = xfer[boundary] if 0 <= boundary < n - 1 else 0.0
+            if cost > 0:
+                events.append(PipelineEvent(stage.ipu, "transfer", m, t, cost))
+                t += cost
+                transfers += cost
+        return PipelineSchedule(strategy, schedule, stages, ga, tuple(events), t, transfers)
+    for c in range(ga + 2 * n - 1):
+        length, exchange = 0.0, 0.0
+        for s, stage in enumerate(stages):
+            start = t
+            f, b = c - s, c - 2 * n + 1 + s
+            if 0 <= f < ga:
+                events.append(PipelineEvent(stage.ipu, "forward", f, start, stage.forward_seconds))
+                start += stage.forward_seconds
+                if s < n - 1:
+                    exchange = max(exchange, xfer[s])
+            if 0 <= b < ga:
+                events.append(
+                    PipelineEvent(stage.ipu, "backward", b, start, stage.backward_seconds)
+                )
+                start += stage.backward_seconds
+                if s > 0:
+                    exchange = max(exchange, xfer[s - 1])
+            length = max(length, start - t)
+        if exchange > 0:
+            for s, stage in enumerate(stages):
+                f, b = c - s, c - 2 * n + 1 + s
+                sends = (0 <= f < ga and s < n - 1) or (0 <= b < ga and s > 0)
+                if sends:
+                    m = f if 0 <= f < ga and s < n - 1 else b
+                    events.append(PipelineEvent(stage.ipu, "transfer", m, t + length, exchange))
+        t += length + exchange
+        transfers += exchange
+    return PipelineSchedule(strategy, schedule, stages, ga, tuple(events), t, transfers)
+
+
+def stash_bytes(
+    stage: StageCost,
+    position: int,
+    num_stages: int,
+    strategy: str,
+    schedule: str = "grouped",
+    *,
+    recomputation: bool = False,
+) -> int:
+    """Bytes of stage ``position``'s activation stash at its deepest."""
+    depth = stash_depth(position, num_stages, strategy, schedule)
+    if recomputation:
+        return depth * stage.input_bytes + (stage.checkpoint_bytes or stage.activation_bytes)
+    return depth * stage.activation_bytes
+
+
+def memory_counter(
+    pipeline: PipelineSchedule, base_bytes: tuple[int, ...], *, recomputation: bool = False
+) -> dict[int, list[tuple[float, int]]]:
+    """Bytes live on each IPU over the update: the always-live part plus the stash.
+
+    A micro-batch's stash entry is allocated when its forward pass starts and freed when
+    its backward pass ends (PopVision's liveness view, per IPU).
+    """
+    entry = {
+        s.ipu: (s.input_bytes if recomputation else s.activation_bytes) for s in pipeline.stages
+    }
+    changes: dict[int, list[tuple[float, int]]] = {s.ipu: [] for s in pipeline.stages}
+    for e in pipeline.events:
+        if e.kind == "forward":
+            changes[e.ipu].append((e.start, entry[e.ipu]))
+        elif e.kind == "backward":
+            changes[e.ipu].append((e.start + e.duration, -entry[e.ipu]))
+    counters = {}
+    for i, stage in enumerate(pipeline.stages):
+        live, points = base_bytes[i], [(0.0, base_bytes[i])]
+        for t, delta in sorted(changes[stage.ipu]):
+            live += delta
+            points.append((t, live))
+        counters[stage.ipu] = points
+    return counters

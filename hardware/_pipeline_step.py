@@ -1,0 +1,338 @@
+"""A training step whose replica runs as a pipeline (or sharded) over its IPUs.
+
+The step is the one ``simulate_step`` models (host IO, gradient accumulation, collectives,
+update, streaming, host sync), with the compute of each weight update replaced by the
+pipeline's schedule (``hardware._pipeline``) and the memory taken per IPU of the replica:
+each IPU holds its stage's weights, optimiser state, accumulators, code and activation
+stash; ``StepSimulation.memory`` is the worst IPU's.
+
+References:
+    Graphcore, "Memory and Performance Optimisation on the IPU", sections 3 (memory
+    categories), 4.2 (pipelining) and 5.3 (recomputation); PopTorch User Guide,
+    "Parallel execution" (PipelinedExecution, ShardedExecution).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from hardware._compute import compute_seconds
+from hardware._layout import ReplicaLayout
+from hardware._memory import (
+    ALWAYS_LIVE,
+    CATEGORIES,
+    NOT_ALWAYS_LIVE,
+    MemoryBreakdown,
+    OutOfMemoryError,
+    optimiser_shards,
+)
+from hardware._parameters import (
+    CODE_BYTES_PER_OP_PER_TILE,
+    DEFAULT_PREFETCH_DEPTH,
+    EXCHANGE_CODE_BYTES_PER_TILE,
+    ModelParameters,
+    load_parameters,
+)
+from hardware._pipeline import (
+    PipelineSchedule,
+    StageCost,
+    memory_counter,
+    schedule_pipeline,
+    stash_bytes,
+)
+from hardware._specs import IpuSpec, SystemSelectionError, SystemSpec
+from hardware._step_profile import StepProfile
+from hardware._timeline import (
+    _PHASE_OF_KIND,
+    PHASES,
+    TRACK_COMPUTE,
+    StepSimulation,
+    TimelineEvent,
+    _durations,
+    _steady_step,
+)
+
+
+def ipu_track(ipu: int) -> str:
+    """The trace track of one IPU of replica 0."""
+    return f"IPU {ipu} (replica 0)"
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineReport:
+    """The pipeline part of a simulated step.
+
+    Attributes:
+        schedule: the simulated passes of one weight update.
+        recomputation: whether stages stash only their inputs and recompute.
+        stage_memory: peak bytes by category of each stage's IPU.
+        stash_bytes: each stage's activation stash at its deepest.
+        counters: IPU -> [(seconds, bytes live)] over one weight update.
+    """
+
+    schedule: PipelineSchedule
+    recomputation: bool
+    stage_memory: tuple[MemoryBreakdown, ...]
+    stash_bytes: tuple[int, ...]
+    counters: dict[int, list[tuple[float, int]]]
+
+    @property
+    def strategy(self) -> str:
+        """``pipelined`` or ``sharded``."""
+        return self.schedule.strategy
+
+    @property
+    def bubble_fraction(self) -> float:
+        """Idle share of the IPUs over a weight update's passes."""
+        return self.schedule.bubble_fraction
+
+    @property
+    def balance(self) -> float:
+        """Slowest stage over the mean stage."""
+        return self.schedule.balance
+
+    @property
+    def worst_stage(self) -> int:
+        """Index of the stage whose IPU holds the most bytes."""
+        totals = [m.total for m in self.stage_memory]
+        return totals.index(max(totals))
+
+
+def stage_seconds(
+    flops: float,
+    bytes_accessed: float,
+    transcendentals: float,
+    num_ops: int,
+    ipu: IpuSpec,
+    precision: str,
+    params: ModelParameters,
+) -> float:
+    """One pass of one stage on its single IPU (roofline plus compute-set cost)."""
+    return compute_seconds(
+        flops, bytes_accessed, transcendentals, ipu, precision, params, compute_sets=num_ops
+    )
+
+
+def stage_memory(
+    stage: StageCost,
+    position: int,
+    stages: tuple[StageCost, ...],
+    profile: StepProfile,
+    layout: ReplicaLayout,
+    system: SystemSpec,
+    *,
+    strategy: str,
+    schedule: str = "grouped",
+    recomputation: bool = False,
+    prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
+) -> MemoryBreakdown:
+    """Peak bytes by category on the IPU of stage ``position``."""
+    ipu = system.ipu
+    shards = optimiser_shards(profile, layout)
+    rounds = 1 + math.ceil(math.log2(layout.num_replicas)) if layout.num_replicas > 1 else 0
+    stash = stash_bytes(
+        stage, position, len(stages), strategy, schedule, recomputation=recomputation
+    )
+    categories = {
+        "weights": stage.parameter_bytes,
+        "optimizer_state": 0
+        if profile.offload_optimiser_state
+        else math.ceil(stage.optimiser_state_bytes / shards),
+        "gradient_accumulators": stage.gradient_bytes if profile.gradient_accumulation > 1 else 0,
+        "code": stage.num_ops * CODE_BYTES_PER_OP_PER_TILE * ipu.tiles,
+        "exchange_code": ipu.tiles
+        * EXCHANGE_CODE_BYTES_PER_TILE
+        * len(profile.collectives)
+        * rounds,
+        "stream_buffers": (prefetch_depth + 1) * profile.host_bytes_per_micro_batch
+        if position == 0
+        else 0,
+        "activations": stash,
+        # Accumulated in place block by block (PopART adds each weight gradient into its
+        # accumulator as it is produced); without accumulation the whole gradient is live.
+        "gradients": (stage.block_gradient_bytes or stage.gradient_bytes)
+        if profile.gradient_accumulation > 1
+        else stage.gradient_bytes,
+        "temporaries": stage.temporary_bytes,
+    }
+    categories = {name: int(categories[name]) for name in CATEGORIES}
+    return MemoryBreakdown(categories, ipu.in_processor_memory, ipu.tiles, ipu.sram_per_tile)
+
+
+def _remedies(report: PipelineReport, profile: StepProfile, layout: ReplicaLayout, s: int):
+    memory = report.stage_memory[s]
+    c = memory.categories
+    remedies = []
+    lightest = min(range(len(report.stage_memory)), key=lambda i: report.stage_memory[i].total)
+    if lightest != s:
+        remedies.append(
+            f"moving blocks of stage {s} to IPU {report.schedule.stages[lightest].ipu} "
+            f"(stage {lightest}, {report.stage_memory[lightest].total:,} bytes)"
+        )
+    if not report.recomputation and c["activations"] > 0:
+        remedies.append("recomputation (stash only each stage's input: --recompute)")
+    if not profile.replicated_tensor_sharding and layout.num_replicas > 1 and c["optimizer_state"]:
+        remedies.append("replicated tensor sharding (RTS) of the optimiser state")
+    if not profile.offload_optimiser_state and c["optimizer_state"] > 0:
+        remedies.append("offloading the optimiser state to Streaming Memory")
+    if layout.ipus_per_replica < 16:
+        remedies.append(f"more IPUs per replica (--ipus-per-replica {layout.ipus_per_replica * 2})")
+    if profile.micro_batch_size > 1 and c["activations"] + c["temporaries"] > 0:
+        remedies.append(
+            f"a smaller micro-batch (--micro-batch-size {profile.micro_batch_size // 2})"
+        )
+    return remedies
+
+
+def check_pipeline_memory(sim: StepSimulation) -> None:
+    """Raises ``OutOfMemoryError`` naming the first IPU and stage that do not fit."""
+    report: PipelineReport = sim.pipeline
+    for s, memory in enumerate(report.stage_memory):
+        if memory.fits:
+            continue
+        stage = report.schedule.stages[s]
+        c = memory.categories
+        blocks = stage.blocks
+        named = (
+            ", ".join(blocks)
+            if len(blocks) <= 6
+            else (f"{blocks[0]}, {blocks[1]} ... {blocks[-1]}, {len(blocks)} blocks")
+        )
+        lines = [
+            f"Out of memory: IPU {stage.ipu} (stage {s}: {named}) of "
+            f"{sim.profile.name} at micro-batch {sim.profile.micro_batch_size} needs "
+            f"{memory.total:,} bytes but a {sim.system.ipu.name} has {memory.capacity:,} "
+            f"bytes of In-Processor-Memory.",
+            "  always-live: " + ", ".join(f"{n} {c[n]:,}" for n in ALWAYS_LIVE),
+            "  not-always-live: " + ", ".join(f"{n} {c[n]:,}" for n in NOT_ALWAYS_LIVE),
+            "Remedies: " + "; ".join(_remedies(report, sim.profile, sim.layout, s)) + ".",
+        ]
+        raise OutOfMemoryError("\n".join(lines))
+
+
+def _pipeline_events(pipe: PipelineSchedule, offset: float) -> list[TimelineEvent]:
+    out = []
+    for e in pipe.events:
+        name = {"forward": "F", "backward": "B", "transfer": "IPU-Link "}[e.kind]
+        out.append(
+            TimelineEvent(ipu_track(e.ipu), f"{name}{e.micro_batch}", offset + e.start, e.duration)
+        )
+    return out
+
+
+def simulate_pipeline_step(
+    profile: StepProfile,
+    stages: tuple[StageCost, ...],
+    layout: ReplicaLayout,
+    system: SystemSpec,
+    *,
+    strategy: str = "pipelined",
+    schedule: str = "grouped",
+    recomputation: bool = False,
+    parameters: ModelParameters | None = None,
+    prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
+) -> StepSimulation:
+    """Simulated time and memory of one step whose replica runs ``stages``.
+
+    ``profile`` describes the whole replica (host bytes, collectives, update, optimiser
+    state); ``stages`` give the per-IPU costs. Memory is not checked here: call
+    ``check_pipeline_memory`` (Poplar refuses at compile time).
+
+    Raises:
+        SystemSelectionError: when the layout needs more IPUs than ``system`` has.
+        ValueError: when the stages do not match the replica's IPUs.
+    """
+    if layout.num_ipus > system.num_ipus:
+        raise SystemSelectionError(
+            f"the job needs {layout.num_ipus} IPUs but {system.name} has {system.num_ipus}: "
+            "pick a larger --system or fewer replicas."
+        )
+    if len(stages) != layout.ipus_per_replica:
+        raise ValueError(
+            f"{len(stages)} stages for {layout.ipus_per_replica} IPUs per replica: place one "
+            "stage on each IPU of the replica."
+        )
+    params = parameters if parameters is not None else load_parameters()
+    ipu = system.ipu
+    # IPU s sends to IPU s + 1 over the IPU-Links between them; with the replica's IPUs on
+    # one ring, half of an IPU's links face each neighbour (graphcore-facts.md section 4).
+    link_bandwidth = ipu.ipu_link_bandwidth * max(ipu.ipu_links // 2, 1)
+    pipe = schedule_pipeline(
+        stages,
+        profile.gradient_accumulation,
+        strategy=strategy,
+        schedule=schedule,
+        link_bandwidth=link_bandwidth,
+        link_latency=params.ipu_link_latency,
+    )
+    d = _durations(profile, layout, system, params)
+    accumulate = max(3 * s.gradient_bytes / ipu.memory_bandwidth for s in stages)
+    d = d._replace(
+        compute=pipe.seconds / profile.gradient_accumulation,
+        accumulate=accumulate if profile.gradient_accumulation > 1 else 0.0,
+    )
+    events, step_seconds = _steady_step(d, profile, prefetch_depth)
+    _, without_io = _steady_step(d._replace(io=0.0), profile, prefetch_depth)
+    exposed = max(step_seconds - without_io, 0.0)
+    # One pipeline per weight update, drawn from the update's first compute interval.
+    out, seen = [], 0
+    ga = profile.gradient_accumulation
+    for event in events:
+        if event.track == TRACK_COMPUTE and event.name == "compute":
+            if seen % ga == 0:
+                out.extend(_pipeline_events(pipe, event.start))
+            seen += 1
+            continue
+        out.append(event)
+    n_micro = ga * profile.device_iterations
+    phases = dict.fromkeys(PHASES, 0.0)
+    phases["host_io"] = exposed
+    phases["compute"] = n_micro * d.compute
+    phases["gradient_accumulation"] = n_micro * d.accumulate
+    for kind, cost in d.collectives:
+        phases[_PHASE_OF_KIND[kind]] += profile.device_iterations * cost.total
+    phases["weight_update"] = profile.device_iterations * d.update
+    phases["streaming"] = profile.device_iterations * d.streaming
+    phases["host_sync"] = d.sync
+
+    memories = tuple(
+        stage_memory(
+            stage,
+            i,
+            tuple(stages),
+            profile,
+            layout,
+            system,
+            strategy=strategy,
+            schedule=schedule,
+            recomputation=recomputation,
+            prefetch_depth=prefetch_depth,
+        )
+        for i, stage in enumerate(stages)
+    )
+    stashes = tuple(m.categories["activations"] for m in memories)
+    base = tuple(m.always_live for m in memories)
+    report = PipelineReport(
+        pipe,
+        recomputation,
+        memories,
+        stashes,
+        memory_counter(pipe, base, recomputation=recomputation),
+    )
+    samples = layout.num_replicas * profile.samples_per_update * profile.device_iterations
+    return StepSimulation(
+        profile=profile,
+        layout=layout,
+        system=system,
+        parameters=params,
+        phases=phases,
+        simulated_step_seconds=step_seconds,
+        samples_per_second=samples / step_seconds if step_seconds > 0 else float("inf"),
+        memory=memories[report.worst_stage],
+        host_io_exposed_seconds=exposed,
+        host_io_seconds=n_micro * d.io,
+        events=tuple(out),
+        prefetch_depth=prefetch_depth,
+        pipeline=report,
+    )

@@ -1,0 +1,180 @@
+"""The pipeline schedule: time bounds, the ramp formula, stash depths, per-IPU memory, OOM."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import hardware
+from hardware._pipeline import stash_bytes
+
+PARAMS = hardware.ModelParameters(
+    compute_efficiency=0.25, ipu_link_latency=5e-6, gw_link_latency=1e-3, host_sync_seconds=5e-4
+)
+LINK = 160e9
+
+stage_times = st.lists(
+    st.tuples(st.floats(1e-5, 1e-2), st.floats(1e-5, 2e-2), st.integers(0, 10_000_000)),
+    min_size=1,
+    max_size=6,
+)
+
+
+def stages_of(times):
+    return [
+        hardware.StageCost(i, (f"B{i}",), f, b, output_bytes=o if i < len(times) - 1 else 0)
+        for i, (f, b, o) in enumerate(times)
+    ]
+
+
+@settings(max_examples=40)
+@given(times=stage_times, ga=st.integers(1, 40), strategy=st.sampled_from(["pipelined", "sharded"]))
+def test_step_is_between_busiest_ipu_and_all_work(times, ga, strategy):
+    stages = stages_of(times)
+    pipe = hardware.schedule_pipeline(stages, ga, strategy=strategy, link_bandwidth=LINK)
+    busiest = max(pipe.busy_seconds)
+    transfers = sum(
+        2 * ga * (s.output_bytes / LINK) for s in stages if s.output_bytes > 0
+    )  # each boundary: activations down and gradients up, per micro-batch
+    assert pipe.seconds >= busiest * (1 - 1e-12)
+    assert pipe.seconds <= (sum(pipe.busy_seconds) + transfers) * (1 + 1e-12)
+    assert 0.0 <= pipe.bubble_fraction < 1.0
+    assert pipe.balance >= 1.0 - 1e-12
+
+
+@settings(max_examples=25)
+@given(n=st.integers(1, 8), ga=st.integers(1, 64), f=st.floats(1e-5, 1e-2), r=st.floats(1, 3))
+def test_balanced_bubble_is_the_ramp_formula_and_falls_with_accumulation(n, ga, f, r):
+    stages = [hardware.StageCost(i, (f"B{i}",), f, r * f) for i in range(n)]
+    pipe = hardware.schedule_pipeline(stages, ga, link_bandwidth=LINK)
+    assert pipe.bubble_fraction == pytest.approx(hardware.ramp_bubble_fraction(n, ga), abs=1e-9)
+    assert pipe.seconds == pytest.approx((ga + n - 1) * (1 + r) * f)
+    more = hardware.schedule_pipeline(stages, 2 * ga, link_bandwidth=LINK)
+    assert more.bubble_fraction <= pipe.bubble_fraction + 1e-12
+    if n > 1:
+        assert more.bubble_fraction < pipe.bubble_fraction
+
+
+@given(n=st.integers(1, 16))
+def test_stash_depth_follows_the_stage_position(n):
+    grouped = [hardware.stash_depth(s, n, "pipelined") for s in range(n)]
+    assert grouped == [2 * (n - s) + 1 for s in range(n)]  # 2N+1, 2(N-1)+1, ...
+    assert all(hardware.stash_depth(s, n, "pipelined", "interleaved") == n + 1 for s in range(n))
+    assert all(hardware.stash_depth(s, n, "sharded") == 1 for s in range(n))
+    stage = hardware.StageCost(0, ("B",), 1.0, 1.0, input_bytes=10, activation_bytes=1000)
+    full = stash_bytes(stage, 0, n, "pipelined")
+    recomputed = stash_bytes(stage, 0, n, "pipelined", recomputation=True)
+    assert full == (2 * n + 1) * 1000 and recomputed == (2 * n + 1) * 10 + 1000
+    checkpointed = stage._replace(checkpoint_bytes=300)  # block checkpoints + one block
+    assert (
+        stash_bytes(checkpointed, 0, n, "pipelined", recomputation=True) == (2 * n + 1) * 10 + 300
+    )
+
+
+@given(n=st.integers(1, 6), ga=st.integers(1, 12))
+def test_program_order_runs_every_pass_once_after_its_inputs(n, ga):
+    for strategy in ("pipelined", "sharded"):
+        done = set()
+        for _, s, kind, m in hardware.program_order(n, ga, strategy):
+            if kind == "forward":
+                assert s == 0 or (s - 1, "forward", m) in done
+            else:
+                assert (s, "forward", m) in done
+                assert s == n - 1 or (s + 1, "backward", m) in done
+            done.add((s, kind, m))
+        assert len(done) == 2 * n * ga
+
+
+def test_minimum_gradient_accumulation():
+    assert hardware.min_gradient_accumulation(4, "pipelined") == 7
+    assert hardware.min_gradient_accumulation(1, "pipelined") == 1
+    assert hardware.min_gradient_accumulation(4, "sharded") == 1
+
+
+def _profile(**kw):
+    base = dict(
+        grad_flops=1e9,
+        grad_bytes_accessed=1e8,
+        parameter_bytes=4_000_000,
+        optimiser_state_bytes=8_000_000,
+        gradient_bytes=4_000_000,
+        host_bytes_per_micro_batch=100_000,
+        micro_batch_size=4,
+        gradient_accumulation=8,
+        collectives=(hardware.CollectiveRecord("all_reduce", "auto", "all", 4_000_000),),
+        name="toy",
+    )
+    return hardware.StepProfile(**{**base, **kw})
+
+
+def _stages(n, activation=1_000_000):
+    return tuple(
+        hardware.StageCost(
+            i,
+            (f"B{i}",),
+            1e-4,
+            2e-4,
+            output_bytes=50_000 if i < n - 1 else 0,
+            input_bytes=50_000,
+            activation_bytes=activation,
+            parameter_bytes=1_000_000,
+            optimiser_state_bytes=2_000_000,
+            gradient_bytes=1_000_000,
+            num_ops=100,
+        )
+        for i in range(n)
+    )
+
+
+def test_pipelined_step_memory_per_ipu_and_trace_tracks():
+    layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=4)
+    sim = hardware.simulate_pipeline_step(
+        _profile(), _stages(4), layout, hardware.get_system("pod16"), parameters=PARAMS
+    )
+    report = sim.pipeline
+    stashes = report.stash_bytes
+    assert stashes == tuple((2 * (4 - s) + 1) * 1_000_000 for s in range(4))
+    assert sim.memory == report.stage_memory[0]  # the first IPU stashes the most
+    tracks = {e.track for e in sim.events}
+    assert {hardware.ipu_track(i) for i in range(4)} <= tracks
+    forwards = [e for e in sim.events if e.track == hardware.ipu_track(2) and e.name[0] == "F"]
+    assert len(forwards) == 8
+    assert sim.simulated_step_seconds > report.schedule.seconds
+    recomputed = hardware.simulate_pipeline_step(
+        _profile(),
+        _stages(4),
+        layout,
+        hardware.get_system("pod16"),
+        parameters=PARAMS,
+        recomputation=True,
+    )
+    assert recomputed.memory.total < sim.memory.total
+
+
+def test_out_of_memory_names_the_ipu_stage_and_remedies():
+    layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=2)
+    sim = hardware.simulate_pipeline_step(
+        _profile(), _stages(2, activation=200_000_000), layout, hardware.get_system("pod16")
+    )
+    with pytest.raises(hardware.OutOfMemoryError) as err:
+        hardware.check_pipeline_memory(sim)
+    text = str(err.value)
+    assert text.startswith("Out of memory: IPU 0 (stage 0: B0)")
+    assert "moving blocks of stage 0 to IPU 1" in text and "--recompute" in text
+    assert "--ipus-per-replica 4" in text
+
+
+def test_stage_count_must_match_the_replica():
+    layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=4)
+    with pytest.raises(ValueError, match="2 stages for 4 IPUs per replica"):
+        hardware.simulate_pipeline_step(
+            _profile(), _stages(2), layout, hardware.get_system("pod16")
+        )
+
+
+def test_compute_sets_make_small_steps_cost_microseconds_each():
+    ipu = hardware.GC200
+    tiny = hardware.compute_seconds(1e3, 1e3, 0, ipu, "float32", PARAMS, compute_sets=100)
+    assert tiny >= 100 * PARAMS.compute_set_seconds
+    fp16 = hardware.compute_seconds(1e12, 0, 0, ipu, "float16", PARAMS)
+    fp32 = hardware.compute_seconds(1e12, 0, 0, ipu, "float32", PARAMS)
+    assert fp32 / fp16 == pytest.approx(ipu.peak_fp16_flops / ipu.peak_fp32_flops)
