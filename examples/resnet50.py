@@ -192,7 +192,7 @@ def profile(
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    from popdist_emu._arguments import ArgumentParser, output_file, positive_int, seed
+    from popdist_emu.arguments import ArgumentParser, output_file, positive_int, seed
 
     # Every value is checked here, before any JAX work: one line and exit code 2 if bad.
     parser = ArgumentParser(description=__doc__.splitlines()[0])

@@ -40,7 +40,7 @@ import optax
 
 import hardware
 import popdist_emu as popdist
-from popdist_emu._arguments import (
+from popdist_emu.arguments import (
     ArgumentParser,
     output_directory,
     output_file,
@@ -48,8 +48,6 @@ from popdist_emu._arguments import (
     positive_int,
     seed,
 )
-from popdist_emu._checkpoint import CheckpointError, read_meta, restore_checkpoint, save_checkpoint
-from popdist_emu._files import atomic_write
 
 # Chosen by measurement on the 2-core development machine: with 16 replicas (global batch
 # 128, about 9 epochs) the loss falls from 2.30 to about 0.03 and the test accuracy reaches
@@ -175,7 +173,7 @@ def save_params(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Writes ``arrays`` as ``.npz`` to exactly ``path`` (np.savez adds ``.npz`` only to a
     name, not to a file object), through a temporary file renamed into place: a failed or
     interrupted write keeps the previous file."""
-    with atomic_write(path, "wb") as f:
+    with popdist.atomic_write(path, "wb") as f:
         np.savez(f, **arrays)
 
 
@@ -187,8 +185,8 @@ def check_resumable(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     """Refuses, before any JAX work, a --resume whose checkpoint is missing or was written
     with another data stream (the replicas' layout may change; these may not)."""
     try:
-        meta = read_meta(args.checkpoint_dir)
-    except CheckpointError as error:
+        meta = popdist.read_checkpoint_meta(args.checkpoint_dir)
+    except popdist.CheckpointError as error:
         parser.error(str(error))
     for key in _RESUME_KEYS:
         if meta.get(key) != getattr(args, key):
@@ -378,7 +376,10 @@ def train(
     first = 0
     if args.resume:
         # The loader is a pure function of the call index: the step is its position.
-        first = restore_checkpoint(args.checkpoint_dir, trainer)["step"] // args.device_iterations
+        first = (
+            popdist.restore_checkpoint(args.checkpoint_dir, trainer)["step"]
+            // args.device_iterations
+        )
     losses = []
     t0 = time.perf_counter()
 
@@ -393,10 +394,10 @@ def train(
             progress.update(trainer.steps_done, losses[-1])
             every = args.checkpoint_every
             if every and trainer.steps_done % every == 0 and trainer.steps_done < args.steps:
-                save_checkpoint(args.checkpoint_dir, trainer, meta)
+                popdist.save_checkpoint(args.checkpoint_dir, trainer, meta)
         stats = feed.stats
     if args.checkpoint_dir:
-        save_checkpoint(args.checkpoint_dir, trainer, meta)
+        popdist.save_checkpoint(args.checkpoint_dir, trainer, meta)
     progress.close()
     train_seconds = time.perf_counter() - t0
     params = trainer.params

@@ -24,7 +24,7 @@ import os
 from collections.abc import Mapping, Sequence
 
 from launch._errors import UsageError
-from popdist_emu._environment import ENV_LIBMPI, ENV_MPIEXEC
+from popdist_emu._environment import ENV_LIBMPI, ENV_MPI4PY_LIBMPI, ENV_MPIEXEC
 
 # One offline instance (Python, JAX, XLA compiling a small step) was measured at about
 # 0.4-0.6 GB resident on this project's 2-core machine; 768 MiB leaves headroom.
@@ -104,7 +104,7 @@ def mpi_launch(
     mpiexec = find_mpiexec(environ)
     extra = {}
     if environ.get(ENV_MPIEXEC) or environ.get(ENV_LIBMPI):
-        extra["MPI4PY_LIBMPI"] = find_libmpi(mpiexec, "", environ)
+        extra[ENV_MPI4PY_LIBMPI] = find_libmpi(mpiexec, "", environ)
     command = mpiexec_command(
         mpiexec,
         mpi_flavour(mpiexec),

@@ -56,6 +56,13 @@ _LAZY: dict[str, str] = {
     "DigitsSplit": "popdist_emu._digits",
     "load_digits_split": "popdist_emu._digits",
     "Progress": "popdist_emu._progress",
+    # lose nothing: atomic writes, checkpoint and resume
+    "atomic_write": "popdist_emu._files",
+    "write_atomically": "popdist_emu._files",
+    "CheckpointError": "popdist_emu._checkpoint",
+    "save_checkpoint": "popdist_emu._checkpoint",
+    "restore_checkpoint": "popdist_emu._checkpoint",
+    "read_checkpoint_meta": "popdist_emu._checkpoint",
     "show_phases": "popdist_emu._progress",
     # simulated IPU-POD time and memory
     "Program": "popdist_emu._profile",
@@ -67,6 +74,9 @@ _LAZY: dict[str, str] = {
     "with_infeed_stats": "popdist_emu._simulation",
     "report_simulation": "popdist_emu._simulation",
 }
+
+# Public names that differ from the private definition's.
+_RENAMED = {"read_checkpoint_meta": "read_meta"}
 
 __all__ = [
     "checkNumIpusPerReplica",
@@ -91,6 +101,6 @@ def __getattr__(name: str):
         raise AttributeError(f"module 'popdist_emu' has no attribute {name!r}")
     import importlib
 
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
     globals()[name] = value
     return value

@@ -13,8 +13,10 @@ pytestmark = pytest.mark.skipif(shutil.which("mpiexec") is None, reason="needs m
 
 def test_absent_peer_raises_collective_timeout(tmp_path):
     out = tmp_path / "hang.txt"
-    proc = run_worker(2, "hang", str(out), timeout=120)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_worker(2, "hang", str(out), timeout=120)  # the job ends: no hang
+    # Instance 0 leaves without MPI_Finalize (its requests are abandoned): MPICH's mpiexec
+    # exits 0 for that, Open MPI's prterun reports it as an abnormal termination (exit 1).
+    assert proc.returncode in (0, 1), proc.stderr[-3000:]
     message = out.read_text()
     assert message.startswith("CollectiveTimeout"), message
     assert "waited past its timeout" in message and "raise `timeout`" in message

@@ -94,6 +94,7 @@ def test_reports_replace_a_planted_symlink_instead_of_following_it(simulation, t
     assert target.read_text() == "keep me"
     assert not (tmp_path / "reports" / "summary.json").is_symlink()
     assert sorted(p.name for p in (tmp_path / "reports").iterdir()) == [
+        "report.html",
         "summary.json",
         "trace.json",
     ]

@@ -18,6 +18,7 @@ import pytest
 import hardware
 import popdist_emu
 from popdist_emu import _scaling_points as points
+from popdist_emu._environment import ENV_OFFLINE, layout_environment
 from popdist_emu._report import summary
 
 
@@ -32,7 +33,7 @@ MICRO = 4
 
 def environment(replicas: int, instances: int) -> dict[str, str]:
     layout = hardware.ReplicaLayout(num_replicas=replicas, num_instances=instances)
-    return {**layout.instance_environment(0), "POPDIST_EMU_OFFLINE": "1"}
+    return {**layout_environment(layout, 0), ENV_OFFLINE: "1"}
 
 
 def trainer_and_batch(accumulation: int, rts: bool):
