@@ -23,6 +23,7 @@ import jax.extend.core as jex
 import numpy as np
 
 from hardware import CollectiveRecord, StepProfile
+from popdist_emu._matmuls import matmul_ops
 
 
 def _tree_bytes(tree: Any) -> int:
@@ -116,6 +117,8 @@ def profile_step(
     sharding_domain: int = 0,
     recomputation: bool = False,
     name: str = "model",
+    available_memory_proportion: float | dict = 0.6,
+    partials_type: str = "float",
 ) -> StepProfile:
     """Compiles (never runs) one replica's step and returns its ``hardware.StepProfile``.
 
@@ -144,6 +147,9 @@ def profile_step(
         sharding_domain: replicas of the RTS domain (0 = all).
         recomputation: whether ``grad_fn`` recomputes activations (for the OOM remedies).
         name: the model's name in reports.
+        available_memory_proportion: PopLibs' availableMemoryProportion for the planner
+            model of the step's matmuls and convolutions: a float or ``{"IPU0": 0.6}``.
+        partials_type: PopLibs' ``partialsType`` of those operations, "float" or "half".
 
     Returns:
         The StepProfile, pure data for ``hardware.simulate_step``.
@@ -162,7 +168,8 @@ def profile_step(
     grad_memory = grad_compiled.memory_analysis()
     grads = jax.eval_shape(grad_fn, params, *batch)
     gradient_bytes = _tree_bytes(grads)
-    ops, largest = _walk(jax.make_jaxpr(grad_fn)(params, *batch).jaxpr)
+    grad_jaxpr = jax.make_jaxpr(grad_fn)(params, *batch)
+    ops, largest = _walk(grad_jaxpr.jaxpr)
     if loss_fn is not None:
         activations = _residual_bytes(loss_fn, params, batch)
     else:
@@ -205,4 +212,6 @@ def profile_step(
         sharding_domain=sharding_domain,
         recomputation=recomputation,
         name=name,
+        matmuls=matmul_ops(grad_jaxpr, partials_type=partials_type),
+        available_memory_proportion=available_memory_proportion,
     )
