@@ -52,6 +52,15 @@ def _check_positive(name: str, value: object, poptorch_name: str) -> None:
         )
 
 
+def _check_available_memory_proportion(value: object) -> None:
+    from hardware._planner import proportion_for_ipu
+
+    try:
+        proportion_for_ipu(value)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise ValueError(f"Options: {error}") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class Options:
     """How one training call is shaped, named after ``poptorch.Options``.
@@ -79,6 +88,11 @@ class Options:
             None runs the loss on one IPU's worth of program.
         recomputation: stages stash only their inputs and recompute their activations in
             the backward pass (the hardware model's stash; see ``_pipeline``).
+        available_memory_proportion: PopLibs' availableMemoryProportion for the matmuls and
+            convolutions of the step, a float for every IPU or PopTorch's per-IPU mapping
+            ``{"IPU0": 0.6, "IPU1": 0.4}`` (``setAvailableMemoryProportion``); IPUs left
+            out keep the default 0.6. ``popdist_emu.set_available_memory(x, p)`` overrides
+            it for one operation.
     """
 
     replication_factor: int = dataclasses.field(default_factory=_local_replicas)
@@ -92,6 +106,7 @@ class Options:
     prefetch_depth: int = 3
     execution_strategy: object | None = None
     recomputation: bool = False
+    available_memory_proportion: float | dict = 0.6
 
     def __post_init__(self) -> None:
         _check_positive("replication_factor", self.replication_factor, "replicationFactor")
@@ -119,6 +134,7 @@ class Options:
                 f"Options: `prefetch_depth` must be >= 1 (1 = only the next batch is "
                 f"prepared ahead), got {self.prefetch_depth}."
             )
+        _check_available_memory_proportion(self.available_memory_proportion)
         if popdist.isPopdistEnvSet():
             local = popdist.getNumLocalReplicas()
             if self.replication_factor != local:

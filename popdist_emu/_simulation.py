@@ -29,6 +29,7 @@ from typing import Any
 
 import hardware
 from popdist_emu._infeed import InfeedStats
+from popdist_emu._planner_report import print_planner_warnings
 from popdist_emu._profile import profile_step
 from popdist_emu._report import format_summary, write_reports
 
@@ -116,6 +117,7 @@ def simulate(
         offload_optimizer_state=bool(opts.offload_optimiser),
         sharding_domain=_sharding_domain(trainer),
         name=name,
+        available_memory_proportion=getattr(opts, "available_memory_proportion", 0.6),
     )
     simulation = simulate_profile(
         profile,
@@ -198,6 +200,7 @@ def with_infeed_stats(
 def _checked(profile, layout, system, prefetch_depth, parameters) -> hardware.StepSimulation:
     depth = {} if prefetch_depth is None else {"prefetch_depth": prefetch_depth}
     simulation = hardware.simulate_step(profile, layout, system, parameters=parameters, **depth)
+    print_planner_warnings(simulation)  # PopLibs' phase-two warnings, before any refusal
     # Poplar refuses to compile a graph that does not fit; so does the emulator.
     hardware.check_memory(simulation)
     return simulation
