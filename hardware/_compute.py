@@ -8,7 +8,11 @@ References:
 
 from __future__ import annotations
 
-from hardware._parameters import TRANSCENDENTALS_PER_TILE_CYCLE, ModelParameters
+from hardware._parameters import (
+    CLOCK_OF_FIT_HZ,
+    TRANSCENDENTALS_PER_TILE_CYCLE,
+    ModelParameters,
+)
 from hardware._specs import IpuSpec
 
 
@@ -51,5 +55,6 @@ def compute_seconds(
     special = transcendentals / n / (ipu.tiles * ipu.clock_hz * TRANSCENDENTALS_PER_TILE_CYCLE)
     if compute_sets < 0:
         raise ValueError(f"`compute_sets` must be >= 0, got {compute_sets}.")
-    overhead = compute_sets * params.compute_set_seconds
+    # The sync and exchange set-up take cycles: scale the fitted time by the clock.
+    overhead = compute_sets * params.compute_set_seconds * CLOCK_OF_FIT_HZ / ipu.clock_hz
     return max(arithmetic, memory) + special + overhead

@@ -41,7 +41,10 @@ class ModelParameters:
             IPU Architecture via Microbenchmarking", arXiv:1912.03413, 2019, measure the
             IPU's on-chip sync and exchange latencies in the sub-microsecond to microsecond
             range). Each primitive operation of the profiled step counts as one compute
-            set. Prior: 1 microsecond; fitted with the others.
+            set. Counted in cycles of the Mk2 GC200's 1.33 GHz clock (``CLOCK_OF_FIT_HZ``),
+            so a faster IPU pays it in proportionally less time. Prior: 1 microsecond;
+            fitted with the others (the ResNet-50 rows alone cannot separate it from
+            ``compute_efficiency``: see the README).
     """
 
     compute_efficiency: float = 0.2
@@ -97,5 +100,8 @@ CODE_BYTES_PER_OP_PER_TILE = 16
 # its ring schedules per peer set, so exchange code grows with replicas (MPO section 7.7,
 # "Memory for more replicas"). UNCONFIRMED magnitude.
 EXCHANGE_CODE_BYTES_PER_TILE = 256
+# The clock the fitted per-cycle parameters were measured at (the Mk2 GC200 of every
+# published row): MLPerf v1.1 Graphcore/systems/ipu-pod16-POPART-closed.json.
+CLOCK_OF_FIT_HZ = 1.33e9
 # Micro-batches the infeed keeps in flight ahead of the one being computed.
 DEFAULT_PREFETCH_DEPTH = 2

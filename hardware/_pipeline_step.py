@@ -189,8 +189,14 @@ def check_pipeline_memory(sim: StepSimulation) -> None:
             continue
         stage = report.schedule.stages[s]
         c = memory.categories
+        blocks = stage.blocks
+        named = (
+            ", ".join(blocks)
+            if len(blocks) <= 6
+            else (f"{blocks[0]}, {blocks[1]} ... {blocks[-1]}, {len(blocks)} blocks")
+        )
         lines = [
-            f"Out of memory: IPU {stage.ipu} (stage {s}: {', '.join(stage.blocks)}) of "
+            f"Out of memory: IPU {stage.ipu} (stage {s}: {named}) of "
             f"{sim.profile.name} at micro-batch {sim.profile.micro_batch_size} needs "
             f"{memory.total:,} bytes but a {sim.system.ipu.name} has {memory.capacity:,} "
             f"bytes of In-Processor-Memory.",

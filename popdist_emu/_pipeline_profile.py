@@ -240,13 +240,14 @@ def simulate_pipeline(
     environ = os.environ if environ is None else environ
     pipeline: Pipeline = trainer.pipeline
     kwargs = trainer.profile_kwargs(batch)
-    profiles = profile_stages(pipeline, kwargs["params"], kwargs["batch"][0])
-    replica = replica_profile(trainer, batch, profiles, name)
     layout = job_layout(trainer.num_total_replicas, environ)
     spec = hardware.select_system(
         environ.get(ENV_SYSTEM, "") if system is None else system, layout.num_ipus
     )
     params = hardware.load_parameters()
+    _refuse_before_compiling(trainer, kwargs, layout, spec, params, name)
+    profiles = profile_stages(pipeline, kwargs["params"], kwargs["batch"][0])
+    replica = replica_profile(trainer, batch, profiles, name)
     stages = stage_costs(pipeline, profiles, replica, spec, params)
     return simulate_stages(
         replica,
@@ -258,6 +259,56 @@ def simulate_pipeline(
         recomputation=pipeline.recomputation,
         parameters=params,
         prefetch_depth=int(trainer.options.prefetch_depth),
+    )
+
+
+def _refuse_before_compiling(trainer, kwargs, layout, spec, params, name) -> None:
+    """Out of memory from shapes alone, before any compile, when a stage's weights,
+    gradients, accumulators and optimiser state already overflow its IPU (Poplar fails at
+    compile time; a model far too large for its IPUs should not wait for XLA to say so)."""
+    pipeline: Pipeline = trainer.pipeline
+    opts = trainer.options
+    total_state = tree_nbytes(kwargs["opt_state"])
+    total_params = max(tree_nbytes(kwargs["params"]), 1)
+    stages = []
+    for s in range(pipeline.num_stages):
+        nbytes = tree_nbytes(pipeline.stage_params(kwargs["params"], s))
+        stages.append(
+            hardware.StageCost(
+                ipu=pipeline.ipus[s],
+                blocks=tuple(pipeline.stages[s].blocks),
+                forward_seconds=0.0,
+                backward_seconds=0.0,
+                parameter_bytes=nbytes,
+                optimizer_state_bytes=round(total_state * nbytes / total_params),
+                gradient_bytes=nbytes,
+            )
+        )
+    info = getattr(trainer, "lever_info", None)
+    bound = hardware.StepProfile(
+        grad_flops=0.0,
+        grad_bytes_accessed=0.0,
+        micro_batch_size=int(kwargs["micro_batch_size"]),
+        gradient_accumulation=int(opts.gradient_accumulation),
+        collectives=tuple(kwargs["collectives"]),
+        replicated_tensor_sharding=bool(opts.replicated_tensor_sharding),
+        offload_optimizer_state=bool(opts.offload_optimiser),
+        sharding_domain=int(info.sharding_domain_size)
+        if opts.replicated_tensor_sharding and info
+        else 0,
+        recomputation=pipeline.recomputation,
+        name=name,
+    )
+    simulate_stages(
+        bound,
+        tuple(stages),
+        layout,
+        spec,
+        strategy=pipeline.strategy.strategy,
+        schedule=pipeline.strategy.schedule,
+        recomputation=pipeline.recomputation,
+        parameters=params,
+        prefetch_depth=int(opts.prefetch_depth),
     )
 
 
