@@ -50,8 +50,8 @@ def test_operations_shapes_and_the_override_survive_into_the_gradient_jaxpr():
 
 
 def test_the_mark_is_an_identity_that_changes_no_numbers():
-    plain = jax.grad(lambda p, x: (((x @ p["w1"]) ** 2).sum()))(PARAMS, X)
-    marked = jax.jit(jax.grad(lambda p, x: ((set_available_memory(x @ p["w1"], 0.3) ** 2).sum())))(
+    plain = jax.grad(lambda p, x: ((x @ p["w1"]) ** 2).sum())(PARAMS, X)
+    marked = jax.jit(jax.grad(lambda p, x: (set_available_memory(x @ p["w1"], 0.3) ** 2).sum()))(
         PARAMS, X
     )
     np.testing.assert_array_equal(plain["w1"], marked["w1"])
