@@ -64,6 +64,7 @@ _LAZY: dict[str, str] = {
     "sharded_state_nbytes": "popdist_emu._sharded_update",
     "simulate": "popdist_emu._simulation",
     "simulate_profile": "popdist_emu._simulation",
+    "set_available_memory": "popdist_emu._matmuls",
     "stream_in": "popdist_emu._offload",
     "stream_out": "popdist_emu._offload",
     "unshard": "popdist_emu._sharding",

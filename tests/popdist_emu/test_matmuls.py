@@ -55,6 +55,7 @@ def test_the_mark_is_an_identity_that_changes_no_numbers():
         PARAMS, X
     )
     np.testing.assert_array_equal(plain["w1"], marked["w1"])
+    assert popdist_emu.set_available_memory is set_available_memory  # the public name
     with pytest.raises(ValueError, match=r"\(0, 1\]"):
         set_available_memory(X, 0.0)
 
