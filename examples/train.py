@@ -13,6 +13,13 @@ has 20*2*2 = 80 features, making the first linear layer ``Linear(80, 256)``. Wri
 JAX (NHWC), trained with optax AdamW as the tutorial does. The last line printed (by
 instance 0) is a JSON object with the losses and the test accuracy.
 
+With ``--ipus-per-replica 2`` or ``4`` (PopDist's ``getNumIpusPerReplica()``) the network
+runs as the tutorial's four blocks B1..B4 over the replica's IPUs (one block per IPU on 4,
+two on 2), ``--strategy pipelined`` (default) or ``sharded``, e.g.::
+
+    poprun-emu --num-replicas 2 --num-instances 2 --ipus-per-replica 4 examples/train.py \
+        --gradient-accumulation 8
+
 References:
     Graphcore tutorials, "PopTorch: pipelining" (the Network and AdamW); scikit-learn
     ``load_digits``.

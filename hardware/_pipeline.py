@@ -20,9 +20,10 @@ A replica of ``N`` IPUs runs ``N`` stages, stage ``s`` on IPU ``s``. Two strateg
 The activation stash of stage ``s`` (0-based) holds ``2(N - s) + 1`` micro-batches'
 activations for the grouped schedule, as the guide states (2N+1 on the first IPU,
 2(N-1)+1 on the second, and so on), ``N + 1`` for the interleaved schedule, and one for
-sharded execution. With recomputation each stashed entry is only the stage's input, plus
-one micro-batch's activations live while the backward pass recomputes them (guide
-section 5.3, "Activation recomputations").
+sharded execution. With recomputation each stashed entry is only the stage's input, plus,
+while the backward pass recomputes one micro-batch, a checkpoint at every block boundary
+and the activations of one block at a time (guide section 5.3, "Activation
+recomputations" and 5.3.2, "Recomputation checkpoints").
 
 References:
     Graphcore, "Memory and Performance Optimisation on the IPU", sections 4.2 (pipeline
@@ -59,6 +60,14 @@ class StageCost(NamedTuple):
         gradient_bytes: its gradient (and accumulator).
         temporary_bytes: its peak working space.
         num_ops: primitive operations of its forward and backward programs (code size).
+        checkpoint_bytes: bytes live while one micro-batch's backward recomputes the stage
+            with a recomputation checkpoint at every block boundary (the inputs of its
+            blocks after the first, plus the largest block's activations); 0 means the whole
+            stage's ``activation_bytes``.
+        block_gradient_bytes: the largest block's gradient: with gradient accumulation the
+            backward pass adds each block's weight gradients into the accumulators as they
+            are produced, so only one block's gradients are live at a time; 0 means the
+            whole stage's ``gradient_bytes``.
     """
 
     ipu: int
@@ -73,6 +82,8 @@ class StageCost(NamedTuple):
     gradient_bytes: int = 0
     temporary_bytes: int = 0
     num_ops: int = 0
+    checkpoint_bytes: int = 0
+    block_gradient_bytes: int = 0
 
 
 class PipelineEvent(NamedTuple):
@@ -296,7 +307,7 @@ def stash_bytes(
     """Bytes of stage ``position``'s activation stash at its deepest."""
     depth = stash_depth(position, num_stages, strategy, schedule)
     if recomputation:
-        return depth * stage.input_bytes + stage.activation_bytes
+        return depth * stage.input_bytes + (stage.checkpoint_bytes or stage.activation_bytes)
     return depth * stage.activation_bytes
 
 

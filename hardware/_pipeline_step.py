@@ -149,7 +149,11 @@ def stage_memory(
         if position == 0
         else 0,
         "activations": stash,
-        "gradients": stage.gradient_bytes,
+        # Accumulated in place block by block (PopART adds each weight gradient into its
+        # accumulator as it is produced); without accumulation the whole gradient is live.
+        "gradients": (stage.block_gradient_bytes or stage.gradient_bytes)
+        if profile.gradient_accumulation > 1
+        else stage.gradient_bytes,
         "temporaries": stage.temporary_bytes,
     }
     categories = {name: int(categories[name]) for name in CATEGORIES}

@@ -80,6 +80,21 @@ def _residual_bytes(fn, p, x) -> int:
     return int(total)
 
 
+def _checkpoint_bytes(pipeline: Pipeline, s: int, p: Any, x: Any) -> int:
+    """Bytes live while stage ``s`` recomputes one micro-batch with a checkpoint at every
+    block boundary: the inputs of its blocks after the first, plus the largest block's
+    activations (MPO section 5.3.2, recomputation checkpoints)."""
+    checkpoints, largest = 0, 0
+    for i, name in enumerate(pipeline.stages[s].blocks):
+        block = pipeline.model.block(name)
+        bp = {k: p[k] for k in block.params}
+        if i > 0:
+            checkpoints += tree_nbytes(x)
+        largest = max(largest, _residual_bytes(block.fn, bp, x))
+        x = jax.eval_shape(block.fn, bp, x)
+    return checkpoints + largest
+
+
 @dataclasses.dataclass(frozen=True)
 class StageProfile:
     """XLA's counts for one stage's compiled forward and backward programs."""
@@ -93,6 +108,8 @@ class StageProfile:
     activation_bytes: int
     parameter_bytes: int
     temporary_bytes: int
+    checkpoint_bytes: int
+    block_parameter_bytes: int
 
 
 def profile_stages(pipeline: Pipeline, params: Any, micro: Any) -> list[StageProfile]:
@@ -122,6 +139,11 @@ def profile_stages(pipeline: Pipeline, params: Any, micro: Any) -> list[StagePro
                 activation_bytes=_residual_bytes(prog.fn, p, x),
                 parameter_bytes=tree_nbytes(p),
                 temporary_bytes=2 * largest,
+                checkpoint_bytes=_checkpoint_bytes(pipeline, s, p, x),
+                block_parameter_bytes=max(
+                    tree_nbytes({k: p[k] for k in pipeline.model.block(name).params})
+                    for name in pipeline.stages[s].blocks
+                ),
             )
         )
         x = y
@@ -174,6 +196,8 @@ def stage_costs(
                 gradient_bytes=sp.parameter_bytes,
                 temporary_bytes=sp.temporary_bytes,
                 num_ops=sp.forward_ops + sp.backward_ops,
+                checkpoint_bytes=sp.checkpoint_bytes,
+                block_gradient_bytes=sp.block_parameter_bytes,
             )
         )
     return tuple(costs)

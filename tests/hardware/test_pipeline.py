@@ -64,6 +64,10 @@ def test_stash_depth_follows_the_stage_position(n):
     full = stash_bytes(stage, 0, n, "pipelined")
     recomputed = stash_bytes(stage, 0, n, "pipelined", recomputation=True)
     assert full == (2 * n + 1) * 1000 and recomputed == (2 * n + 1) * 10 + 1000
+    checkpointed = stage._replace(checkpoint_bytes=300)  # block checkpoints + one block
+    assert (
+        stash_bytes(checkpointed, 0, n, "pipelined", recomputation=True) == (2 * n + 1) * 10 + 300
+    )
 
 
 @given(n=st.integers(1, 6), ga=st.integers(1, 12))
