@@ -45,7 +45,7 @@ _LAZY: dict[str, str] = {
     "Block": "popdist_emu._pipeline",
     "BlockModel": "popdist_emu._pipeline",
     "Pipeline": "popdist_emu._pipeline",
-    "PipelineError": "popdist_emu._pipeline",
+    "PipelineError": "popdist_emu._pipeline_rules",
     "PipelinedExecution": "popdist_emu._pipeline",
     "ShardedExecution": "popdist_emu._pipeline",
     "Stage": "popdist_emu._pipeline",

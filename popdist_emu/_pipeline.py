@@ -42,10 +42,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import hardware
-
-
-class PipelineError(ValueError):
-    """A pipeline that PopTorch or PopART would refuse; the message names the fix."""
+from popdist_emu._pipeline_rules import PipelineError, check_pipeline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -356,69 +353,6 @@ def make_pipeline(loss_fn: Any, options: Any, params: Any) -> Pipeline | None:
         gradient_accumulation=options.gradient_accumulation,
         recomputation=bool(getattr(options, "recomputation", False)),
     )
-
-
-def check_pipeline(
-    model: BlockModel,
-    stages: Sequence[Stage],
-    params: Any,
-    ipus_per_replica: int,
-    gradient_accumulation: int,
-    strategy: Any,
-) -> None:
-    """PopTorch's and PopART's rules for a pipeline, each refused in one line.
-
-    Raises:
-        PipelineError: stage count vs the replica's IPUs, stages out of IPU order, a block
-            in no stage or in two, a parameter owned by no block or by two, or too little
-            gradient accumulation for a pipelined training step.
-    """
-    n = len(stages)
-    if n != ipus_per_replica:
-        raise PipelineError(
-            f"{n} stages for --ipus-per-replica {ipus_per_replica}: place exactly one stage "
-            f"on each IPU of the replica (or run with --ipus-per-replica {n})."
-        )
-    ipus = [s.ipu if s.ipu is not None else i for i, s in enumerate(stages)]
-    if ipus != sorted(ipus) or len(set(ipus)) != n or not all(0 <= i < n for i in ipus):
-        raise PipelineError(
-            f"stages are placed on IPUs {ipus}: stages must run on IPUs 0..{n - 1} in "
-            "increasing order, one stage per IPU."
-        )
-    placed = [name for s in stages for name in s.blocks]
-    order = [b.name for b in model.blocks]
-    if sorted(placed) != sorted(order) or placed != order:
-        raise PipelineError(
-            f"stages hold blocks {placed} but the model's blocks are {order}: every block "
-            "belongs to exactly one stage, in model order."
-        )
-    owners: dict[str, list[str]] = {}
-    for b in model.blocks:
-        for k in b.params:
-            owners.setdefault(k, []).append(b.name)
-    keys = list(params) if isinstance(params, dict) else []
-    shared = {k: v for k, v in owners.items() if len(v) > 1}
-    if shared:
-        k, v = next(iter(shared.items()))
-        raise PipelineError(
-            f"parameter {k!r} is owned by blocks {v}: every parameter belongs to exactly one "
-            "block (copy it, or merge the blocks)."
-        )
-    orphans = [k for k in keys if k not in owners]
-    unknown = [k for k in owners if k not in keys]
-    if orphans or unknown:
-        raise PipelineError(
-            f"parameters {orphans or unknown} are "
-            + ("owned by no block" if orphans else "owned by a block but not in params")
-            + ": list every top-level key of params in exactly one Block(params=...)."
-        )
-    need = hardware.min_gradient_accumulation(n, strategy.strategy)
-    if gradient_accumulation < need:
-        raise PipelineError(
-            f"gradient_accumulation={gradient_accumulation} is too small for a pipelined "
-            f"training step over {n} stages: PopART needs at least 2 x {n} - 1 = {need} "
-            f"micro-batches (use --gradient-accumulation {need} or more)."
-        )
 
 
 def tree_nbytes(tree: Any) -> int:
