@@ -40,9 +40,9 @@ from hardware._planner import (
 )
 from hardware._planner import PLANNER_WARNING as PLANNER_WARNING
 from hardware._planner import ConvOp as ConvOp
-from hardware._planner import PlannerReport as PlannerReport
 from hardware._planner import plan_op as plan_op
-from hardware._planner import plan_step as plan_step
+from hardware._planner_step import PlannerReport as PlannerReport
+from hardware._planner_step import plan_step as plan_step
 from hardware._specs import BOW_2000 as BOW_2000
 from hardware._specs import BOW_IPU as BOW_IPU
 from hardware._specs import GC200 as GC200

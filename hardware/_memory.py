@@ -24,7 +24,7 @@ from hardware._parameters import (
     DEFAULT_PREFETCH_DEPTH,
     EXCHANGE_CODE_BYTES_PER_TILE,
 )
-from hardware._planner import plan_profile
+from hardware._planner_step import plan_profile
 from hardware._specs import SystemSpec
 from hardware._step_profile import StepProfile
 
@@ -50,7 +50,7 @@ class MemoryBreakdown(NamedTuple):
         tile_capacity: bytes per tile.
         worst_tile_bytes: bytes of the fullest tile (the mean tile plus what the planner's
             layouts pile onto the first tiles); 0 when unknown (the mean is used).
-        planner: the convolution planner's choices (``hardware._planner.PlannerReport``),
+        planner: the convolution planner's choices (``hardware._planner_step.PlannerReport``),
             or None when the step has no planned matmuls.
     """
 

@@ -25,7 +25,7 @@ from hardware._host_io import host_io_seconds
 from hardware._layout import ReplicaLayout
 from hardware._memory import MemoryBreakdown, memory_per_ipu, optimizer_shards
 from hardware._parameters import DEFAULT_PREFETCH_DEPTH, ModelParameters, load_parameters
-from hardware._planner import plan_profile
+from hardware._planner_step import plan_profile
 from hardware._specs import SystemSelectionError, SystemSpec
 from hardware._step_profile import StepProfile
 

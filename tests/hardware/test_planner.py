@@ -13,9 +13,9 @@ from hardware._planner import (
     ConvOp,
     candidate_plans,
     plan_op,
-    plan_step,
     proportion_for_ipu,
 )
+from hardware._planner_step import plan_step
 
 IPU = hardware.GC200
 SYNC = 930.0  # cycles of one compute set, about the calibrated 0.7 us at 1.33 GHz

@@ -124,7 +124,7 @@ def test_resnet50_at_the_default_keeps_its_calibrated_time():
     params, _, images, labels = resnet50.example_shapes(calibrate.MICRO_BATCH)
     ops = matmul_ops(jax.make_jaxpr(grad_fn)(params, images, labels), partials_type="half")
     assert len(ops) > 150
-    report = hardware._planner.plan_profile(
+    report = hardware._planner_step.plan_profile(
         hardware.StepProfile(grad_flops=1.0, grad_bytes_accessed=1.0, matmuls=ops),
         hardware.GC200,
     )
