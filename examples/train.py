@@ -231,6 +231,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--recompute", action="store_true", help="stash only stage inputs (pipelines)"
     )
     parser.add_argument(
+        "--available-memory-proportion",
+        type=float,
+        default=0.6,
+        help="PopLibs' availableMemoryProportion of the convolutions and matmuls (0, 1]; "
+        "single-IPU replicas",
+    )
+    parser.add_argument(
         "--checkpoint-dir",
         metavar="DIR",
         type=output_directory,
@@ -257,6 +264,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if args.resume:
         check_resumable(parser, args)
+    if not 0 < args.available_memory_proportion <= 1:
+        parser.error(
+            f"--available-memory-proportion {args.available_memory_proportion} is outside "
+            "(0, 1]: pass e.g. 0.6 (the default)"
+        )
     if args.steps < 1 or args.steps % args.device_iterations:
         parser.error(
             f"--steps {args.steps} must be a positive multiple of --device-iterations "
@@ -273,6 +285,13 @@ def main(argv: list[str] | None = None) -> dict:
     progress = popdist.Progress(args.steps, enabled=leader)
     ipus_per_replica = popdist.getNumIpusPerReplica()
     strategy = execution_strategy(ipus_per_replica, args.strategy)
+    if strategy is not None and args.available_memory_proportion != 0.6:
+        print(
+            "train.py: --available-memory-proportion is planned for single-IPU replicas only "
+            "in this version; drop it or use --ipus-per-replica 1",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
     options = popdist.Options(
         gradient_accumulation=args.gradient_accumulation,
         device_iterations=args.device_iterations,
@@ -282,6 +301,7 @@ def main(argv: list[str] | None = None) -> dict:
         prefetch_depth=args.prefetch_depth,
         execution_strategy=strategy,
         recomputation=args.recompute,
+        available_memory_proportion=args.available_memory_proportion,
     )
     try:
         trainer = popdist.Trainer(

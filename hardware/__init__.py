@@ -36,6 +36,14 @@ from hardware._pipeline_step import check_pipeline_memory as check_pipeline_memo
 from hardware._pipeline_step import ipu_track as ipu_track
 from hardware._pipeline_step import simulate_pipeline_step as simulate_pipeline_step
 from hardware._pipeline_step import stage_seconds as stage_seconds
+from hardware._planner import (
+    DEFAULT_AVAILABLE_MEMORY_PROPORTION as DEFAULT_AVAILABLE_MEMORY_PROPORTION,
+)
+from hardware._planner import PLANNER_WARNING as PLANNER_WARNING
+from hardware._planner import ConvOp as ConvOp
+from hardware._planner import plan_op as plan_op
+from hardware._planner_step import PlannerReport as PlannerReport
+from hardware._planner_step import plan_step as plan_step
 from hardware._specs import BOW_2000 as BOW_2000
 from hardware._specs import BOW_IPU as BOW_IPU
 from hardware._specs import GC200 as GC200
@@ -60,6 +68,7 @@ from hardware._timeline import simulate_step as simulate_step
 __all__ = [
     "BOW_2000",
     "BOW_IPU",
+    "DEFAULT_AVAILABLE_MEMORY_PROPORTION",
     "DEFAULT_PREFETCH_DEPTH",
     "GC200",
     "IPU_M2000",
@@ -67,11 +76,13 @@ __all__ = [
     "PHASES",
     "PIPELINE_SCHEDULES",
     "PIPELINE_STRATEGIES",
+    "PLANNER_WARNING",
     "SYSTEMS",
     "TRACKS",
     "VALID_IPUS_PER_REPLICA",
     "CollectiveRecord",
     "CollectiveTime",
+    "ConvOp",
     "IpuSpec",
     "LayoutError",
     "MachineSpec",
@@ -81,6 +92,7 @@ __all__ = [
     "PipelineEvent",
     "PipelineReport",
     "PipelineSchedule",
+    "PlannerReport",
     "ReplicaLayout",
     "StageCost",
     "StepProfile",
@@ -101,6 +113,8 @@ __all__ = [
     "load_parameters",
     "memory_per_ipu",
     "min_gradient_accumulation",
+    "plan_op",
+    "plan_step",
     "program_order",
     "ramp_bubble_fraction",
     "resolve_group",

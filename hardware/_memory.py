@@ -16,7 +16,7 @@ References:
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from hardware._layout import ReplicaLayout
 from hardware._parameters import (
@@ -24,6 +24,7 @@ from hardware._parameters import (
     DEFAULT_PREFETCH_DEPTH,
     EXCHANGE_CODE_BYTES_PER_TILE,
 )
+from hardware._planner_step import plan_profile
 from hardware._specs import SystemSpec
 from hardware._step_profile import StepProfile
 
@@ -47,12 +48,18 @@ class MemoryBreakdown(NamedTuple):
         capacity: In-Processor-Memory per IPU, bytes.
         tiles: tiles per IPU.
         tile_capacity: bytes per tile.
+        worst_tile_bytes: bytes of the fullest tile (the mean tile plus what the planner's
+            layouts pile onto the first tiles); 0 when unknown (the mean is used).
+        planner: the convolution planner's choices (``hardware._planner_step.PlannerReport``),
+            or None when the step has no planned matmuls.
     """
 
     categories: dict[str, int]
     capacity: int
     tiles: int
     tile_capacity: int
+    worst_tile_bytes: int = 0
+    planner: Any = None
 
     @property
     def always_live(self) -> int:
@@ -75,9 +82,14 @@ class MemoryBreakdown(NamedTuple):
         return self.total / self.tiles
 
     @property
+    def worst_tile(self) -> float:
+        """Bytes of the fullest tile (never below the mean tile)."""
+        return max(float(self.worst_tile_bytes), self.per_tile)
+
+    @property
     def fits(self) -> bool:
-        """Whether the IPU holds the peak, both in total and per tile."""
-        return self.total <= self.capacity and self.per_tile <= self.tile_capacity
+        """Whether the IPU holds the peak, in total and on its fullest tile."""
+        return self.total <= self.capacity and self.worst_tile <= self.tile_capacity
 
 
 def optimiser_shards(profile: StepProfile, layout: ReplicaLayout) -> int:
@@ -94,6 +106,7 @@ def memory_per_ipu(
     system: SystemSpec,
     *,
     prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
+    parameters: Any = None,
 ) -> MemoryBreakdown:
     """Peak bytes per IPU by category for ``profile`` run under ``layout`` on ``system``.
 
@@ -124,7 +137,41 @@ def memory_per_ipu(
     categories["code"] = math.ceil(profile.num_ops * CODE_BYTES_PER_OP_PER_TILE * ipu.tiles / k)
     categories["exchange_code"] = int(exchange)
     categories = {name: categories[name] for name in CATEGORIES}
-    return MemoryBreakdown(categories, ipu.in_processor_memory, ipu.tiles, ipu.sram_per_tile)
+    return with_planner(
+        MemoryBreakdown(categories, ipu.in_processor_memory, ipu.tiles, ipu.sram_per_tile),
+        profile,
+        ipu,
+        parameters,
+        share=k,
+    )
+
+
+def with_planner(
+    memory: MemoryBreakdown,
+    profile: StepProfile,
+    ipu,
+    parameters=None,
+    *,
+    share: int = 1,
+    ipu_index: int = 0,
+) -> MemoryBreakdown:
+    """``memory`` with the convolution planner's choices (``hardware._planner``) charged.
+
+    The chosen plans' temporary memory is the not-always-live peak of temporaries when it
+    exceeds the profile's own; their extra code and exchange code are always live; the
+    worst tile adds what the plans' layouts pile onto the first tiles. ``share`` IPUs
+    share the operations (a replica sharded over them).
+    """
+    if not profile.matmuls:
+        return memory
+    plans = plan_profile(profile, ipu, parameters, ipu_index=ipu_index)
+    c = dict(memory.categories)
+    c["temporaries"] = max(c["temporaries"], math.ceil(plans.temporary_bytes / share))
+    c["code"] += math.ceil(plans.code_bytes / share)
+    c["exchange_code"] += math.ceil(plans.exchange_code_bytes / share)
+    mean_tile = sum(c.values()) / memory.tiles
+    worst = math.ceil(mean_tile + plans.worst_tile_excess_bytes / share)
+    return memory._replace(categories=c, worst_tile_bytes=worst, planner=plans)
 
 
 class OutOfMemoryError(MemoryError):
@@ -157,6 +204,29 @@ def _remedies(profile: StepProfile, layout: ReplicaLayout, memory: MemoryBreakdo
     return remedies
 
 
+def _planner_lines(memory: MemoryBreakdown) -> list[str]:
+    plans = memory.planner
+    if plans is None:
+        return []
+    lines = [
+        f"  worst tile {memory.worst_tile:,.0f} bytes of {memory.tile_capacity:,} "
+        f"(mean tile {memory.per_tile:,.0f}); largest convolution/matmul temporary "
+        f"{plans.worst_tile_temporary_bytes:,} bytes per tile"
+    ]
+    if plans.phase_two:
+        lines.append(
+            f"  {len(plans.phase_two)} operations were planned for minimum memory (phase two; "
+            "the planner could not meet the memory target): their serialised plans pile "
+            "operands onto few tiles; a higher --available-memory-proportion spreads them."
+        )
+    elif plans.temporary_bytes:
+        lines.append(
+            "  a lower --available-memory-proportion trades convolution/matmul temporary "
+            "memory for cycles."
+        )
+    return lines
+
+
 def out_of_memory_message(
     profile: StepProfile, layout: ReplicaLayout, system: SystemSpec, memory: MemoryBreakdown
 ) -> str:
@@ -171,6 +241,7 @@ def out_of_memory_message(
         + ", ".join(f"{name} {c[name]:,}" for name in ALWAYS_LIVE),
         f"  not-always-live {memory.not_always_live:,} bytes: "
         + ", ".join(f"{name} {c[name]:,}" for name in NOT_ALWAYS_LIVE),
+        *_planner_lines(memory),
         "Remedies: " + "; ".join(_remedies(profile, layout, memory)) + ".",
     ]
     return "\n".join(lines)

@@ -11,6 +11,8 @@ import dataclasses
 import re
 from typing import Literal, NamedTuple
 
+from hardware._planner import proportion_for_ipu
+
 CollectiveKind = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast"]
 COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
 METHODS = (
@@ -111,6 +113,10 @@ class StepProfile:
         recomputation: activations recomputed in the backward pass (already reflected in
             ``activation_bytes``; kept for the out-of-memory remedies).
         name: the model's name, for reports.
+        matmuls: the step's matmuls and convolutions (``hardware._planner.ConvOp``), planned
+            by the convolution planner model; empty leaves the planner out.
+        available_memory_proportion: PopLibs' ``availableMemoryProportion`` of the IPUs, a
+            float or PopTorch's per-IPU mapping ``{"IPU0": 0.6, ...}`` (default 0.6).
     """
 
     grad_flops: float
@@ -135,6 +141,8 @@ class StepProfile:
     sharding_domain: int = 0
     recomputation: bool = False
     name: str = "model"
+    matmuls: tuple = ()
+    available_memory_proportion: object = 0.6
 
     def __post_init__(self) -> None:
         for field in ("micro_batch_size", "gradient_accumulation", "device_iterations"):
@@ -154,6 +162,8 @@ class StepProfile:
                     f"collective method {record.method!r} is unknown: use one of {METHODS}."
                 )
         object.__setattr__(self, "collectives", records)
+        object.__setattr__(self, "matmuls", tuple(self.matmuls))
+        proportion_for_ipu(self.available_memory_proportion)  # one-line error when bad
 
     @property
     def samples_per_update(self) -> int:

@@ -25,6 +25,7 @@ from hardware._host_io import host_io_seconds
 from hardware._layout import ReplicaLayout
 from hardware._memory import MemoryBreakdown, memory_per_ipu, optimiser_shards
 from hardware._parameters import DEFAULT_PREFETCH_DEPTH, ModelParameters, load_parameters
+from hardware._planner_step import plan_profile
 from hardware._specs import SystemSelectionError, SystemSpec
 from hardware._step_profile import StepProfile
 
@@ -142,6 +143,9 @@ def _durations(
         num_ipus=k,
         compute_sets=profile.num_ops,
     )
+    if profile.matmuls:
+        # The convolution planner's chosen plans beyond the fastest (hardware._planner).
+        compute += plan_profile(profile, ipu, params).extra_seconds / k
     # acc += grad reads two tensors and writes one, at In-Processor-Memory bandwidth.
     accumulate = (
         3 * profile.gradient_bytes / k / ipu.memory_bandwidth
@@ -286,7 +290,9 @@ def simulate_step(
         phases=phases,
         simulated_step_seconds=step_seconds,
         samples_per_second=samples / step_seconds if step_seconds > 0 else float("inf"),
-        memory=memory_per_ipu(profile, layout, system, prefetch_depth=prefetch_depth),
+        memory=memory_per_ipu(
+            profile, layout, system, prefetch_depth=prefetch_depth, parameters=params
+        ),
         host_io_exposed_seconds=exposed,
         host_io_seconds=n_micro * d.io,
         events=events,

@@ -71,6 +71,7 @@ _LAZY: dict[str, str] = {
     "profile_step": "popdist_emu._profile",
     "simulate": "popdist_emu._simulation",
     "simulate_profile": "popdist_emu._simulation",
+    "set_available_memory": "popdist_emu._matmuls",
     "with_infeed_stats": "popdist_emu._simulation",
     "report_simulation": "popdist_emu._simulation",
 }

@@ -48,6 +48,15 @@ def _check_positive(name: str, value: object, poptorch_name: str) -> None:
         )
 
 
+def _check_available_memory_proportion(value: object) -> None:
+    from hardware._planner import proportion_for_ipu
+
+    try:
+        proportion_for_ipu(value)  # type: ignore[arg-type]
+    except ValueError as error:
+        raise ValueError(f"Options: {error}") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class Options:
     """How one training call is shaped, named after ``poptorch.Options``.
@@ -80,6 +89,11 @@ class Options:
             driving ``replication_factor`` replicas.
         instance_index: this instance's index in the layout; None resolves it with the
             layout (PopDist's ``getInstanceIndex()``, or 0 for an explicit layout).
+        available_memory_proportion: PopLibs' availableMemoryProportion for the matmuls and
+            convolutions of the step, a float for every IPU or PopTorch's per-IPU mapping
+            ``{"IPU0": 0.6, "IPU1": 0.4}`` (``setAvailableMemoryProportion``); IPUs left
+            out keep the default 0.6. ``popdist_emu.set_available_memory(x, p)`` overrides
+            it for one operation.
     """
 
     replication_factor: int = None  # type: ignore[assignment]  # resolved in __post_init__
@@ -93,6 +107,7 @@ class Options:
     prefetch_depth: int = DEFAULT_PREFETCH_DEPTH
     execution_strategy: object | None = None
     recomputation: bool = False
+    available_memory_proportion: float | dict = 0.6
     layout: ReplicaLayout = None  # type: ignore[assignment]  # resolved in __post_init__
     instance_index: int = None  # type: ignore[assignment]  # resolved in __post_init__
 
@@ -101,6 +116,7 @@ class Options:
         _check_positive("replication_factor", self.replication_factor, "replicationFactor")
         _check_positive("gradient_accumulation", self.gradient_accumulation, "gradientAccumulation")
         _check_positive("device_iterations", self.device_iterations, "deviceIterations")
+        _check_available_memory_proportion(self.available_memory_proportion)
         if self.output_mode not in _OUTPUT_MODES:
             raise ValueError(
                 f"Options: `output_mode` must be one of {_OUTPUT_MODES}, got "

@@ -28,6 +28,7 @@ import numpy as np
 
 from hardware import CollectiveRecord, StepProfile
 from popdist_emu._compile_lock import compile_lock
+from popdist_emu._matmuls import matmul_ops
 from popdist_emu._progress import phase
 
 
@@ -206,6 +207,8 @@ def profile_programs(
     sharding_domain: int = 0,
     recomputation: bool = False,
     name: str = "model",
+    available_memory_proportion: float | dict = 0.6,
+    partials_type: str = "float",
 ) -> StepProfile:
     """The ``hardware.StepProfile`` of one replica's step, from the programs that run it.
 
@@ -240,6 +243,9 @@ def profile_programs(
         sharding_domain: replicas of the RTS domain (0 = all).
         recomputation: whether the micro-step recomputes activations (for the OOM remedies).
         name: the model's name in reports.
+        available_memory_proportion: PopLibs' availableMemoryProportion for the planner
+            model of the micro-step's matmuls and convolutions: a float or ``{"IPU0": 0.6}``.
+        partials_type: PopLibs' ``partialsType`` of those operations, "float" or "half".
 
     Returns:
         The StepProfile, pure data for ``hardware.simulate_step``.
@@ -278,6 +284,9 @@ def profile_programs(
         sharding_domain=sharding_domain,
         recomputation=recomputation,
         name=name,
+        # Every matmul and convolution of the program that runs, for the planner model.
+        matmuls=matmul_ops(micro_step.jaxpr, partials_type=partials_type),
+        available_memory_proportion=available_memory_proportion,
     )
 
 
@@ -300,6 +309,8 @@ def profile_step(
     sharding_domain: int = 0,
     recomputation: bool = False,
     name: str = "model",
+    available_memory_proportion: float | dict = 0.6,
+    partials_type: str = "float",
 ) -> StepProfile:
     """Compiles (never runs) a model's own step functions once and profiles them.
 
@@ -331,6 +342,9 @@ def profile_step(
         sharding_domain: replicas of the RTS domain (0 = all).
         recomputation: whether ``grad_fn`` recomputes activations (for the OOM remedies).
         name: the model's name in reports.
+        available_memory_proportion: PopLibs' availableMemoryProportion for the planner
+            model of the step's matmuls and convolutions: a float or ``{"IPU0": 0.6}``.
+        partials_type: PopLibs' ``partialsType`` of those operations, "float" or "half".
 
     Returns:
         The StepProfile, pure data for ``hardware.simulate_step``.
@@ -372,4 +386,6 @@ def profile_step(
         sharding_domain=sharding_domain,
         recomputation=recomputation,
         name=name,
+        available_memory_proportion=available_memory_proportion,
+        partials_type=partials_type,
     )

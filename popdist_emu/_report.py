@@ -24,6 +24,7 @@ from popdist_emu._pipeline_report import (
     pipeline_summary,
     pipeline_tracks,
 )
+from popdist_emu._planner_report import available_memory_summary, planner_lines
 from popdist_emu._run_report import write_run_report
 
 SUMMARY_FILE = "summary.json"
@@ -56,6 +57,7 @@ def summary(simulation: StepSimulation) -> dict:
         "prefetch_depth": sim.prefetch_depth,
         "model_parameters": sim.parameters.to_json(),
         "pipeline": pipeline_summary(sim),
+        "available_memory": available_memory_summary(sim),
     }
 
 
@@ -152,5 +154,6 @@ def format_summary(simulation: StepSimulation) -> str:
             f"({'fits' if memory.fits else 'DOES NOT FIT'}); largest: "
             + ", ".join(f"{name} {_bytes(value)}" for name, value in largest),
             *pipeline_lines(sim),
+            *planner_lines(sim),
         ]
     )

@@ -246,6 +246,7 @@ class Trainer:
             offload_optimiser_state=bool(opts.offload_optimiser),
             sharding_domain=self._sharding_domain(),
             name=name,
+            available_memory_proportion=opts.available_memory_proportion,
         )
 
     def _sharding_domain(self) -> int:

@@ -31,6 +31,7 @@ from typing import Any
 import hardware
 from popdist_emu._environment import InstanceEnvironment
 from popdist_emu._infeed import InfeedStats
+from popdist_emu._planner_report import print_planner_warnings
 from popdist_emu._report import format_summary, write_reports
 from popdist_emu._scaling_points import answer_request, trainer_relayout
 
@@ -189,6 +190,7 @@ def with_infeed_stats(
 def _checked(profile, layout, system, prefetch_depth, parameters) -> hardware.StepSimulation:
     depth = {} if prefetch_depth is None else {"prefetch_depth": prefetch_depth}
     simulation = hardware.simulate_step(profile, layout, system, parameters=parameters, **depth)
+    print_planner_warnings(simulation)  # PopLibs' phase-two warnings, before any refusal
     # Poplar refuses to compile a graph that does not fit; so does the emulator.
     hardware.check_memory(simulation)
     return simulation

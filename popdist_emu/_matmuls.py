@@ -1,0 +1,195 @@
+"""The matmuls and convolutions of a step, read from its jaxpr, and a per-operation setting.
+
+The convolution planner model (``hardware._planner``) plans every matmul and convolution
+of the program that runs: the ``dot_general`` and ``conv_general_dilated`` equations of the
+step's jaxpr (sub-jaxprs included, so ``jax.checkpoint`` recomputation and the backward
+pass count), with their shapes and dtypes.
+
+``set_available_memory(x, 0.2)`` is PopTorch's per-operation setting: it marks ``x`` with a
+custom identity primitive that stays in the jaxpr (and lowers to nothing), so the analysis
+finds the operation that produced ``x`` and gives it its own proportion. Under ``jax.grad``
+the mark follows the cotangent, so the backward matmuls/convolutions of that operation get
+the same setting, as PopART's gradient operations inherit the forward operation's options.
+
+References:
+    PopTorch User Guide, ``poptorch.set_available_memory`` and
+    ``Options.setAvailableMemoryProportion``; JAX "Defining new JAX primitives" (impl,
+    abstract evaluation, lowering, JVP and transpose rules).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.extend.core as jex
+import numpy as np
+from jax.interpreters import ad, batching, mlir
+
+from hardware._planner import ConvOp, check_proportion
+
+_FORWARD, _TANGENT, _COTANGENT = "forward", "tangent", "cotangent"
+MATMUL_PRIMITIVES = ("dot_general", "conv_general_dilated")
+
+available_memory_p = jex.Primitive("available_memory_proportion")
+
+
+def _impl(x, *, proportion, role):
+    return x
+
+
+available_memory_p.def_impl(_impl)
+available_memory_p.def_abstract_eval(lambda x, *, proportion, role: x)
+mlir.register_lowering(available_memory_p, lambda ctx, x, **_: [x])
+
+
+def _jvp(primals, tangents, *, proportion, role):
+    (x,), (t,) = primals, tangents
+    out = available_memory_p.bind(x, proportion=proportion, role=role)
+    if type(t) is ad.Zero:
+        return out, t
+    return out, available_memory_p.bind(t, proportion=proportion, role=_TANGENT)
+
+
+def _transpose(ct, x, *, proportion, role):
+    if type(ct) is ad.Zero:
+        return (ct,)
+    return (available_memory_p.bind(ct, proportion=proportion, role=_COTANGENT),)
+
+
+def _batch(args, dims, *, proportion, role):
+    return available_memory_p.bind(args[0], proportion=proportion, role=role), dims[0]
+
+
+ad.primitive_jvps[available_memory_p] = _jvp
+ad.primitive_transposes[available_memory_p] = _transpose
+batching.primitive_batchers[available_memory_p] = _batch
+
+
+def set_available_memory(x: Any, proportion: float) -> Any:
+    """``x`` unchanged, with the operation that produced it planned under ``proportion``.
+
+    PopTorch's ``poptorch.set_available_memory(x, 0.2)`` for a JAX model: call it on the
+    output of a matmul or convolution (a pytree of them is accepted). The planner model
+    then gives that operation, and its backward operations, their own available memory
+    proportion instead of the IPU's.
+
+    Raises:
+        ValueError: a proportion outside (0, 1].
+    """
+    value = check_proportion(proportion)
+    return jax.tree.map(
+        lambda leaf: available_memory_p.bind(leaf, proportion=value, role=_FORWARD), x
+    )
+
+
+def _conv_op(eqn, name: str, proportion: float | None, partials: int) -> ConvOp:
+    out = eqn.outvars[0].aval
+    lhs, rhs = eqn.invars[0].aval, eqn.invars[1].aval
+    nbytes = np.dtype(lhs.dtype).itemsize
+    if eqn.primitive.name == "dot_general":
+        (lc, rc), (lb, _) = eqn.params["dimension_numbers"]
+        free_l = [d for d in range(len(lhs.shape)) if d not in lc and d not in lb]
+        free_r = [
+            d
+            for d in range(len(rhs.shape))
+            if d not in rc and d not in eqn.params["dimension_numbers"][1][1]
+        ]
+        reduction = math.prod(lhs.shape[d] for d in lc)
+        return ConvOp(
+            name=name,
+            kind="matmul",
+            groups=max(math.prod(lhs.shape[d] for d in lb), 1),
+            rows=max(math.prod(lhs.shape[d] for d in free_l), 1),
+            columns=max(math.prod(rhs.shape[d] for d in free_r), 1),
+            reduction=max(reduction, 1),
+            depth=max(reduction, 1),
+            dtype_bytes=nbytes,
+            available_memory_proportion=proportion,
+            partials_bytes=partials,
+        )
+    dn = eqn.params["dimension_numbers"]
+    groups = int(eqn.params["feature_group_count"]) * int(eqn.params["batch_group_count"])
+    out_spec, rhs_spec = dn.out_spec, dn.rhs_spec
+    depth = rhs.shape[rhs_spec[1]]
+    window = math.prod(rhs.shape[d] for d in rhs_spec[2:])
+    return ConvOp(
+        name=name,
+        kind="conv",
+        groups=max(groups, 1),
+        rows=max(out.shape[out_spec[0]] * math.prod(out.shape[d] for d in out_spec[2:]), 1),
+        columns=max(out.shape[out_spec[1]] // max(groups, 1), 1),
+        reduction=max(depth * window, 1),
+        depth=max(depth, 1),
+        dtype_bytes=nbytes,
+        available_memory_proportion=proportion,
+        partials_bytes=partials,
+    )
+
+
+def _overrides(jaxpr) -> dict[int, float]:
+    """Equation index -> proportion set by ``set_available_memory`` in this jaxpr."""
+    producer = {}
+    consumers: dict[Any, list[int]] = {}
+    for i, eqn in enumerate(jaxpr.eqns):
+        for var in eqn.outvars:
+            producer[var] = i
+        for var in eqn.invars:
+            if isinstance(var, jex.Var):
+                consumers.setdefault(var, []).append(i)
+    found: dict[int, float] = {}
+    for eqn in jaxpr.eqns:
+        if eqn.primitive is not available_memory_p:
+            continue
+        value, role = eqn.params["proportion"], eqn.params["role"]
+        if role in (_FORWARD, _TANGENT):
+            source = eqn.invars[0]
+            targets = [producer[source]] if source in producer else []
+        else:
+            targets = consumers.get(eqn.outvars[0], [])
+        for i in targets:
+            if jaxpr.eqns[i].primitive.name in MATMUL_PRIMITIVES:
+                found[i] = value
+    return found
+
+
+PARTIALS_TYPES = {"float": 4, "half": 2}
+
+
+def matmul_ops(jaxpr, *, prefix: str = "", partials_type: str = "float") -> tuple[ConvOp, ...]:
+    """Every ``dot_general`` and ``conv_general_dilated`` of ``jaxpr`` (and its sub-jaxprs).
+
+    Each gets a unique name, ``<primitive> #<n> <lhs shape> x <rhs shape>``, which the
+    planner's warning quotes. ``partials_type`` is PopLibs' ``partialsType`` ("float", the
+    default, or "half").
+    """
+    if partials_type not in PARTIALS_TYPES:
+        raise ValueError(
+            f"`partials_type` must be one of {tuple(PARTIALS_TYPES)}, got {partials_type!r}."
+        )
+    partials = PARTIALS_TYPES[partials_type]
+    if hasattr(jaxpr, "jaxpr"):
+        jaxpr = jaxpr.jaxpr
+    ops: list[ConvOp] = []
+
+    def walk(jp) -> None:
+        overrides = _overrides(jp)
+        for i, eqn in enumerate(jp.eqns):
+            if eqn.primitive.name in MATMUL_PRIMITIVES:
+                lhs, rhs = eqn.invars[0].aval, eqn.invars[1].aval
+                name = (
+                    f"{prefix}{eqn.primitive.name} #{len(ops)} "
+                    f"{'x'.join(map(str, lhs.shape))} * {'x'.join(map(str, rhs.shape))}"
+                )
+                ops.append(_conv_op(eqn, name, overrides.get(i), partials))
+            for sub in jex.jaxprs_in_params(eqn.params):
+                walk(sub)
+
+    walk(jaxpr)
+    return tuple(ops)
+
+
+def step_matmuls(fn, *args) -> tuple[ConvOp, ...]:
+    """The matmuls and convolutions of ``fn(*args)`` (arrays or ``ShapeDtypeStruct``)."""
+    return matmul_ops(jax.make_jaxpr(fn)(*args))
