@@ -44,13 +44,12 @@ from hardware._pipeline import (
 from hardware._specs import IpuSpec, SystemSelectionError, SystemSpec
 from hardware._step_profile import StepProfile
 from hardware._timeline import (
-    _PHASE_OF_KIND,
-    PHASES,
     TRACK_COMPUTE,
     StepSimulation,
     TimelineEvent,
     _durations,
     _steady_step,
+    step_phases,
 )
 
 
@@ -286,15 +285,7 @@ def simulate_pipeline_step(
             continue
         out.append(event)
     n_micro = ga * profile.device_iterations
-    phases = dict.fromkeys(PHASES, 0.0)
-    phases["host_io"] = exposed
-    phases["compute"] = n_micro * d.compute
-    phases["gradient_accumulation"] = n_micro * d.accumulate
-    for kind, cost in d.collectives:
-        phases[_PHASE_OF_KIND[kind]] += profile.device_iterations * cost.total
-    phases["weight_update"] = profile.device_iterations * d.update
-    phases["streaming"] = profile.device_iterations * d.streaming
-    phases["host_sync"] = d.sync
+    phases = step_phases(d, profile, exposed)
 
     memories = tuple(
         stage_memory(

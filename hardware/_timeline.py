@@ -232,6 +232,23 @@ def _run_steps(d: _Durations, profile: StepProfile, depth: int, steps: int):
     return events, step_ends
 
 
+def step_phases(d: _Durations, profile: StepProfile, exposed_io: float) -> dict[str, float]:
+    """Seconds per step in each of ``PHASES``: every micro-batch's compute and accumulation,
+    each update's collectives, weight update and streaming, the exposed host IO and the one
+    host synchronisation (a pipelined step replaces the compute with its schedule's)."""
+    n_micro = profile.gradient_accumulation * profile.device_iterations
+    phases = dict.fromkeys(PHASES, 0.0)
+    phases["host_io"] = exposed_io
+    phases["compute"] = n_micro * d.compute
+    phases["gradient_accumulation"] = n_micro * d.accumulate
+    for kind, cost in d.collectives:
+        phases[_PHASE_OF_KIND[kind]] += profile.device_iterations * cost.total
+    phases["weight_update"] = profile.device_iterations * d.update
+    phases["streaming"] = profile.device_iterations * d.streaming
+    phases["host_sync"] = d.sync
+    return phases
+
+
 def _steady_step(d: _Durations, profile: StepProfile, depth: int):
     """The second of two steps: the first fills the infeed as a running job has."""
     events, ends = _run_steps(d, profile, depth, 2)
@@ -271,15 +288,7 @@ def simulate_step(
     exposed = max(step_seconds - without_io, 0.0)
 
     n_micro = profile.gradient_accumulation * profile.device_iterations
-    phases = dict.fromkeys(PHASES, 0.0)
-    phases["host_io"] = exposed
-    phases["compute"] = n_micro * d.compute
-    phases["gradient_accumulation"] = n_micro * d.accumulate
-    for kind, cost in d.collectives:
-        phases[_PHASE_OF_KIND[kind]] += profile.device_iterations * cost.total
-    phases["weight_update"] = profile.device_iterations * d.update
-    phases["streaming"] = profile.device_iterations * d.streaming
-    phases["host_sync"] = d.sync
+    phases = step_phases(d, profile, exposed)
 
     samples = layout.num_replicas * profile.samples_per_update * profile.device_iterations
     return StepSimulation(

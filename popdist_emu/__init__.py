@@ -4,6 +4,7 @@ The PopDist names are imported eagerly and pull in no JAX, so ``import popdist``
 program stays cheap; the training runtime's names are loaded on first use.
 """
 
+from popdist_emu._popdist_api import POPDIST_NAMES as _POPDIST_NAMES
 from popdist_emu._popdist_api import checkNumIpusPerReplica as checkNumIpusPerReplica
 from popdist_emu._popdist_api import execute_on_instances as execute_on_instances
 from popdist_emu._popdist_api import getDeviceId as getDeviceId
@@ -79,21 +80,7 @@ _LAZY: dict[str, str] = {
 # Public names that differ from the private definition's.
 _RENAMED = {"read_checkpoint_meta": "read_meta"}
 
-__all__ = [
-    "checkNumIpusPerReplica",
-    "execute_on_instances",
-    "getDeviceId",
-    "getInstanceIndex",
-    "getLocalInstanceIndex",
-    "getNumInstances",
-    "getNumIpusPerReplica",
-    "getNumLocalReplicas",
-    "getNumTotalReplicas",
-    "getReplicaIndexOffset",
-    "init",
-    "isPopdistEnvSet",
-    *_LAZY,
-]
+__all__ = [*_POPDIST_NAMES, *_LAZY]
 
 
 def __getattr__(name: str):

@@ -28,21 +28,7 @@ import numpy as np
 import hardware
 from popdist_emu._environment import InstanceEnvironment
 from popdist_emu._pipeline import Pipeline, _float_mask, _split
-from popdist_emu._profile import _cost, _precision, tree_nbytes
-
-
-def _ops_and_largest(jaxpr) -> tuple[int, int]:
-    ops, largest = 0, 0
-    for eqn in jaxpr.eqns:
-        ops += 1
-        for var in eqn.outvars:
-            aval = var.aval
-            if hasattr(aval, "shape") and hasattr(aval, "dtype"):
-                largest = max(largest, math.prod(aval.shape) * np.dtype(aval.dtype).itemsize)
-        for sub in jex.core.jaxprs_in_params(eqn.params):
-            o, g = _ops_and_largest(sub)
-            ops, largest = ops + o, max(largest, g)
-    return ops, largest
+from popdist_emu._profile import _cost, _precision, _walk, tree_nbytes
 
 
 def _residual_bytes(fn, p, x) -> int:
@@ -118,8 +104,8 @@ def profile_stages(pipeline: Pipeline, params: Any, micro: Any) -> list[StagePro
         xf, xo = _split(x, prog._x_mask)
         dy = None if prog.last else _split(y, prog._y_mask)[0]
         bwd = prog._backward.lower(p, xf, xo, dy).compile()
-        fwd_ops, _ = _ops_and_largest(jax.make_jaxpr(prog.forward)(p, x).jaxpr)
-        bwd_ops, largest = _ops_and_largest(jax.make_jaxpr(prog._backward)(p, xf, xo, dy).jaxpr)
+        fwd_ops, _ = _walk(jax.make_jaxpr(prog.forward)(p, x).jaxpr)
+        bwd_ops, largest = _walk(jax.make_jaxpr(prog._backward)(p, xf, xo, dy).jaxpr)
         out.append(
             StageProfile(
                 forward=_cost(fwd),

@@ -19,6 +19,23 @@ from popdist_emu._environment import InstanceEnvironment
 
 _T = TypeVar("_T")
 
+# The PopDist API's names, in one place: popdist_emu exports them, and so does the popdist shim
+# that instances import.
+POPDIST_NAMES = (
+    "checkNumIpusPerReplica",
+    "execute_on_instances",
+    "getDeviceId",
+    "getInstanceIndex",
+    "getLocalInstanceIndex",
+    "getNumInstances",
+    "getNumIpusPerReplica",
+    "getNumLocalReplicas",
+    "getNumTotalReplicas",
+    "getReplicaIndexOffset",
+    "init",
+    "isPopdistEnvSet",
+)
+
 
 def _view() -> InstanceEnvironment:
     return InstanceEnvironment.from_environ(os.environ)
