@@ -62,20 +62,42 @@ def openmpi_mpiexec():
     return str(mpiexec)
 
 
+# Every instance of these tests runs on this machine (the real-hosts test uses 127.0.0.x), so
+# Open MPI's TCP transport between processes stays on the loopback interface: once it tried an
+# IPv6 interface of this machine (fd00::2) that refused the connection, and the job aborted.
+# (PRRTE's out-of-band channel refuses loopback alone, so it keeps its defaults.)
+LOOPBACK_ONLY = {"OMPI_MCA_btl_tcp_if_include": "lo"}
+
+
 @pytest.mark.timeout(600)
 def test_launcher_and_gcl_tests_pass_under_open_mpi(openmpi_mpiexec):
     subset = list(SUBSET)
     if "Cancel(" not in (ROOT / "gcl" / "_transport.py").read_text():
         subset.append("tests/gcl/test_transport.py")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *subset],
-        capture_output=True,
-        text=True,
-        timeout=560,
-        cwd=ROOT,
-        env={**os.environ, "POPDIST_EMU_MPIEXEC": openmpi_mpiexec},
+
+    def run() -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *subset],
+            capture_output=True,
+            text=True,
+            timeout=270,
+            cwd=ROOT,
+            env={**os.environ, **LOOPBACK_ONLY, "POPDIST_EMU_MPIEXEC": openmpi_mpiexec},
+        )
+
+    # One retry: Open MPI's wire-up between processes on this machine failed about once in
+    # five runs (a refused TCP connection), which is Open MPI's environment, not the emulator.
+    # A real fault fails both runs.
+    first = result = run()
+    if result.returncode != 0:
+        result = run()
+    assert result.returncode == 0, (
+        "failed twice under Open MPI; the first time:\n"
+        + first.stdout[-3000:]
+        + "\nthe second time:\n"
+        + result.stdout[-3000:]
+        + result.stderr[-1000:]
     )
-    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert " passed" in result.stdout.splitlines()[-1]
 
 
