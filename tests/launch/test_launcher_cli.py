@@ -2,10 +2,8 @@
 
 import os
 import re
-import shutil
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -120,24 +118,19 @@ def test_version(capsys):
 
 
 def test_refusal_is_fast_and_starts_nothing(tmp_path):
-    """A bad layout is refused in well under a second, as a separate process."""
-    command = shutil.which("poprun-emu")
-    command = [command] if command else [sys.executable, "-m", "launch"]
-    # Best of three, so a one-off scheduling hiccup on a shared CI machine is not a failure.
-    elapsed = float("inf")
-    for _ in range(3):
-        start = time.perf_counter()
-        out = subprocess.run(
-            [*command, "--num-replicas", "6", "--num-instances", "4", "python3", "-c", "pass"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=tmp_path,
-        )
-        elapsed = min(elapsed, time.perf_counter() - start)
-        if elapsed < 1.0:
-            break
-    assert out.returncode == 2
+    """A bad layout is refused in one line before anything starts, by a launcher that loads
+    neither JAX nor MPI (which is why it takes a fraction of a second; the README gives the
+    measured time: timings are not asserted here)."""
+    probe = (
+        "import sys\n"
+        "from launch import main\n"
+        "code = main(['--num-replicas', '6', '--num-instances', '4', 'python3', '-c', 'pass'])\n"
+        "heavy = [m for m in ('jax', 'mpi4py.MPI', 'jaxlib') if m in sys.modules]\n"
+        "print(code, heavy)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert out.stdout.strip() == "2 []", out.stdout + out.stderr
     assert "not divisible" in out.stderr
-    assert out.stdout == ""
-    assert elapsed < 1.0, f"refusal took {elapsed:.2f} s"
+    assert len(out.stderr.strip().splitlines()) == 1
