@@ -35,6 +35,8 @@ from collections.abc import Sequence
 import jax
 import jax.numpy as jnp
 
+from hardware import DEFAULT_AVAILABLE_MEMORY_PROPORTION
+
 IMAGE_SIZE = 224
 NUM_CLASSES = 1000
 DEPTHS = {50: (3, 4, 6, 3), 101: (3, 4, 23, 3)}
@@ -190,7 +192,9 @@ def format_table(table: dict) -> str:
 def _parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--micro-batch-size", type=int, default=16)
-    parser.add_argument("--available-memory-proportion", type=float, default=0.6)
+    parser.add_argument(
+        "--available-memory-proportion", type=float, default=DEFAULT_AVAILABLE_MEMORY_PROPORTION
+    )
     parser.add_argument("--depth", type=int, choices=sorted(DEPTHS), default=101)
     parser.add_argument("--precision", choices=("float16", "float32"), default="float32")
     parser.add_argument("--sweep", action="store_true", help="print the batch x proportion table")

@@ -233,7 +233,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--available-memory-proportion",
         type=float,
-        default=0.6,
+        default=hardware.DEFAULT_AVAILABLE_MEMORY_PROPORTION,
         help="PopLibs' availableMemoryProportion of the convolutions and matmuls (0, 1]; "
         "single-IPU replicas",
     )
@@ -285,7 +285,10 @@ def main(argv: list[str] | None = None) -> dict:
     progress = popdist.Progress(args.steps, enabled=leader)
     ipus_per_replica = popdist.getNumIpusPerReplica()
     strategy = execution_strategy(ipus_per_replica, args.strategy)
-    if strategy is not None and args.available_memory_proportion != 0.6:
+    if (
+        strategy is not None
+        and args.available_memory_proportion != hardware.DEFAULT_AVAILABLE_MEMORY_PROPORTION
+    ):
         print(
             "train.py: --available-memory-proportion is planned for single-IPU replicas only "
             "in this version; drop it or use --ipus-per-replica 1",

@@ -11,7 +11,7 @@ import dataclasses
 import re
 from typing import Literal, NamedTuple
 
-from hardware._planner import proportion_for_ipu
+from hardware._planner import DEFAULT_AVAILABLE_MEMORY_PROPORTION, proportion_for_ipu
 
 CollectiveKind = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast"]
 COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
@@ -142,7 +142,7 @@ class StepProfile:
     recomputation: bool = False
     name: str = "model"
     matmuls: tuple = ()
-    available_memory_proportion: object = 0.6
+    available_memory_proportion: object = DEFAULT_AVAILABLE_MEMORY_PROPORTION
 
     def __post_init__(self) -> None:
         for field in ("micro_batch_size", "gradient_accumulation", "device_iterations"):

@@ -41,7 +41,7 @@ from launch._job import (
 )
 from launch._output import open_log
 from launch._watchdog import tail_path
-from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig
+from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig, read_job_config
 
 _LINE_END = re.compile(rb"\r\n|\n|\r")
 TAIL_LINES = 12  # stderr lines kept per instance for the launcher's failure message
@@ -232,15 +232,15 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    text = os.environ.get(ENV_BOOTSTRAP)
-    if text is None or not argv:
+    config = read_job_config()
+    if config is None or not argv:
         print(
             f"poprun-emu bootstrap: {ENV_BOOTSTRAP} is unset or no program was given: this "
             f"module is started by poprun-emu; run poprun-emu [options] program instead.",
             file=sys.stderr,
         )
         return 2
-    return run_instance(argv, JobConfig.from_json(text))
+    return run_instance(argv, config)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from typing import NamedTuple
 
 from launch._cleanup import remove_leftover_segments
 from launch._job import pid_path, status_path
+from popdist_emu._files import pid_alive
 
 POLL_SECONDS = 0.1  # 16 instances = 32 small reads per poll; cheap, and failures end in seconds
 GRACE_SECONDS = 3.0
@@ -128,20 +129,10 @@ class _Groups:
         return dict(self.known)
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _vanished(groups: _Groups, exits: Mapping[int, InstanceExit]):
     """Instances whose bootstrap is gone without writing a status (it was killed)."""
     for i, (pid, _) in groups().items():
-        if i not in exits and not _alive(pid):
+        if i not in exits and not pid_alive(pid):
             yield i
 
 
@@ -164,7 +155,7 @@ def end_job(proc: subprocess.Popen, groups: _Groups) -> None:
     _signal_job(proc, groups, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_SECONDS
     while time.monotonic() < deadline:
-        if proc.poll() is not None and not any(_alive(pid) for pid, _ in groups().values()):
+        if proc.poll() is not None and not any(pid_alive(pid) for pid, _ in groups().values()):
             break
         time.sleep(POLL_SECONDS)
     _signal_job(proc, groups, signal.SIGKILL)

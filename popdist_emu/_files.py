@@ -29,7 +29,8 @@ def _umask() -> int:
     return mask
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one we may not signal counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -47,7 +48,7 @@ def _remove_stale_temporaries(directory: str, name: str) -> None:
             if not (entry.name.startswith(prefix) and entry.name.endswith(".tmp")):
                 continue
             pid = entry.name[len(prefix) :].split(".", 1)[0]
-            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
 

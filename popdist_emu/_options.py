@@ -20,7 +20,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
-from hardware import DEFAULT_PREFETCH_DEPTH, LayoutError, ReplicaLayout
+from hardware import (
+    DEFAULT_AVAILABLE_MEMORY_PROPORTION,
+    DEFAULT_PREFETCH_DEPTH,
+    LayoutError,
+    ReplicaLayout,
+)
 from popdist_emu._environment import InstanceEnvironment, offline_mode
 
 OutputMode = Literal["final", "all"]
@@ -107,7 +112,7 @@ class Options:
     prefetch_depth: int = DEFAULT_PREFETCH_DEPTH
     execution_strategy: object | None = None
     recomputation: bool = False
-    available_memory_proportion: float | dict = 0.6
+    available_memory_proportion: float | dict = DEFAULT_AVAILABLE_MEMORY_PROPORTION
     layout: ReplicaLayout = None  # type: ignore[assignment]  # resolved in __post_init__
     instance_index: int = None  # type: ignore[assignment]  # resolved in __post_init__
 

@@ -26,7 +26,7 @@ import jax
 import jax.extend.core as jex
 import numpy as np
 
-from hardware import CollectiveRecord, StepProfile
+from hardware import DEFAULT_AVAILABLE_MEMORY_PROPORTION, CollectiveRecord, StepProfile
 from popdist_emu._compile_lock import compile_lock
 from popdist_emu._matmuls import matmul_ops
 from popdist_emu._progress import phase
@@ -207,7 +207,7 @@ def profile_programs(
     sharding_domain: int = 0,
     recomputation: bool = False,
     name: str = "model",
-    available_memory_proportion: float | dict = 0.6,
+    available_memory_proportion: float | dict = DEFAULT_AVAILABLE_MEMORY_PROPORTION,
     partials_type: str = "float",
 ) -> StepProfile:
     """The ``hardware.StepProfile`` of one replica's step, from the programs that run it.
@@ -309,7 +309,7 @@ def profile_step(
     sharding_domain: int = 0,
     recomputation: bool = False,
     name: str = "model",
-    available_memory_proportion: float | dict = 0.6,
+    available_memory_proportion: float | dict = DEFAULT_AVAILABLE_MEMORY_PROPORTION,
     partials_type: str = "float",
 ) -> StepProfile:
     """Compiles (never runs) a model's own step functions once and profiles them.
