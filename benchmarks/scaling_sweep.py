@@ -2,15 +2,17 @@
 
 Goals (issue 12, on an idle 2-core machine): under 30 s for the whole sweep and under 0.2 s
 per point after the one compile. Prints the wall time of the command, the program's compile
-and the slowest point's evaluation, from ``scaling.json``.
+and the slowest point's evaluation, from ``scaling.json``. Each run starts from a cold
+executable cache (a fresh ``XDG_CACHE_HOME``) unless ``--warm`` keeps the user's cache.
 
-    python benchmarks/scaling_sweep.py [--out DIR] [--repeat N]
+    python benchmarks/scaling_sweep.py [--out DIR] [--repeat N] [--warm]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -22,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 REPLICAS = "16,64,256,1024,4096,16384,32768,65536"
 
 
-def sweep(out: Path) -> dict:
+def sweep(out: Path, warm: bool) -> dict:
     script = shutil.which("poprun-emu-scaling")
     command = [script] if script else [
         sys.executable, "-c", "import sys, popdist_emu._scaling_cli as m; sys.exit(m.main())"
@@ -33,9 +35,13 @@ def sweep(out: Path) -> dict:
         "--out", str(out), str(ROOT / "examples" / "resnet50.py"),
         "--micro-batch-size", "20", "--gradient-accumulation", "2",
     ]  # fmt: skip
-    start = time.perf_counter()
-    subprocess.run([*command, *words], check=True, timeout=1800, stdout=subprocess.DEVNULL)
-    wall = time.perf_counter() - start
+    with tempfile.TemporaryDirectory(prefix="scaling-sweep-cache-") as cache:
+        env = dict(os.environ) if warm else {**os.environ, "XDG_CACHE_HOME": cache}
+        start = time.perf_counter()
+        subprocess.run(
+            [*command, *words], check=True, timeout=1800, stdout=subprocess.DEVNULL, env=env
+        )
+        wall = time.perf_counter() - start
     doc = json.loads((out / "scaling.json").read_text())
     series = doc["series"][0]
     return {
@@ -51,12 +57,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--warm", action="store_true", help="keep the user's executable cache")
     args = parser.parse_args()
     for i in range(args.repeat):
         out = args.out or Path(tempfile.mkdtemp(prefix="scaling-sweep-"))
-        figures = sweep(out)
+        figures = sweep(out, args.warm)
         print(
-            f"run {i + 1}: {figures['points']} points ({figures['valid_points']} valid) in "
+            f"run {i + 1} ({'warm' if args.warm else 'cold'} cache): {figures['points']} "
+            f"points ({figures['valid_points']} valid) in "
             f"{figures['wall_seconds']:.1f} s (goal 30 s); the program's compile "
             f"{figures['compile_seconds']:.1f} s; slowest point "
             f"{figures['max_point_seconds'] * 1e3:.1f} ms (goal 200 ms)",

@@ -28,7 +28,7 @@ import numpy as np
 import hardware
 from popdist_emu._environment import InstanceEnvironment
 from popdist_emu._pipeline import Pipeline, _float_mask, _split
-from popdist_emu._profile import _cost, _precision, _walk, tree_nbytes
+from popdist_emu._profile import ANALYSIS_ONLY_OPTIONS, _cost, _precision, _walk, tree_nbytes
 
 
 def _residual_bytes(fn, p, x) -> int:
@@ -98,12 +98,12 @@ def profile_stages(pipeline: Pipeline, params: Any, micro: Any) -> list[StagePro
         p = pipeline.stage_params(params, s)
         y = jax.eval_shape(prog.forward, p, x)
         prog.observe_output(y)
-        fwd = prog.forward.lower(p, x).compile()
+        fwd = prog.forward.lower(p, x).compile(compiler_options=ANALYSIS_ONLY_OPTIONS)
         if prog._backward is None:
             prog._build(x)
         xf, xo = _split(x, prog._x_mask)
         dy = None if prog.last else _split(y, prog._y_mask)[0]
-        bwd = prog._backward.lower(p, xf, xo, dy).compile()
+        bwd = prog._backward.lower(p, xf, xo, dy).compile(compiler_options=ANALYSIS_ONLY_OPTIONS)
         fwd_ops, _ = _walk(jax.make_jaxpr(prog.forward)(p, x).jaxpr)
         bwd_ops, largest = _walk(jax.make_jaxpr(prog._backward)(p, xf, xo, dy).jaxpr)
         out.append(

@@ -483,7 +483,12 @@ class Trainer:
         # A pipeline runs its stages' programs instead of the whole micro-step.
         if self.pipeline is None and micro_key not in self._micro_steps:
             self._micro_steps[micro_key] = compile_program(
-                self.grad_fn, self._params_shape, acc, micro, label="the replica's micro-step"
+                self.grad_fn,
+                self._params_shape,
+                acc,
+                micro,
+                label="the replica's micro-step",
+                analysis_only=self.offline,
             )
         if grad not in self._updates:
             self._updates[grad] = compile_program(
@@ -492,6 +497,7 @@ class Trainer:
                 self._opt_state_shape,
                 grad,
                 label="the weight update",
+                analysis_only=self.offline,
             )
         return CompiledStep(
             self._micro_steps.get(micro_key),

@@ -50,7 +50,7 @@ def series_points(config: dict[str, Any], series: dict[str, Any]) -> list[dict[s
 
 def _launch_command(config: dict, series: dict, point: dict) -> list[str]:
     return [
-        sys.executable, "-m", "launch", "--offline-mode",
+        sys.executable, "-m", "launch", "--offline-mode", "--offline-representative",
         "--num-replicas", str(point["replicas"]),
         "--num-instances", str(point["instances"]),
         "--ipus-per-replica", str(point["ipus_per_replica"]),

@@ -93,8 +93,8 @@ def test_the_same_program_is_shared_within_the_process(compiles):
     loss_fn = make_loss()
     options = popdist_emu.Options(replication_factor=2)
     trainers = [
-        popdist_emu.Trainer(loss_fn, optax.sgd(0.1), PARAMS, options, offline=offline)
-        for offline in (False, True)
+        popdist_emu.Trainer(loss_fn, optax.sgd(0.1), PARAMS, options, offline=False)
+        for _ in range(2)
     ]
     b = batch(options)[0]
     steps = [t.compile(b) for t in trainers]
@@ -102,3 +102,31 @@ def test_the_same_program_is_shared_within_the_process(compiles):
     assert popdist_emu.compile_program(
         trainers[0].grad_fn, *trainers[0].example_args(b)["micro_step"]
     ) is (steps[0].micro_step)
+
+
+def test_an_offline_program_is_analysed_as_the_program_that_runs():
+    """Offline mode compiles for analysis only (no backend code optimisation): XLA's cost and
+    memory analyses, which the hardware model reads, equal those of the program that runs,
+    and the analysis-only program still computes the same values."""
+    loss_fn = make_loss()
+    options = popdist_emu.Options(replication_factor=2, gradient_accumulation=2)
+    trainers = [
+        popdist_emu.Trainer(loss_fn, optax.adam(1e-2), PARAMS, options, offline=offline)
+        for offline in (False, True)
+    ]
+    b = batch(options)[0]
+    run, analysed = (t.compile(b) for t in trainers)
+    assert run.micro_step is not analysed.micro_step
+    for a, o in ((run.micro_step, analysed.micro_step), (run.update, analysed.update)):
+        assert a.compiled.cost_analysis() == o.compiled.cost_analysis()
+        ma, mo = a.compiled.memory_analysis(), o.compiled.memory_analysis()
+        for field in ("temp_size_in_bytes", "argument_size_in_bytes", "output_size_in_bytes"):
+            assert getattr(ma, field) == getattr(mo, field), field
+    args = trainers[0].example_args(b)["micro_step"]
+    values = jax.tree.map(lambda s: np.ones(s.shape, s.dtype), args)
+    for r, a in zip(
+        jax.tree.leaves(run.micro_step(*values)),
+        jax.tree.leaves(analysed.micro_step(*values)),
+        strict=True,
+    ):
+        np.testing.assert_allclose(np.asarray(r), np.asarray(a), rtol=1e-6)
