@@ -32,6 +32,7 @@ from hardware._step_profile import StepProfile
 PHASES = (
     "host_io",
     "compute",
+    "pipeline_bubble",
     "gradient_accumulation",
     "allreduce",
     "reduce_scatter",

@@ -28,7 +28,9 @@ import numpy as np
 import hardware
 from popdist_emu._environment import InstanceEnvironment
 from popdist_emu._pipeline import Pipeline, _float_mask, _split
+from popdist_emu._pipeline_rules import check_gradient_accumulation
 from popdist_emu._profile import ANALYSIS_ONLY_OPTIONS, _cost, _precision, _walk, tree_nbytes
+from popdist_emu._scaling_points import answer_request, trainer_relayout
 
 
 def _residual_bytes(fn, p, x) -> int:
@@ -261,17 +263,32 @@ def simulate_pipeline(
     profiles = profile_stages(pipeline, kwargs["params"], kwargs["batch"][0])
     replica = replica_profile(trainer, batch, profiles, name)
     stages = stage_costs(pipeline, profiles, replica, spec, params)
-    return simulate_stages(
+    schedule = {
+        "strategy": pipeline.strategy.strategy,
+        "schedule": pipeline.strategy.schedule,
+        "recomputation": pipeline.recomputation,
+        "parameters": params,
+    }
+    depth = int(trainer.options.prefetch_depth)
+
+    def simulator(profile, point_layout, system, **kwargs):
+        # A point's own accumulation (strong scaling) obeys the rule the trainer enforced.
+        check_gradient_accumulation(
+            profile.gradient_accumulation, pipeline.num_stages, schedule["strategy"]
+        )
+        return hardware.simulate_pipeline_step(
+            profile, stages, point_layout, system, **schedule, **kwargs
+        )
+
+    # poprun-emu-scaling: every point of a sweep from these stages (no-op otherwise).
+    answer_request(
         replica,
-        stages,
-        layout,
-        spec,
-        strategy=pipeline.strategy.strategy,
-        schedule=pipeline.strategy.schedule,
-        recomputation=pipeline.recomputation,
-        parameters=params,
-        prefetch_depth=int(trainer.options.prefetch_depth),
+        prefetch_depth=depth,
+        environ=environ,
+        relayout=trainer_relayout(trainer, batch),
+        simulator=simulator,
     )
+    return simulate_stages(replica, stages, layout, spec, **schedule, prefetch_depth=depth)
 
 
 def _refuse_before_compiling(trainer, kwargs, layout, spec, params, name) -> None:

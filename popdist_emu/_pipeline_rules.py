@@ -72,10 +72,20 @@ def check_pipeline(
             + ("owned by no block" if orphans else "owned by a block but not in params")
             + ": list every top-level key of params in exactly one Block(params=...)."
         )
-    need = hardware.min_gradient_accumulation(n, strategy.strategy)
+    check_gradient_accumulation(gradient_accumulation, n, strategy.strategy)
+
+
+def check_gradient_accumulation(gradient_accumulation: int, num_stages: int, strategy: str) -> None:
+    """PopART's rule: a pipelined training step needs ``2N - 1`` micro-batches or more.
+
+    Raises:
+        PipelineError: ``gradient_accumulation`` is below
+            ``hardware.min_gradient_accumulation(num_stages, strategy)``.
+    """
+    need = hardware.min_gradient_accumulation(num_stages, strategy)
     if gradient_accumulation < need:
         raise PipelineError(
             f"gradient_accumulation={gradient_accumulation} is too small for a pipelined "
-            f"training step over {n} stages: PopART needs at least 2 x {n} - 1 = {need} "
-            f"micro-batches (use --gradient-accumulation {need} or more)."
+            f"training step over {num_stages} stages: PopART needs at least 2 x {num_stages} "
+            f"- 1 = {need} micro-batches (use --gradient-accumulation {need} or more)."
         )

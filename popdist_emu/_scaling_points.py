@@ -18,9 +18,10 @@ Each point's result is exactly what a single ``poprun-emu --offline-mode`` run o
 configuration writes to ``summary.json`` (the same ``_report.summary``), plus the collective
 time split by link tier.
 
-Interface with the runtime (kept narrow on purpose): ``_simulation.simulate_profile`` calls
-:func:`answer_request` once, and ``_simulation.simulate`` hands it
-``trainer_relayout(trainer, batch)``.
+Interface with the runtime (kept narrow on purpose): ``_simulation.simulate_profile`` and,
+for a pipelined replica, ``_pipeline_profile.simulate_pipeline`` call :func:`answer_request`
+once, handing it ``trainer_relayout(trainer, batch)`` (and the pipeline its stages'
+simulator, so the bubble is one more phase of every point).
 
 References:
     Graphcore PopRun user guide, ``--offline-mode``; Memory and Performance Optimisation on
@@ -44,6 +45,9 @@ COLLECTIVE_PHASES = ("allreduce", "reduce_scatter", "all_gather", "broadcast")
 TIER_TRACKS = {"ipu_links": "IPU-Links", "gw_links": "GW-Links"}
 
 Relayout = Callable[[hardware.ReplicaLayout], dict[str, Any]]
+# ``simulator(profile, layout, system, **depth)``: the step of one point; a pipelined
+# replica's (``_pipeline_profile``) closes over its stages, the default is data parallel.
+Simulator = Callable[..., hardware.StepSimulation]
 
 
 def trainer_relayout(trainer: Any, batch: Any) -> Relayout:
@@ -125,6 +129,7 @@ def evaluate_point(
     *,
     prefetch_depth: int | None = None,
     relayout: Relayout | None = None,
+    simulator: Simulator | None = None,
 ) -> dict[str, Any]:
     """One point of the sweep: ``summary.json``'s content for that layout, or why not.
 
@@ -135,6 +140,8 @@ def evaluate_point(
             None keeps the profile's accumulation).
         prefetch_depth: the infeed's prefetch depth (None: the hardware model's default).
         relayout: layout-dependent profile fields (see :func:`trainer_relayout`).
+        simulator: how a layout's step is simulated; default ``hardware.simulate_step``
+            (a pipelined replica passes its stages' schedule, whose bubble is then a phase).
 
     Returns:
         ``{"status": "ok" | "out_of_memory" | "invalid", "reason": str, "summary": dict,
@@ -156,7 +163,7 @@ def evaluate_point(
             )
         point_profile = profile.replace(**changes) if changes else profile
         depth = {} if prefetch_depth is None else {"prefetch_depth": prefetch_depth}
-        simulation = hardware.simulate_step(point_profile, layout, spec, **depth)
+        simulation = (simulator or hardware.simulate_step)(point_profile, layout, spec, **depth)
     except (ValueError, hardware.SystemSelectionError) as error:
         return {"status": "invalid", "reason": str(error).splitlines()[0]}
     result = {
@@ -167,7 +174,10 @@ def evaluate_point(
     }
     try:
         # Poplar refuses a graph that does not fit; the sweep keeps the point and says why.
-        hardware.check_memory(simulation)
+        if getattr(simulation, "pipeline", None) is not None:
+            hardware.check_pipeline_memory(simulation)  # names the IPU and stage
+        else:
+            hardware.check_memory(simulation)
     except hardware.OutOfMemoryError as error:
         result.update(status="out_of_memory", reason=str(error).splitlines()[0])
     return result
@@ -179,6 +189,7 @@ def answer_request(
     prefetch_depth: int | None,
     environ: Mapping[str, str],
     relayout: Relayout | None = None,
+    simulator: Simulator | None = None,
 ) -> None:
     """If ``poprun-emu-scaling`` asked for a sweep, evaluates its points and writes them.
 
@@ -194,7 +205,9 @@ def answer_request(
     points = []
     for point in request["points"]:
         start = time.perf_counter()
-        result = evaluate_point(profile, point, prefetch_depth=prefetch_depth, relayout=relayout)
+        result = evaluate_point(
+            profile, point, prefetch_depth=prefetch_depth, relayout=relayout, simulator=simulator
+        )
         result["evaluation_seconds"] = time.perf_counter() - start
         points.append(result)
     answer = {

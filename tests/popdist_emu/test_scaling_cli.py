@@ -143,3 +143,38 @@ def test_sweep_of_train_py_writes_every_output_and_equals_single_runs(tmp_path):
     assert doc["model_parameters"] == summary.pop("model_parameters")
     assert rows[1]["summary"] == summary
     check_page(tmp_path / "single" / "report.html")  # the single run's own page
+
+
+def test_pipelined_sweep_has_a_bubble_phase_and_equals_a_single_run(tmp_path):
+    """Pipelined replicas join the sweep: each point is the stages' schedule for that layout,
+    its idle share a ``pipeline_bubble`` phase; a point whose accumulation falls below what a
+    pipeline of 2 stages needs is reported invalid, not fatal."""
+    sweep = run(
+        tmp_path, "poprun-emu-scaling", "--num-replicas", "2,4,8", "--num-instances", "1",
+        "--ipus-per-replica", "2", "--strong", "--global-batch", "64", "--out", "out",
+        TRAIN, "--micro-batch-size", "4", "--gradient-accumulation", "8",
+    )  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    rows = json.loads((tmp_path / "out" / "scaling.json").read_text())["series"][0]["rows"]
+    assert [r["status"] for r in rows] == ["ok", "ok", "invalid"], [r["reason"] for r in rows]
+    assert [r["gradient_accumulation"] for r in rows[:2]] == [8, 4]
+    assert "gradient_accumulation=2 is too small" in rows[2]["reason"]
+    for row in rows[:2]:
+        assert row["phases"]["pipeline_bubble"] > 0 and row["summary"]["pipeline"]
+    # The bubble's share of the pipeline grows as the accumulation falls (the ramp is
+    # amortised over fewer micro-batches); it is the report's bubble fraction.
+    share = [r["phases"]["pipeline_bubble"] / (r["phases"]["pipeline_bubble"] +
+             r["phases"]["compute"]) for r in rows[:2]]  # fmt: skip
+    assert share[1] > share[0]
+    for row, fraction in zip(rows, share, strict=False):
+        assert fraction == pytest.approx(row["summary"]["pipeline"]["bubble_fraction"])
+
+    single = run(
+        tmp_path, "poprun-emu", "--offline-mode", "--num-replicas", "4", "--num-instances", "1",
+        "--ipus-per-replica", "2", "--system", rows[1]["system"], "--report-dir", "single",
+        TRAIN, "--micro-batch-size", "4", "--gradient-accumulation", "4",
+    )  # fmt: skip
+    assert single.returncode == 0, single.stderr[-3000:]
+    summary = json.loads((tmp_path / "single" / "summary.json").read_text())
+    summary.pop("model_parameters")
+    assert rows[1]["summary"] == summary
