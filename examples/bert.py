@@ -49,6 +49,7 @@ import optax
 
 import hardware
 import popdist_emu as popdist
+from popdist_emu import arguments
 
 # (layers, hidden, heads, ffn, vocabulary)
 CONFIGS = {
@@ -238,29 +239,56 @@ def batch_shapes(options, micro: int, seq: int, predictions: int) -> tuple:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arguments.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=tuple(CONFIGS), default="tiny")
-    parser.add_argument("--sequence-length", type=int, default=128)
-    parser.add_argument("--max-predictions", type=int, help="masked tokens per sequence")
+    parser.add_argument("--sequence-length", type=arguments.int_at_least(2), default=128)
+    parser.add_argument(
+        "--max-predictions", type=arguments.positive_int, help="masked tokens per sequence"
+    )
     parser.add_argument("--layers-per-ipu", help="e.g. 3,7,7,7 (embeddings on the first IPU)")
-    parser.add_argument("--micro-batch-size", type=int, default=2)
-    parser.add_argument("--gradient-accumulation", type=int, help="default: 2 x IPUs - 1 or 1")
-    parser.add_argument("--device-iterations", type=int, default=1)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--learning-rate", type=float, default=2e-3)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=2)
+    parser.add_argument(
+        "--gradient-accumulation",
+        type=arguments.positive_int,
+        help="default: 2 x IPUs - 1 or 1",
+    )
+    parser.add_argument("--device-iterations", type=arguments.positive_int, default=1)
+    parser.add_argument("--steps", type=arguments.positive_int, default=30)
+    parser.add_argument("--learning-rate", type=arguments.positive_float, default=2e-3)
+    parser.add_argument("--seed", type=arguments.seed, default=0)
     parser.add_argument("--recompute", action="store_true")
     parser.add_argument("--precision", choices=tuple(DTYPES), default="fp16")
     parser.add_argument("--strategy", choices=("pipelined", "sharded"), default="pipelined")
     parser.add_argument("--replicated-tensor-sharding", action="store_true")
     parser.add_argument("--offload-optimiser", action="store_true")
-    parser.add_argument("--prefetch-depth", type=int, default=3)
+    parser.add_argument("--prefetch-depth", type=arguments.positive_int, default=3)
     parser.add_argument(
-        "--sequences-per-sample", type=float, default=1.0, help="packing factor (MLPerf: 2)"
+        "--available-memory-proportion",
+        type=arguments.proportion,
+        nargs="+",
+        default=[hardware.DEFAULT_AVAILABLE_MEMORY_PROPORTION],
+        metavar="P",
+        help="PopLibs' availableMemoryProportion of the matmuls, in (0, 1]: one value for "
+        "every IPU, or one per IPU (Graphcore's BERT-Large lists 0.15 0.18 0.2 0.25)",
+    )
+    parser.add_argument(
+        "--enable-half-partials",
+        action="store_true",
+        help="half-precision partials in the matmuls (PopLibs' partialsType half; Graphcore's "
+        "MLPerf BERT configurations set enable_half_partials)",
+    )
+    parser.add_argument(
+        "--sequences-per-sample",
+        type=arguments.positive_float,
+        default=1.0,
+        help="packing factor (MLPerf: 2)",
     )
     args = parser.parse_args(argv)
-    if args.sequence_length < 2 or args.micro_batch_size < 1 or args.steps < 1:
-        parser.error("--sequence-length >= 2, --micro-batch-size >= 1 and --steps >= 1")
+    if args.steps % args.device_iterations:
+        parser.error(
+            f"--steps {args.steps} must be a multiple of --device-iterations "
+            f"{args.device_iterations} (one call runs device-iterations steps)"
+        )
     if args.max_predictions is None:
         args.max_predictions = max(1, round(0.15 * args.sequence_length))
     if not 1 <= args.max_predictions <= args.sequence_length:
@@ -274,6 +302,11 @@ def main(argv=None) -> dict:
     ipus = popdist.getNumIpusPerReplica()
     counts = layers_per_ipu(args.layers_per_ipu, CONFIGS[args.model][0], ipus)
     ga = args.gradient_accumulation or hardware.min_gradient_accumulation(ipus, args.strategy)
+    try:
+        amp = arguments.per_ipu_proportions(args.available_memory_proportion, ipus)
+    except ValueError as error:
+        print(f"bert.py: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     cls = popdist.PipelinedExecution if args.strategy == "pipelined" else popdist.ShardedExecution
     options = popdist.Options(
         gradient_accumulation=ga,
@@ -284,6 +317,8 @@ def main(argv=None) -> dict:
         prefetch_depth=args.prefetch_depth,
         execution_strategy=cls(*stages(args.model, counts)),
         recomputation=args.recompute,
+        available_memory_proportion=amp,
+        partials_type="half" if args.enable_half_partials else "float",
     )
     dtype, seq = DTYPES[args.precision], args.sequence_length
     offline = popdist.is_offline_mode()
@@ -317,6 +352,8 @@ def main(argv=None) -> dict:
         "gradient_accumulation": ga,
         "precision": args.precision,
         "recompute": args.recompute,
+        "available_memory_proportion": amp,
+        "partials_type": options.partials_type,
         "parameters": int(
             sum(math.prod(x.shape) for x in jax.tree.leaves(_shapes(args.model, seq, dtype)))
         ),

@@ -44,8 +44,10 @@ from popdist_emu.arguments import (
     ArgumentParser,
     output_directory,
     output_file,
+    per_ipu_proportions,
     positive_float,
     positive_int,
+    proportion,
     seed,
 )
 
@@ -232,10 +234,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--available-memory-proportion",
-        type=float,
-        default=hardware.DEFAULT_AVAILABLE_MEMORY_PROPORTION,
-        help="PopLibs' availableMemoryProportion of the convolutions and matmuls (0, 1]; "
-        "single-IPU replicas",
+        type=proportion,
+        nargs="+",
+        default=[hardware.DEFAULT_AVAILABLE_MEMORY_PROPORTION],
+        metavar="P",
+        help="PopLibs' availableMemoryProportion of the convolutions and matmuls, in (0, 1]: "
+        "one value for every IPU, or one per IPU of the replica",
     )
     parser.add_argument(
         "--checkpoint-dir",
@@ -264,11 +268,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         )
     if args.resume:
         check_resumable(parser, args)
-    if not 0 < args.available_memory_proportion <= 1:
-        parser.error(
-            f"--available-memory-proportion {args.available_memory_proportion} is outside "
-            "(0, 1]: pass e.g. 0.6 (the default)"
-        )
     if args.steps < 1 or args.steps % args.device_iterations:
         parser.error(
             f"--steps {args.steps} must be a positive multiple of --device-iterations "
@@ -285,16 +284,11 @@ def main(argv: list[str] | None = None) -> dict:
     progress = popdist.Progress(args.steps, enabled=leader)
     ipus_per_replica = popdist.getNumIpusPerReplica()
     strategy = execution_strategy(ipus_per_replica, args.strategy)
-    if (
-        strategy is not None
-        and args.available_memory_proportion != hardware.DEFAULT_AVAILABLE_MEMORY_PROPORTION
-    ):
-        print(
-            "train.py: --available-memory-proportion is planned for single-IPU replicas only "
-            "in this version; drop it or use --ipus-per-replica 1",
-            file=sys.stderr,
-        )
-        raise SystemExit(2)
+    try:
+        amp = per_ipu_proportions(args.available_memory_proportion, ipus_per_replica)
+    except ValueError as error:
+        print(f"train.py: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
     options = popdist.Options(
         gradient_accumulation=args.gradient_accumulation,
         device_iterations=args.device_iterations,
@@ -304,7 +298,7 @@ def main(argv: list[str] | None = None) -> dict:
         prefetch_depth=args.prefetch_depth,
         execution_strategy=strategy,
         recomputation=args.recompute,
-        available_memory_proportion=args.available_memory_proportion,
+        available_memory_proportion=amp,
     )
     try:
         trainer = popdist.Trainer(

@@ -43,6 +43,7 @@ from hardware._planner import PLANNER_WARNING as PLANNER_WARNING
 from hardware._planner import ConvOp as ConvOp
 from hardware._planner import plan_op as plan_op
 from hardware._planner_step import PlannerReport as PlannerReport
+from hardware._planner_step import plan_profile as plan_profile
 from hardware._planner_step import plan_step as plan_step
 from hardware._specs import BOW_2000 as BOW_2000
 from hardware._specs import BOW_IPU as BOW_IPU
@@ -114,6 +115,7 @@ __all__ = [
     "memory_per_ipu",
     "min_gradient_accumulation",
     "plan_op",
+    "plan_profile",
     "plan_step",
     "program_order",
     "ramp_bubble_fraction",

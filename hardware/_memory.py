@@ -154,17 +154,20 @@ def with_planner(
     *,
     share: int = 1,
     ipu_index: int = 0,
+    ops=None,
 ) -> MemoryBreakdown:
     """``memory`` with the convolution planner's choices (``hardware._planner``) charged.
 
     The chosen plans' temporary memory is the not-always-live peak of temporaries when it
     exceeds the profile's own; their extra code and exchange code are always live; the
     worst tile adds what the plans' layouts pile onto the first tiles. ``share`` IPUs
-    share the operations (a replica sharded over them).
+    share the operations (a replica sharded over them); ``ops`` replaces the profile's
+    operations (one pipeline stage's, on IPU ``ipu_index``).
     """
-    if not profile.matmuls:
+    ops = profile.matmuls if ops is None else ops
+    if not ops:
         return memory
-    plans = plan_profile(profile, ipu, parameters, ipu_index=ipu_index)
+    plans = plan_profile(profile, ipu, parameters, ipu_index=ipu_index, ops=ops)
     c = dict(memory.categories)
     c["temporaries"] = max(c["temporaries"], math.ceil(plans.temporary_bytes / share))
     c["code"] += math.ceil(plans.code_bytes / share)

@@ -68,6 +68,10 @@ class StageCost(NamedTuple):
             backward pass adds each block's weight gradients into the accumulators as they
             are produced, so only one block's gradients are live at a time; 0 means the
             whole stage's ``gradient_bytes``.
+        matmuls: the matmuls and convolutions (``hardware.ConvOp``) of the stage's program on
+            its IPU, forward and backward, which the convolution planner plans with the
+            replica's available memory proportion for that IPU (its time is already in
+            ``forward_seconds`` and ``backward_seconds``; its memory is charged per IPU).
     """
 
     ipu: int
@@ -84,6 +88,7 @@ class StageCost(NamedTuple):
     num_ops: int = 0
     checkpoint_bytes: int = 0
     block_gradient_bytes: int = 0
+    matmuls: tuple = ()
 
 
 class PipelineEvent(NamedTuple):
@@ -130,10 +135,14 @@ def stash_depth(position: int, num_stages: int, strategy: str, schedule: str = "
 def min_gradient_accumulation(num_stages: int, strategy: str) -> int:
     """The least gradient accumulation a training step with ``num_stages`` stages accepts.
 
-    A pipelined training step over N IPUs has 2N - 1 pipeline stages in PopART's count
-    (a forward stage on every IPU and a backward stage on every IPU, the last IPU's two
-    merged), and PopART refuses a gradient accumulation factor below the number of
-    pipeline stages (PopART User Guide, "Pipelining"). Sharded execution has no such rule.
+    PopTorch refuses a pipelined training model whose gradient accumulation is below its
+    number of pipeline stages, counting that a model with N stages "will have an additional
+    N - 1 stages when training" (the backward stages; the last IPU's forward and backward
+    are one): the rule is ``gradientAccumulation >= 2N - 1``. Source: PopTorch,
+    ``popart_compiler/source/Compiler.cpp`` (github.com/graphcore/poptorch), the error
+    "poptorch.Options().Training.gradientAccumulation must be greater than or equal to the
+    number of pipeline stages (2N - 1) when using poptorch.PipelinedExecution", checked
+    against PopART's ``accumulationFactor``. Sharded execution has no such rule.
     """
     check_strategy(strategy)
     return 2 * num_stages - 1 if strategy == "pipelined" and num_stages > 1 else 1

@@ -26,6 +26,7 @@ from hardware._memory import (
     MemoryBreakdown,
     OutOfMemoryError,
     optimiser_shards,
+    with_planner,
 )
 from hardware._parameters import (
     CODE_BYTES_PER_OP_PER_TILE,
@@ -125,8 +126,11 @@ def stage_memory(
     schedule: str = "grouped",
     recomputation: bool = False,
     prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
+    parameters: ModelParameters | None = None,
 ) -> MemoryBreakdown:
-    """Peak bytes by category on the IPU of stage ``position``."""
+    """Peak bytes by category on the IPU of stage ``position``, with the convolution
+    planner's choices for the stage's matmuls and convolutions charged to that IPU (its
+    ``availableMemoryProportion`` from the replica's setting for that IPU)."""
     ipu = system.ipu
     shards = optimiser_shards(profile, layout)
     rounds = 1 + math.ceil(math.log2(layout.num_replicas)) if layout.num_replicas > 1 else 0
@@ -156,7 +160,10 @@ def stage_memory(
         "temporaries": stage.temporary_bytes,
     }
     categories = {name: int(categories[name]) for name in CATEGORIES}
-    return MemoryBreakdown(categories, ipu.in_processor_memory, ipu.tiles, ipu.sram_per_tile)
+    memory = MemoryBreakdown(categories, ipu.in_processor_memory, ipu.tiles, ipu.sram_per_tile)
+    return with_planner(
+        memory, profile, ipu, parameters, ipu_index=stage.ipu, ops=tuple(stage.matmuls)
+    )
 
 
 def _remedies(report: PipelineReport, profile: StepProfile, layout: ReplicaLayout, s: int):
@@ -303,6 +310,7 @@ def simulate_pipeline_step(
             schedule=schedule,
             recomputation=recomputation,
             prefetch_depth=prefetch_depth,
+            parameters=params,
         )
         for i, stage in enumerate(stages)
     )

@@ -174,17 +174,21 @@ def plan_step(
     return PlannerReport(tuple(planned), tuple(numbers), ipu.tiles, ipu.clock_hz)
 
 
-def plan_profile(profile, ipu: IpuSpec, parameters=None, *, ipu_index: int = 0) -> PlannerReport:
+def plan_profile(
+    profile, ipu: IpuSpec, parameters=None, *, ipu_index: int = 0, ops=None
+) -> PlannerReport:
     """The planner's choices for a ``StepProfile``'s matmuls and convolutions on ``ipu``.
 
     The sync cycles of a compute set are the calibrated compute-set cost (no new free
-    parameter); ``parameters`` default to the calibrated ones.
+    parameter); ``parameters`` default to the calibrated ones. ``ops`` replaces the
+    profile's own operations (a pipeline stage's, planned with the replica's setting for
+    IPU ``ipu_index``).
     """
     from hardware._parameters import load_parameters
 
     params = parameters if parameters is not None else load_parameters()
     return plan_step(
-        profile.matmuls,
+        profile.matmuls if ops is None else ops,
         ipu,
         profile.available_memory_proportion,
         sync_cycles=params.compute_set_seconds * ipu.clock_hz,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 # Seeds reach jax.random.PRNGKey (a 64-bit integer) and numpy's SeedSequence (non-negative).
@@ -67,6 +67,43 @@ def positive_float(text: str) -> float:
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text} is not a finite number > 0: give e.g. 0.01")
     return value
+
+
+def proportion(text: str) -> float:
+    """An ``availableMemoryProportion``: a number in ``(0, 1]`` (PopLibs' default is 0.6)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(
+            f"{text} is outside (0, 1]: give the share of tile memory for temporary values, "
+            "e.g. 0.6 (the default)"
+        )
+    return value
+
+
+def per_ipu_proportions(values: Sequence[float], ipus_per_replica: int) -> float | dict[str, float]:
+    """``--available-memory-proportion P [P ...]`` as ``Options`` takes it.
+
+    One value sets every IPU of the replica; one value per IPU gives PopTorch's mapping
+    ``{"IPU0": P0, "IPU1": P1, ...}`` (``Options.setAvailableMemoryProportion``), as
+    Graphcore's BERT configurations list ``matmul_proportion`` per IPU (Optimum Graphcore's
+    ``IPUConfig``).
+
+    Raises:
+        ValueError: neither one value nor ``ipus_per_replica`` values; the message names
+            the values and the fix.
+    """
+    values = list(values)
+    if len(values) == 1:
+        return float(values[0])
+    if len(values) != ipus_per_replica:
+        raise ValueError(
+            f"--available-memory-proportion {' '.join(f'{v:g}' for v in values)}: give one "
+            f"value for every IPU, or one per IPU of the replica ({ipus_per_replica})."
+        )
+    return {f"IPU{i}": float(v) for i, v in enumerate(values)}
 
 
 def _writable_directory(directory: str, text: str) -> None:

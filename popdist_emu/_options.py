@@ -45,6 +45,9 @@ def is_offline_mode() -> bool:
     return offline_mode()
 
 
+_PARTIALS_TYPES = ("float", "half")
+
+
 def _check_positive(name: str, value: object, poptorch_name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(
@@ -99,6 +102,10 @@ class Options:
             ``{"IPU0": 0.6, "IPU1": 0.4}`` (``setAvailableMemoryProportion``); IPUs left
             out keep the default 0.6. ``popdist_emu.set_available_memory(x, p)`` overrides
             it for one operation.
+        partials_type: PopLibs' ``partialsType`` of the matmuls and convolutions, "float"
+            (the default) or "half" (PopTorch's ``Precision.setPartialsType(torch.half)``,
+            Graphcore's ``enable_half_partials``): half partials halve the planner's
+            temporary memory per partial.
     """
 
     replication_factor: int = None  # type: ignore[assignment]  # resolved in __post_init__
@@ -113,6 +120,7 @@ class Options:
     execution_strategy: object | None = None
     recomputation: bool = False
     available_memory_proportion: float | dict = DEFAULT_AVAILABLE_MEMORY_PROPORTION
+    partials_type: str = "float"
     layout: ReplicaLayout = None  # type: ignore[assignment]  # resolved in __post_init__
     instance_index: int = None  # type: ignore[assignment]  # resolved in __post_init__
 
@@ -122,6 +130,11 @@ class Options:
         _check_positive("gradient_accumulation", self.gradient_accumulation, "gradientAccumulation")
         _check_positive("device_iterations", self.device_iterations, "deviceIterations")
         _check_available_memory_proportion(self.available_memory_proportion)
+        if self.partials_type not in _PARTIALS_TYPES:
+            raise ValueError(
+                f"Options: `partials_type` (PopTorch's Precision.setPartialsType) must be one "
+                f"of {_PARTIALS_TYPES}, got {self.partials_type!r}."
+            )
         if self.output_mode not in _OUTPUT_MODES:
             raise ValueError(
                 f"Options: `output_mode` must be one of {_OUTPUT_MODES}, got "

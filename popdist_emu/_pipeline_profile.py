@@ -27,6 +27,7 @@ import numpy as np
 
 import hardware
 from popdist_emu._environment import InstanceEnvironment
+from popdist_emu._matmuls import matmul_ops
 from popdist_emu._pipeline import Pipeline, _float_mask, _split
 from popdist_emu._pipeline_rules import check_gradient_accumulation
 from popdist_emu._profile import ANALYSIS_ONLY_OPTIONS, _cost, _precision, _walk, tree_nbytes
@@ -90,10 +91,15 @@ class StageProfile:
     temporary_bytes: int
     checkpoint_bytes: int
     block_parameter_bytes: int
+    forward_matmuls: tuple = ()
+    backward_matmuls: tuple = ()
 
 
-def profile_stages(pipeline: Pipeline, params: Any, micro: Any) -> list[StageProfile]:
-    """Compiles (never runs) every stage's forward and backward on shapes."""
+def profile_stages(
+    pipeline: Pipeline, params: Any, micro: Any, *, partials_type: str = "float"
+) -> list[StageProfile]:
+    """Compiles (never runs) every stage's forward and backward on shapes; reads their
+    matmuls and convolutions for the convolution planner (``partials_type`` is PopLibs')."""
     out = []
     x = micro
     for s, prog in enumerate(pipeline.programs):
@@ -106,8 +112,11 @@ def profile_stages(pipeline: Pipeline, params: Any, micro: Any) -> list[StagePro
         xf, xo = _split(x, prog._x_mask)
         dy = None if prog.last else _split(y, prog._y_mask)[0]
         bwd = prog._backward.lower(p, xf, xo, dy).compile(compiler_options=ANALYSIS_ONLY_OPTIONS)
-        fwd_ops, _ = _walk(jax.make_jaxpr(prog.forward)(p, x).jaxpr)
-        bwd_ops, largest = _walk(jax.make_jaxpr(prog._backward)(p, xf, xo, dy).jaxpr)
+        fwd_jaxpr = jax.make_jaxpr(prog.forward)(p, x).jaxpr
+        bwd_jaxpr = jax.make_jaxpr(prog._backward)(p, xf, xo, dy).jaxpr
+        fwd_ops, _ = _walk(fwd_jaxpr)
+        bwd_ops, largest = _walk(bwd_jaxpr)
+        where = f"stage {s} "
         out.append(
             StageProfile(
                 forward=_cost(fwd),
@@ -124,6 +133,10 @@ def profile_stages(pipeline: Pipeline, params: Any, micro: Any) -> list[StagePro
                     tree_nbytes({k: p[k] for k in pipeline.model.block(name).params})
                     for name in pipeline.stages[s].blocks
                 ),
+                forward_matmuls=matmul_ops(
+                    fwd_jaxpr, prefix=f"{where}forward ", partials_type=partials_type
+                ),
+                backward_matmuls=matmul_ops(bwd_jaxpr, prefix=where, partials_type=partials_type),
             )
         )
         x = y
@@ -140,9 +153,18 @@ def stage_costs(
     """The hardware model's per-IPU costs of the profiled stages.
 
     The compiled backward re-runs the forward; without recomputation the stash keeps the
-    forward's activations, so the backward's time is charged without that forward.
+    forward's activations, so the backward's time is charged without that forward. The
+    convolution planner plans each stage's matmuls and convolutions with the replica's
+    ``availableMemoryProportion`` for the stage's IPU: the cycles its plans add go to the
+    stage's passes (the forward's to the forward), their memory to the stage's IPU.
     """
     ipu, precision = system.ipu, replica.precision
+
+    def planner_seconds(ops, on_ipu: int) -> float:
+        if not ops:
+            return 0.0
+        return hardware.plan_profile(replica, ipu, params, ipu_index=on_ipu, ops=ops).extra_seconds
+
     total_params = max(sum(p.parameter_bytes for p in profiles), 1)
     costs = []
     for s, sp in enumerate(profiles):
@@ -161,6 +183,10 @@ def stage_costs(
             precision,
             params,
         )
+        on_ipu = pipeline.ipus[s]
+        fwd_plans = planner_seconds(sp.forward_matmuls, on_ipu)
+        fwd += fwd_plans
+        bwd += max(planner_seconds(sp.backward_matmuls, on_ipu) - (1 - keep) * fwd_plans, 0.0)
         share = sp.parameter_bytes / total_params
         costs.append(
             hardware.StageCost(
@@ -178,6 +204,7 @@ def stage_costs(
                 num_ops=sp.forward_ops + sp.backward_ops,
                 checkpoint_bytes=sp.checkpoint_bytes,
                 block_gradient_bytes=sp.block_parameter_bytes,
+                matmuls=sp.backward_matmuls,  # the backward program runs the forward too
             )
         )
     return tuple(costs)
@@ -235,6 +262,7 @@ def replica_profile(trainer: Any, batch: Any, profiles: list[StageProfile], name
         sharding_domain=domain,
         recomputation=trainer.pipeline.recomputation,
         name=name,
+        available_memory_proportion=opts.available_memory_proportion,
     )
 
 
@@ -260,7 +288,12 @@ def simulate_pipeline(
     spec = hardware.select_system(view.system if system is None else system, layout.num_ipus)
     params = hardware.load_parameters()
     _refuse_before_compiling(trainer, kwargs, layout, spec, params, name)
-    profiles = profile_stages(pipeline, kwargs["params"], kwargs["batch"][0])
+    profiles = profile_stages(
+        pipeline,
+        kwargs["params"],
+        kwargs["batch"][0],
+        partials_type=trainer.options.partials_type,
+    )
     replica = replica_profile(trainer, batch, profiles, name)
     stages = stage_costs(pipeline, profiles, replica, spec, params)
     schedule = {

@@ -76,7 +76,8 @@ def check_pipeline(
 
 
 def check_gradient_accumulation(gradient_accumulation: int, num_stages: int, strategy: str) -> None:
-    """PopART's rule: a pipelined training step needs ``2N - 1`` micro-batches or more.
+    """PopTorch's rule: a pipelined training step needs ``2N - 1`` micro-batches or more
+    (``hardware.min_gradient_accumulation``, with its source).
 
     Raises:
         PipelineError: ``gradient_accumulation`` is below
@@ -86,6 +87,7 @@ def check_gradient_accumulation(gradient_accumulation: int, num_stages: int, str
     if gradient_accumulation < need:
         raise PipelineError(
             f"gradient_accumulation={gradient_accumulation} is too small for a pipelined "
-            f"training step over {num_stages} stages: PopART needs at least 2 x {num_stages} "
-            f"- 1 = {need} micro-batches (use --gradient-accumulation {need} or more)."
+            f"training step over {num_stages} stages: PopTorch needs it >= the {need} "
+            f"pipeline stages of training (2 x {num_stages} - 1; use "
+            f"--gradient-accumulation {need} or more)."
         )

@@ -60,7 +60,6 @@ _NO_EFFECT = {
     ),
     "Precision": (
         "enableStochasticRounding",
-        "setPartialsType",
         "runningStatisticsAlwaysFloat",
         "enableFloatingPointExceptions",
         "halfFloatCasting",
@@ -175,6 +174,20 @@ class _Training(_Group):
         return self._owner
 
 
+class _Precision(_Group):
+    _group = "Precision"
+
+    def setPartialsType(self, dtype: Any) -> Options:  # noqa: N802
+        name = str(getattr(dtype, "name", dtype)).removeprefix("torch.")
+        partials = {"half": "half", "float16": "half", "float": "float", "float32": "float"}
+        if name not in partials:
+            raise ValueError(
+                f"Precision.setPartialsType({dtype!r}): PopTorch takes torch.half or torch.float."
+            )
+        self._owner._fields["partials_type"] = partials[name]
+        return self._owner
+
+
 class _TensorLocations(_Group):
     _group = "TensorLocations"
 
@@ -238,7 +251,7 @@ class Options:
         self.process_id = (popdist.getInstanceIndex(), popdist.getNumInstances())
         self.Training = _Training(self)
         self.TensorLocations = _TensorLocations(self)
-        self.Precision = type("_Precision", (_Group,), {"_group": "Precision"})(self)
+        self.Precision = _Precision(self)
         self.Jit = type("_Jit", (_Group,), {"_group": "Jit"})(self)
         self._Popart = type("_PopartGroup", (_Group,), {"_group": "_Popart"})(self)
         self.Distributed = type("_Distributed", (_Group,), {"_group": "Distributed"})(self)
@@ -318,10 +331,12 @@ class Options:
                     f"e.g. {{'IPU0': 0.6}}."
                 )
         self.available_memory_proportion = proportion
+        self._fields["available_memory_proportion"] = proportion
         return self
 
     def setExecutionStrategy(self, strategy: Any) -> Options:  # noqa: N802
         self.execution_strategy = strategy
+        self._fields["execution_strategy"] = strategy
         return self
 
     # ------------------------------------------------------------------ the emulator

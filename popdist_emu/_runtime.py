@@ -247,6 +247,7 @@ class Trainer:
             sharding_domain=self._sharding_domain(),
             name=name,
             available_memory_proportion=opts.available_memory_proportion,
+            partials_type=opts.partials_type,
         )
 
     def _sharding_domain(self) -> int:

@@ -18,8 +18,10 @@ from popdist_emu._arguments import ArgumentParser as ArgumentParser
 from popdist_emu._arguments import int_at_least as int_at_least
 from popdist_emu._arguments import output_directory as output_directory
 from popdist_emu._arguments import output_file as output_file
+from popdist_emu._arguments import per_ipu_proportions as per_ipu_proportions
 from popdist_emu._arguments import positive_float as positive_float
 from popdist_emu._arguments import positive_int as positive_int
+from popdist_emu._arguments import proportion as proportion
 from popdist_emu._arguments import seed as seed
 
 __all__ = [
@@ -28,7 +30,9 @@ __all__ = [
     "int_at_least",
     "output_directory",
     "output_file",
+    "per_ipu_proportions",
     "positive_float",
     "positive_int",
+    "proportion",
     "seed",
 ]

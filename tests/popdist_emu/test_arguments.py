@@ -39,6 +39,8 @@ BAD = [
     (["--learning-rate", "inf"], "not a finite number > 0"),
     (["--micro-batch-size", "eight"], "'eight' is not a whole number"),
     (["--save", "nodir/p.npz"], "does not exist: create it first"),
+    (["--available-memory-proportion", "0"], "0 is outside (0, 1]"),
+    (["--available-memory-proportion", "0.6", "1.5"], "1.5 is outside (0, 1]"),
 ]
 
 
@@ -88,3 +90,37 @@ def test_save_writes_exactly_the_path_given(train, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["params"]
     with np.load(path) as saved:
         np.testing.assert_array_equal(saved["w"], np.arange(3.0))
+
+
+def test_per_ipu_proportions_one_for_all_or_one_per_ipu():
+    from popdist_emu.arguments import per_ipu_proportions
+
+    assert per_ipu_proportions([0.3], 4) == 0.3
+    assert per_ipu_proportions([0.15, 0.18, 0.2, 0.25], 4) == {
+        "IPU0": 0.15, "IPU1": 0.18, "IPU2": 0.2, "IPU3": 0.25,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match=r"0.1 0.2 0.3: give one value for every IPU, or one "):
+        per_ipu_proportions([0.1, 0.2, 0.3], 2)
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return _load("bert")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--micro-batch-size", "0"], "--micro-batch-size: 0 is below 1"),
+        (["--sequence-length", "1"], "--sequence-length: 1 is below 2"),
+        (["--learning-rate", "-1"], "not a finite number > 0"),
+        (["--available-memory-proportion", "2"], "2 is outside (0, 1]"),
+        (["--steps", "3", "--device-iterations", "2"], "must be a multiple of"),
+    ],
+)
+def test_bert_refuses_bad_values_in_one_line(bert, capsys, argv, message):
+    with pytest.raises(SystemExit) as refused:
+        bert.parse_args(argv)
+    assert refused.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.splitlines()) == 1, err

@@ -44,9 +44,28 @@ def test_offline_tiny_pipeline_from_shapes(bert, capsys):
     out = capsys.readouterr().out
     line = json.loads(out.strip().splitlines()[-1])
     assert line == report and report["offline"] and report["ipus_per_replica"] == 2
-    assert report["gradient_accumulation"] == 3  # 2 x 2 - 1, PopART's least for 2 stages
+    assert report["gradient_accumulation"] == 3  # 2 x 2 - 1, PopTorch's least for 2 stages
     assert report["parameters"] > 100_000 and len(report["memory_per_ipu_per_stage"]) == 2
     assert "pipeline: pipelined over 2 IPUs with recomputation" in out
+
+
+def test_available_memory_proportion_per_ipu(bert, capsys):
+    """One proportion per IPU (Graphcore's BERT configurations list them): each IPU's matmuls
+    are planned with its own, as the printed per-IPU lines say; a count that is neither 1 nor
+    the IPUs per replica is refused in one line."""
+    env = {"POPDIST_EMU_OFFLINE": "1", "POPDIST_NUM_IPUS_PER_REPLICA": "2"}
+    argv = ["--model", "tiny", "--sequence-length", "16", "--precision", "fp32"]
+    with mock.patch.dict(os.environ, env):
+        report = bert.main([*argv, "--available-memory-proportion", "0.3", "0.2"])
+        out = capsys.readouterr().out
+        assert report["available_memory_proportion"] == {"IPU0": 0.3, "IPU1": 0.2}
+        assert "IPU0: always-live" in out and "availableMemoryProportion 0.3," in out
+        assert "IPU1: always-live" in out and "availableMemoryProportion 0.2," in out
+        with pytest.raises(SystemExit) as exit_:
+            bert.main([*argv, "--available-memory-proportion", "0.3", "0.2", "0.1"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "one per IPU of the replica (2)" in err and "\n" not in err
 
 
 def test_model_too_large_for_one_ipu_is_refused_before_compiling(bert, capsys):

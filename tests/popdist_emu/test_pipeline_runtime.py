@@ -113,7 +113,7 @@ def test_pipelined_sharded_recomputed_identical_and_match_unpipelined(cuts, extr
     ("stages", "ipus", "ga", "cls", "match"),
     [
         (split([2]), 4, 8, popdist.PipelinedExecution, "2 stages for --ipus-per-replica 4"),
-        (split([1, 2, 3]), 4, 6, popdist.PipelinedExecution, "at least 2 x 4 - 1 = 7"),
+        (split([1, 2, 3]), 4, 6, popdist.PipelinedExecution, "the 7 pipeline stages of training"),
         (
             [popdist.Stage("B0", "B1", ipu=1), popdist.Stage("B2", "B3", ipu=0)],
             2,
@@ -188,3 +188,40 @@ def test_trainer_pipelined_simulation_and_reports(tmp_path):
     assert {hardware.ipu_track(0), hardware.ipu_track(1)} <= names
     counters = [e for e in trace if e["ph"] == "C"]
     assert {c["name"] for c in counters} == {"memory IPU 0", "memory IPU 1"}
+
+
+def _stage_plans(proportion):
+    """Each IPU's planner report for a 2-stage pipeline planned with ``proportion``."""
+    with mock.patch.dict(os.environ, {"POPDIST_NUM_IPUS_PER_REPLICA": "2"}):
+        options = popdist.Options(
+            replication_factor=1,
+            gradient_accumulation=4,
+            execution_strategy=popdist.PipelinedExecution(*split([2])),
+            available_memory_proportion=proportion,
+        )
+        trainer = popdist.Trainer(model(), optax.sgd(0.1), params(), options, offline=True)
+        batch = jax.tree.map(lambda *xs: jnp.stack(xs)[None, :, None], *micro_batches(4))
+        sim = popdist.simulate(trainer, batch, name="mlp", system="pod16")
+    return sim, [m.planner for m in sim.pipeline.stage_memory]
+
+
+def test_each_stage_is_planned_on_its_ipu_with_that_ipus_proportion():
+    """PopTorch's per-IPU setting reaches the planner of each stage's IPU: its matmuls (the
+    forward and backward of the stage's blocks) are planned with its own proportion, and
+    lowering one IPU's proportion leaves the other IPU's plans as they were."""
+    _, even = _stage_plans(0.6)
+    sim, mapped = _stage_plans({"IPU0": 0.6, "IPU1": 0.01})
+    assert [p.summary()["proportions"] for p in mapped] == [[0.6], [0.01]]
+    # Two dense blocks per stage: their forward matmuls, their weight gradients and the
+    # input gradients, except the first stage's first (its input is data): 5 and 6.
+    assert [p.summary()["operations"] for p in mapped] == [5, 6]
+    assert mapped[0].summary() == even[0].summary()
+    assert mapped[1].worst_tile_temporary_bytes <= even[1].worst_tile_temporary_bytes
+    entry = popdist_summary_entry(sim, "IPU1")
+    assert entry["available_memory_proportions"] == [0.01]
+
+
+def popdist_summary_entry(sim, ipu):
+    from popdist_emu._planner_report import available_memory_summary
+
+    return available_memory_summary(sim)[ipu]

@@ -23,7 +23,7 @@ import optax
 import pytest
 
 from popdist_emu import Options as EmulatorOptions
-from popdist_emu import ReplicaLoader, Trainer
+from popdist_emu import PipelinedExecution, ReplicaLoader, Stage, Trainer
 from popdist_emu._popdist_frameworks import configureSessionOptions, set_ipu_config
 from popdist_emu._poptorch_options import Options, TensorLocationSettings
 
@@ -62,7 +62,9 @@ def test_poptorch_idiom_maps_onto_the_emulator_options():
         TensorLocationSettings().useOnChipStorage(False).useReplicatedTensorSharding(True)
     )
     opts.setAvailableMemoryProportion({"IPU0": 0.2})
-    opts.setExecutionStrategy("PipelinedExecution")
+    strategy = PipelinedExecution(Stage("B0"))
+    opts.setExecutionStrategy(strategy)
+    opts.Precision.setPartialsType(Enum("torch.half"))
     assert opts.to_options() == EmulatorOptions(
         replication_factor=1,
         gradient_accumulation=8,
@@ -71,9 +73,14 @@ def test_poptorch_idiom_maps_onto_the_emulator_options():
         reduction="sum",
         replicated_tensor_sharding=True,
         offload_optimiser=True,
+        available_memory_proportion={"IPU0": 0.2},
+        execution_strategy=strategy,
+        partials_type="half",
     )
     assert (opts.random_seed, opts.available_memory_proportion) == (42, {"IPU0": 0.2})
-    assert opts.execution_strategy == "PipelinedExecution"
+    assert opts.execution_strategy is strategy
+    with pytest.raises(ValueError, match=r"setPartialsType\('int8'\): PopTorch takes"):
+        opts.Precision.setPartialsType("int8")
     assert opts.replication_factor == 1 and opts.global_batch_size(2) == 16
 
 
@@ -81,12 +88,12 @@ def test_no_effect_methods_warn_once_and_harmful_ones_are_refused():
     opts = Options()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        opts.Precision.setPartialsType("half")
-        opts.Precision.setPartialsType("half")
+        opts.Precision.enableStochasticRounding(True)
+        opts.Precision.enableStochasticRounding(True)
         opts.Jit.traceModel(True)
     messages = [str(w.message) for w in caught]
     assert len(messages) == 2
-    assert "Precision.setPartialsType: accepted, no effect" in messages[0]
+    assert "Precision.enableStochasticRounding: accepted, no effect" in messages[0]
     with pytest.raises(ValueError, match="enableSyntheticData: not supported"):
         opts.enableSyntheticData(True)
     with pytest.raises(ValueError, match="'Sum' and 'EveryN' would return other numbers"):
