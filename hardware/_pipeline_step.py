@@ -28,6 +28,7 @@ from hardware._memory import (
     optimiser_shards,
     with_planner,
 )
+from hardware._memory import _planner_lines as planner_lines
 from hardware._parameters import (
     CODE_BYTES_PER_OP_PER_TILE,
     DEFAULT_PREFETCH_DEPTH,
@@ -205,13 +206,19 @@ def check_pipeline_memory(sim: StepSimulation) -> None:
             if len(blocks) <= 6
             else (f"{blocks[0]}, {blocks[1]} ... {blocks[-1]}, {len(blocks)} blocks")
         )
+        where = (
+            f"needs {memory.total:,} bytes but a {sim.system.ipu.name} has "
+            f"{memory.capacity:,} bytes of In-Processor-Memory."
+            if memory.total > memory.capacity
+            else f"fits in total ({memory.total:,} of {memory.capacity:,} bytes) but its "
+            f"fullest tile needs {memory.worst_tile:,.0f} bytes of {memory.tile_capacity:,}."
+        )
         lines = [
             f"Out of memory: IPU {stage.ipu} (stage {s}: {named}) of "
-            f"{sim.profile.name} at micro-batch {sim.profile.micro_batch_size} needs "
-            f"{memory.total:,} bytes but a {sim.system.ipu.name} has {memory.capacity:,} "
-            f"bytes of In-Processor-Memory.",
+            f"{sim.profile.name} at micro-batch {sim.profile.micro_batch_size} {where}",
             "  always-live: " + ", ".join(f"{n} {c[n]:,}" for n in ALWAYS_LIVE),
             "  not-always-live: " + ", ".join(f"{n} {c[n]:,}" for n in NOT_ALWAYS_LIVE),
+            *planner_lines(memory),
             "Remedies: " + "; ".join(_remedies(report, sim.profile, sim.layout, s)) + ".",
         ]
         raise OutOfMemoryError("\n".join(lines))
