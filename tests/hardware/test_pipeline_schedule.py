@@ -178,3 +178,32 @@ def test_compute_sets_make_small_steps_cost_microseconds_each():
     fp16 = hardware.compute_seconds(1e12, 0, 0, ipu, "float16", PARAMS)
     fp32 = hardware.compute_seconds(1e12, 0, 0, ipu, "float32", PARAMS)
     assert fp32 / fp16 == pytest.approx(ipu.peak_fp16_flops / ipu.peak_fp32_flops)
+
+
+def test_a_stages_matmuls_are_planned_on_its_ipu_and_can_overflow_its_fullest_tile():
+    """Each stage's matmuls are planned with its IPU's proportion: at a tiny one on IPU 1 the
+    serialised plans pile operands onto few tiles, so IPU 1 is refused on its fullest tile
+    although its total fits, and the message says which; IPU 0 is planned as before."""
+    big = hardware.ConvOp("conv", "conv", 1, 20 * 56 * 56, 256, 576, 64)
+    stages = tuple(s._replace(matmuls=(big,)) for s in _stages(2))
+    layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=2)
+
+    def simulate(proportion):
+        profile = _profile(available_memory_proportion=proportion)
+        return hardware.simulate_pipeline_step(
+            profile, stages, layout, hardware.get_system("pod16"), parameters=PARAMS
+        )
+
+    even = simulate(0.6)
+    hardware.check_pipeline_memory(even)
+    mapped = simulate({"IPU0": 0.6, "IPU1": 0.0001})
+    memories = mapped.pipeline.stage_memory
+    assert memories[0] == even.pipeline.stage_memory[0]
+    assert memories[1].planner.warnings and not memories[0].planner.warnings
+    assert memories[1].total <= memories[1].capacity
+    assert memories[1].worst_tile > memories[1].tile_capacity
+    with pytest.raises(hardware.OutOfMemoryError) as err:
+        hardware.check_pipeline_memory(mapped)
+    first, *rest = str(err.value).splitlines()
+    assert first.startswith("Out of memory: IPU 1 (stage 1: B1)") and "fullest tile" in first
+    assert any(line.startswith("  worst tile ") for line in rest)
