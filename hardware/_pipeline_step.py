@@ -51,6 +51,7 @@ from hardware._timeline import (
     TimelineEvent,
     _durations,
     _steady_step,
+    samples_per_second,
     step_phases,
 )
 
@@ -330,7 +331,6 @@ def simulate_pipeline_step(
         stashes,
         memory_counter(pipe, base, recomputation=recomputation),
     )
-    samples = layout.num_replicas * profile.samples_per_update * profile.device_iterations
     return StepSimulation(
         profile=profile,
         layout=layout,
@@ -338,7 +338,7 @@ def simulate_pipeline_step(
         parameters=params,
         phases=phases,
         simulated_step_seconds=step_seconds,
-        samples_per_second=samples / step_seconds if step_seconds > 0 else float("inf"),
+        samples_per_second=samples_per_second(profile, layout, step_seconds),
         memory=memories[report.worst_stage],
         host_io_exposed_seconds=exposed,
         host_io_seconds=n_micro * d.io,

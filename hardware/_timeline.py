@@ -233,6 +233,12 @@ def _run_steps(d: _Durations, profile: StepProfile, depth: int, steps: int):
     return events, step_ends
 
 
+def samples_per_second(profile: StepProfile, layout: ReplicaLayout, step_seconds: float) -> float:
+    """The job's throughput: every replica's samples of one step over the step's seconds."""
+    samples = layout.num_replicas * profile.samples_per_update * profile.device_iterations
+    return samples / step_seconds if step_seconds > 0 else float("inf")
+
+
 def step_phases(d: _Durations, profile: StepProfile, exposed_io: float) -> dict[str, float]:
     """Seconds per step in each of ``PHASES``: every micro-batch's compute and accumulation,
     each update's collectives, weight update and streaming, the exposed host IO and the one
@@ -291,7 +297,6 @@ def simulate_step(
     n_micro = profile.gradient_accumulation * profile.device_iterations
     phases = step_phases(d, profile, exposed)
 
-    samples = layout.num_replicas * profile.samples_per_update * profile.device_iterations
     return StepSimulation(
         profile=profile,
         layout=layout,
@@ -299,7 +304,7 @@ def simulate_step(
         parameters=params,
         phases=phases,
         simulated_step_seconds=step_seconds,
-        samples_per_second=samples / step_seconds if step_seconds > 0 else float("inf"),
+        samples_per_second=samples_per_second(profile, layout, step_seconds),
         memory=memory_per_ipu(
             profile, layout, system, prefetch_depth=prefetch_depth, parameters=params
         ),
