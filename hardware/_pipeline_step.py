@@ -301,8 +301,10 @@ def simulate_pipeline_step(
         out.append(event)
     n_micro = ga * profile.device_iterations
     phases = step_phases(d, profile, exposed)
-    # The IPUs' idle share of the pipeline's time (ramp-up, ramp-down, waits on the slowest
-    # stage) is a phase of its own, so reports and the scaling analysis can name it.
+    # The IPUs' idle share of the pipeline's time is a phase of its own, so reports and the
+    # scaling analysis can name it: ramp-up, ramp-down, waits on the slowest stage and the
+    # IPU-Link exchanges between stages; under sharded execution, the (N - 1)/N of the time
+    # each IPU waits while the others run the micro-batch.
     phases["pipeline_bubble"] = phases["compute"] * pipe.bubble_fraction
     phases["compute"] -= phases["pipeline_bubble"]
 

@@ -71,8 +71,9 @@ from hardware._specs import IpuSpec
 
 DEFAULT_AVAILABLE_MEMORY_PROPORTION = 0.6
 PLANNER_WARNING = "convolution planner unable to meet memory target. Optimising for minimum memory."
-# PopLibs' default partials type is float: 4 bytes per partial sum.
-PARTIALS_BYTES = 4
+# PopLibs' partialsType and the bytes of one partial sum; the default is float.
+PARTIALS_TYPES = {"float": 4, "half": 2}
+PARTIALS_BYTES = PARTIALS_TYPES["float"]
 # Exchange within an IPU, "about 47 TB/s" (Memory and Performance Optimisation, section 2.1).
 EXCHANGE_BYTES_PER_SECOND = 47e12
 # Output elements of one AMP pass: a tile's smallest share of a step (16 output channels for

@@ -27,7 +27,7 @@ import jax.extend.core as jex
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from hardware._planner import ConvOp, check_proportion
+from hardware._planner import PARTIALS_TYPES, ConvOp, check_proportion
 
 _FORWARD, _TANGENT, _COTANGENT = "forward", "tangent", "cotangent"
 MATMUL_PRIMITIVES = ("dot_general", "conv_general_dilated")
@@ -152,9 +152,6 @@ def _overrides(jaxpr) -> dict[int, float]:
             if jaxpr.eqns[i].primitive.name in MATMUL_PRIMITIVES:
                 found[i] = value
     return found
-
-
-PARTIALS_TYPES = {"float": 4, "half": 2}
 
 
 def matmul_ops(jaxpr, *, prefix: str = "", partials_type: str = "float") -> tuple[ConvOp, ...]:

@@ -26,6 +26,7 @@ from hardware import (
     LayoutError,
     ReplicaLayout,
 )
+from hardware._planner import PARTIALS_TYPES
 from popdist_emu._environment import InstanceEnvironment, offline_mode
 
 OutputMode = Literal["final", "all"]
@@ -45,7 +46,7 @@ def is_offline_mode() -> bool:
     return offline_mode()
 
 
-_PARTIALS_TYPES = ("float", "half")
+_PARTIALS_TYPES = tuple(PARTIALS_TYPES)
 
 
 def _check_positive(name: str, value: object, poptorch_name: str) -> None:

@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 import hardware
-from popdist_emu._environment import InstanceEnvironment
+from popdist_emu._environment import ENV_SCALING_REQUEST, InstanceEnvironment
 from popdist_emu._matmuls import matmul_ops
 from popdist_emu._pipeline import Pipeline, _float_mask, _split
 from popdist_emu._pipeline_rules import check_gradient_accumulation
@@ -96,22 +96,33 @@ class StageProfile:
 
 
 def profile_stages(
-    pipeline: Pipeline, params: Any, micro: Any, *, partials_type: str = "float"
+    pipeline: Pipeline,
+    params: Any,
+    micro: Any,
+    *,
+    partials_type: str = "float",
+    analysis_only: bool = False,
 ) -> list[StageProfile]:
-    """Compiles (never runs) every stage's forward and backward on shapes; reads their
-    matmuls and convolutions for the convolution planner (``partials_type`` is PopLibs')."""
+    """Compiles every stage's forward and backward on shapes; reads their matmuls and
+    convolutions for the convolution planner (``partials_type`` is PopLibs').
+
+    A functional run compiles the programs its stages then run (JAX's compilation cache
+    hands the same executables to the calls); offline (``analysis_only``) they are compiled
+    for analysis only, as ``compile_program`` does.
+    """
+    options = ANALYSIS_ONLY_OPTIONS if analysis_only else None
     out = []
     x = micro
     for s, prog in enumerate(pipeline.programs):
         p = pipeline.stage_params(params, s)
         y = jax.eval_shape(prog.forward, p, x)
         prog.observe_output(y)
-        fwd = prog.forward.lower(p, x).compile(compiler_options=ANALYSIS_ONLY_OPTIONS)
+        fwd = prog.forward.lower(p, x).compile(compiler_options=options)
         if prog._backward is None:
             prog._build(x)
         xf, xo = _split(x, prog._x_mask)
         dy = None if prog.last else _split(y, prog._y_mask)[0]
-        bwd = prog._backward.lower(p, xf, xo, dy).compile(compiler_options=ANALYSIS_ONLY_OPTIONS)
+        bwd = prog._backward.lower(p, xf, xo, dy).compile(compiler_options=options)
         fwd_jaxpr = jax.make_jaxpr(prog.forward)(p, x).jaxpr
         bwd_jaxpr = jax.make_jaxpr(prog._backward)(p, xf, xo, dy).jaxpr
         fwd_ops, _ = _walk(fwd_jaxpr)
@@ -287,12 +298,16 @@ def simulate_pipeline(
     view = InstanceEnvironment.from_environ(environ)
     spec = hardware.select_system(view.system if system is None else system, layout.num_ipus)
     params = hardware.load_parameters()
-    _refuse_before_compiling(trainer, kwargs, layout, spec, params, name)
+    if not environ.get(ENV_SCALING_REQUEST):
+        # Under poprun-emu-scaling every point's own memory check decides (with RTS a
+        # larger point may fit where this layout does not).
+        _refuse_before_compiling(trainer, kwargs, layout, spec, params, name)
     profiles = profile_stages(
         pipeline,
         kwargs["params"],
         kwargs["batch"][0],
         partials_type=trainer.options.partials_type,
+        analysis_only=trainer.offline,
     )
     replica = replica_profile(trainer, batch, profiles, name)
     stages = stage_costs(pipeline, profiles, replica, spec, params)

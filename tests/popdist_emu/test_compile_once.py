@@ -130,3 +130,41 @@ def test_an_offline_program_is_analysed_as_the_program_that_runs():
         strict=True,
     ):
         np.testing.assert_allclose(np.asarray(r), np.asarray(a), rtol=1e-6)
+
+
+def test_a_functional_pipeline_runs_the_stage_programs_it_profiled(compiles, monkeypatch):
+    """The stage programs the profile compiles are the ones the steps call (JAX's cache hands
+    them over): the steps after ``simulate`` compile no stage forward or backward again."""
+    monkeypatch.setenv("POPDIST_NUM_IPUS_PER_REPLICA", "2")
+
+    def dense(name, last=False):
+        def fn(p, x):
+            h, y = x
+            h = jnp.tanh(h @ p[name])
+            return jnp.mean((h.sum(-1) - y) ** 2) if last else (h, y)
+
+        return fn
+
+    model = popdist_emu.BlockModel(
+        [popdist_emu.Block(f"B{i}", dense(f"w{i}", i == 1), (f"w{i}",)) for i in range(2)]
+    )
+    params = {f"w{i}": np.full((6, 6), 0.1, np.float32) for i in range(2)}
+    options = popdist_emu.Options(
+        replication_factor=1,
+        gradient_accumulation=3,
+        execution_strategy=popdist_emu.PipelinedExecution("B0", "B1"),
+    )
+    trainer = popdist_emu.Trainer(model, optax.sgd(0.1), params, options, offline=False)
+    rng = np.random.default_rng(0)
+    b = (
+        rng.standard_normal((1, 3, 1, 4, 6)).astype(np.float32),
+        rng.standard_normal((1, 3, 1, 4)).astype(np.float32),
+    )
+    compiles.clear()
+    popdist_emu.simulate(trainer, b, system="pod16", environ={})
+    profiled = [name for name in compiles if "run" in name or "backward" in name]
+    assert len(profiled) == 4, compiles  # each stage's forward and backward
+    compiles.clear()
+    trainer.step(b)
+    trainer.step(b)
+    assert not [name for name in compiles if "run" in name or "backward" in name], compiles

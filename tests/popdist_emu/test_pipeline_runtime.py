@@ -225,3 +225,51 @@ def popdist_summary_entry(sim, ipu):
     from popdist_emu._planner_report import available_memory_summary
 
     return available_memory_summary(sim)[ipu]
+
+
+def _big_stage_seconds(proportion, recompute):
+    """Stage 0's (forward, backward) seconds of a 2-stage pipeline of 1024-wide matmuls."""
+    width, micro = 1024, 256
+
+    def dense(name, last=False):
+        def fn(p, x):
+            h, y = x
+            h = jnp.tanh(h @ p[name])
+            return jnp.mean((h.sum(-1) - y) ** 2) if last else (h, y)
+
+        return fn
+
+    blocks = popdist.BlockModel(
+        [popdist.Block(f"B{i}", dense(f"w{i}", i == 1), (f"w{i}",)) for i in range(2)]
+    )
+    shapes = {f"w{i}": jax.ShapeDtypeStruct((width, width), jnp.float32) for i in range(2)}
+    batch = (
+        jax.ShapeDtypeStruct((1, 3, 1, micro, width), jnp.float32),
+        jax.ShapeDtypeStruct((1, 3, 1, micro), jnp.float32),
+    )
+    with mock.patch.dict(os.environ, {"POPDIST_NUM_IPUS_PER_REPLICA": "2"}):
+        options = popdist.Options(
+            replication_factor=1,
+            gradient_accumulation=3,
+            execution_strategy=popdist.PipelinedExecution("B0", "B1"),
+            recomputation=recompute,
+            available_memory_proportion=proportion,
+        )
+        trainer = popdist.Trainer(blocks, optax.sgd(0.1), shapes, options, offline=True)
+        sim = popdist.simulate(trainer, batch, name="wide", system="pod16", environ={})
+    stage = sim.pipeline.schedule.stages[0]
+    return stage.forward_seconds, stage.backward_seconds
+
+
+def test_the_planners_cycles_go_to_the_stage_passes_that_run_them():
+    """At a tiny proportion the plans of stage 0's matmuls cost cycles: its forward pays for
+    the forward's matmuls, its backward for the backward's, plus the forward's again only
+    when the backward recomputes it (without recomputation the stash keeps the forward's
+    results, so the backward's time leaves the forward out)."""
+    gain = {}
+    for recompute in (False, True):
+        (f0, b0), (f1, b1) = (_big_stage_seconds(p, recompute) for p in (0.6, 0.0005))
+        gain[recompute] = (f1 - f0, b1 - b0)
+    (fwd, bwd), (fwd_r, bwd_r) = gain[False], gain[True]
+    assert fwd > 0 and bwd > 0 and fwd == pytest.approx(fwd_r)
+    assert bwd_r == pytest.approx(bwd + fwd, rel=1e-6)

@@ -79,6 +79,8 @@ def test_poptorch_idiom_maps_onto_the_emulator_options():
     )
     assert (opts.random_seed, opts.available_memory_proportion) == (42, {"IPU0": 0.2})
     assert opts.execution_strategy is strategy
+    assert opts.Precision.setPartialsType("torch.float32").to_options().partials_type == "float"
+    assert opts.Precision.setPartialsType("torch.float16").to_options().partials_type == "half"
     with pytest.raises(ValueError, match=r"setPartialsType\('int8'\): PopTorch takes"):
         opts.Precision.setPartialsType("int8")
     assert opts.replication_factor == 1 and opts.global_batch_size(2) == 16
