@@ -133,6 +133,11 @@ class Transport:
         self._control: Any = None  # leaving notices and the final barrier (default only)
         self._owned = False
         self.broken = False  # a wait timed out: requests may still be pending
+        # Collectives this instance has begun; its leaving notice carries the count, so a
+        # peer still inside the last of them knows the leaver finished it (its data is on
+        # the way) rather than skipped it.
+        self.collectives = 0
+        self._gone: dict[int, int] = {}  # peer -> collectives it had begun when it left
 
     @property
     def _base(self) -> Any:
@@ -157,6 +162,11 @@ class Transport:
         self._control = control
         self._owned = True
 
+    def begin(self, deadline: float, what: str) -> None:
+        """One collective begins: connect (first time) and count it."""
+        self.connect(deadline, what)
+        self.collectives += 1
+
     def leave(self) -> None:
         """At the program's end: tell the peers, wait (bounded) until all have left, finalize.
 
@@ -180,16 +190,16 @@ class Transport:
                 flush=True,
             )
             _abort(1)
-        notice = np.array([rank], np.int64)
+        notice = np.array([rank, self.collectives], np.int64)
         sends = [self._control.Isend(notice, dest=p, tag=0) for p in range(size) if p != rank]
         deadline = deadline_of(None)
         try:
             self.wait_all([self._control.Ibarrier()], [-1], deadline, "finalize", probe=False)
-            got = np.zeros(size, np.int64)
+            got = np.zeros((size, 2), np.int64)
             recvs = [
-                self._control.Irecv(got[p : p + 1], source=p, tag=0)
+                self._control.Irecv(got[p], source=p, tag=0)
                 for p in range(size)
-                if p != rank
+                if p != rank and p not in self._gone  # notices already read while waiting
             ]
             self.wait_all(recvs + sends, [-1] * (len(recvs) + len(sends)), deadline, "finalize")
         except CollectiveTimeout:
@@ -244,16 +254,28 @@ class Transport:
         return self.comm.Irecv(_as_bytes(buf), source=source, tag=tag)
 
     def _left(self, peers: list[int]) -> int | None:
-        """A peer among ``peers`` (-1: all) that has sent its leaving notice, if any."""
+        """A peer among ``peers`` (-1: all) that returned from its program before finishing
+        the collective this instance waits in, if any.
+
+        Every leaving notice that has arrived is read and kept. A peer that left after as
+        many collectives as this instance has begun finished the current one: what it sent
+        is delivered (MPI progresses while it waits for the others to leave), so it is not
+        reported; the deadline still bounds the wait.
+        """
         if self._control is None:
             return None
         from mpi4py import MPI
 
         status = MPI.Status()
-        for peer in sorted(set(peers)):
-            source = MPI.ANY_SOURCE if peer < 0 else peer
-            if self._control.Iprobe(source=source, tag=0, status=status):
-                return status.Get_source()
+        while self._control.Iprobe(source=MPI.ANY_SOURCE, tag=0, status=status):
+            source = status.Get_source()
+            notice = np.zeros(2, np.int64)
+            self._control.Recv(notice, source=source, tag=0)
+            self._gone[source] = int(notice[1])
+        wanted = set(peers)
+        for peer, ran in sorted(self._gone.items()):
+            if ran < self.collectives and (-1 in wanted or peer in wanted):
+                return peer
         return None
 
     def wait_some(

@@ -91,7 +91,7 @@ def validate(
             )
     text = f"{what}({options}) with {local} local replicas; {sigs[0]}"
     if n > 1:
-        transport.connect(deadline, what)
+        transport.begin(deadline, what)
         digest = hashlib.sha256(text.encode()).digest()
         digests = transport.allgather_digest(digest, deadline, what)
         if any(d != digests[0] for d in digests):

@@ -7,6 +7,9 @@ Modes:
     cases OUT NUM_REPLICAS NUM_CASES SEED: run every collective on each case.
     mismatch OUT: the last instance passes a different shape; each rank writes its error.
     hang OUT: instance 1 never enters the collective; instance 0 writes its timeout error.
+    left OUT: instance 0 returns after one collective; instance 1, still counted inside that
+        collective, writes whether the leaving notice reports instance 0 as gone, then again
+        once it counts a second collective.
 """
 
 from __future__ import annotations
@@ -102,6 +105,25 @@ def run_hang(out: str) -> None:
     os._exit(0)
 
 
+def run_left(out: str) -> None:
+    from gcl._transport import transport_for
+
+    gcl.all_reduce([np.ones(4, np.float32)], timeout=30.0)
+    if RANK == 0:
+        return  # leaves: its notice says it ran one collective
+    transport = transport_for(None)
+    deadline = time.monotonic() + 30
+    seen = None
+    while time.monotonic() < deadline and not transport._gone:
+        seen = transport._left([-1])  # reads the notice once it arrives
+        time.sleep(0.01)
+    during = seen  # instance 0 finished the collective instance 1 is counted in
+    transport.collectives += 1  # instance 1 begins a collective instance 0 never ran
+    after = transport._left([0])
+    with open(out, "w") as f:
+        f.write(f"{transport._gone} {during} {after}")
+
+
 if __name__ == "__main__":
     mode, out, *rest = sys.argv[1:]
     if mode == "cases":
@@ -110,5 +132,7 @@ if __name__ == "__main__":
         run_mismatch(out)
     elif mode == "hang":
         run_hang(out)
+    elif mode == "left":
+        run_left(out)
     else:
         raise SystemExit(f"unknown mode {mode!r}")
