@@ -80,21 +80,24 @@ def test_launcher_and_gcl_tests_pass_under_open_mpi(openmpi_mpiexec):
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *subset],
             capture_output=True,
             text=True,
-            timeout=270,
+            timeout=180,  # a normal run takes about 35 s; three fit in the test's 600 s
             cwd=ROOT,
             env={**os.environ, **LOOPBACK_ONLY, "POPDIST_EMU_MPIEXEC": openmpi_mpiexec},
         )
 
-    # One retry: Open MPI's wire-up between processes on this machine failed about once in
-    # five runs (a refused TCP connection), which is Open MPI's environment, not the emulator.
-    # A real fault fails both runs.
+    # Up to two retries: Open MPI's wire-up between processes on this machine failed about
+    # once in five runs (a refused TCP connection, then a crash in its teardown), and twice
+    # in a row while other work loaded the machine (load average 10); that is Open MPI's
+    # environment, not the emulator. A real fault fails every run.
     first = result = run()
-    if result.returncode != 0:
+    for _ in range(2):
+        if result.returncode == 0:
+            break
         result = run()
     assert result.returncode == 0, (
-        "failed twice under Open MPI; the first time:\n"
+        "failed three times under Open MPI; the first time:\n"
         + first.stdout[-3000:]
-        + "\nthe second time:\n"
+        + "\nthe last time:\n"
         + result.stdout[-3000:]
         + result.stderr[-1000:]
     )
