@@ -12,6 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from two_dense_blocks import two_dense_blocks
 
 import popdist_emu
 
@@ -136,18 +137,7 @@ def test_a_functional_pipeline_runs_the_stage_programs_it_profiled(compiles, mon
     """The stage programs the profile compiles are the ones the steps call (JAX's cache hands
     them over): the steps after ``simulate`` compile no stage forward or backward again."""
     monkeypatch.setenv("POPDIST_NUM_IPUS_PER_REPLICA", "2")
-
-    def dense(name, last=False):
-        def fn(p, x):
-            h, y = x
-            h = jnp.tanh(h @ p[name])
-            return jnp.mean((h.sum(-1) - y) ** 2) if last else (h, y)
-
-        return fn
-
-    model = popdist_emu.BlockModel(
-        [popdist_emu.Block(f"B{i}", dense(f"w{i}", i == 1), (f"w{i}",)) for i in range(2)]
-    )
+    model = two_dense_blocks()
     params = {f"w{i}": np.full((6, 6), 0.1, np.float32) for i in range(2)}
     options = popdist_emu.Options(
         replication_factor=1,

@@ -12,6 +12,7 @@ import optax
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from two_dense_blocks import two_dense_blocks
 
 import hardware
 import popdist_emu as popdist
@@ -230,18 +231,7 @@ def popdist_summary_entry(sim, ipu):
 def _big_stage_seconds(proportion, recompute):
     """Stage 0's (forward, backward) seconds of a 2-stage pipeline of 1024-wide matmuls."""
     width, micro = 1024, 256
-
-    def dense(name, last=False):
-        def fn(p, x):
-            h, y = x
-            h = jnp.tanh(h @ p[name])
-            return jnp.mean((h.sum(-1) - y) ** 2) if last else (h, y)
-
-        return fn
-
-    blocks = popdist.BlockModel(
-        [popdist.Block(f"B{i}", dense(f"w{i}", i == 1), (f"w{i}",)) for i in range(2)]
-    )
+    blocks = two_dense_blocks()
     shapes = {f"w{i}": jax.ShapeDtypeStruct((width, width), jnp.float32) for i in range(2)}
     batch = (
         jax.ShapeDtypeStruct((1, 3, 1, micro, width), jnp.float32),
