@@ -246,8 +246,6 @@ class Options:
         self._fields.update(kwargs)
         self.random_seed: int | None = None
         self.executable_cache_dir: str | None = None
-        self.available_memory_proportion: dict[str, float] | float | None = None
-        self.execution_strategy: Any = None
         self.process_id = (popdist.getInstanceIndex(), popdist.getNumInstances())
         self.Training = _Training(self)
         self.TensorLocations = _TensorLocations(self)
@@ -330,14 +328,22 @@ class Options:
                     f"setAvailableMemoryProportion: {value} is outside (0, 1]; PopTorch takes "
                     f"e.g. {{'IPU0': 0.6}}."
                 )
-        self.available_memory_proportion = proportion
         self._fields["available_memory_proportion"] = proportion
         return self
 
     def setExecutionStrategy(self, strategy: Any) -> Options:  # noqa: N802
-        self.execution_strategy = strategy
         self._fields["execution_strategy"] = strategy
         return self
+
+    @property
+    def available_memory_proportion(self) -> dict[str, float] | float | None:
+        """What ``setAvailableMemoryProportion`` set (None: not set)."""
+        return self._fields.get("available_memory_proportion")
+
+    @property
+    def execution_strategy(self) -> Any:
+        """What ``setExecutionStrategy`` set (None: not set)."""
+        return self._fields.get("execution_strategy")
 
     # ------------------------------------------------------------------ the emulator
     def to_options(self) -> EmulatorOptions:
