@@ -2,7 +2,7 @@
 
 The ResNet-50 step profile comes from compiling (never running) ``examples/resnet50.py``'s
 training step at micro-batch 20, FP16, with recomputation, through
-``popdist_emu._profile.profile_step``. Each published MLPerf v1.1 configuration (replicas,
+``popdist_emu.programs._profile.profile_step``. Each published MLPerf v1.1 configuration (replicas,
 gradient accumulation, instances, hosts) is simulated on its system, and the parameters
 minimise the squared relative throughput error, with a weak log-normal prior on each
 parameter so that under-determined fits (leave-one-out) stay near physical values.

@@ -120,7 +120,7 @@ def profile(
 
     ``precision`` defaults to float32, torchvision's (and the note's PyTorch demo's) weights.
     """
-    from popdist_emu._profile import profile_step
+    from popdist_emu import profile_step
 
     dtype = jnp.dtype(precision)
     params = jax.eval_shape(lambda: init_params(jax.random.key(0), depth=depth, dtype=dtype))

@@ -1,6 +1,6 @@
 """What one training step asks of the hardware: the input of every cost and memory model.
 
-A StepProfile is pure data, filled by the runtime (``popdist_emu._profile.profile_step``)
+A StepProfile is pure data, filled by the runtime (``popdist_emu.programs._profile.profile_step``)
 from XLA's cost and memory analysis of the compiled per-replica step, so the hardware model
 never needs JAX.
 """

@@ -1,94 +1,214 @@
 """PopDist API and the replicated training runtime of the emulator.
 
 The PopDist names are imported eagerly and pull in no JAX, so ``import popdist`` in a host
-program stays cheap; the training runtime's names are loaded on first use.
+program stays cheap; every other name is loaded from its sub-package on first use (they need
+JAX). ``__all__`` is static and the ``TYPE_CHECKING`` imports below name every export's home,
+so type checkers and IDEs see all of them.
+
+Sub-packages, one concept each: ``popdist`` (the PopDist API and framework helpers),
+``pipeline`` (blocks, stages, strategies), ``data`` (loader, infeed, digits), ``programs``
+(compiled programs and their profiles), ``runtime`` (the Trainer and its stages),
+``reports`` (a run's reports), ``sim`` (simulated time and memory), ``scaling``
+(``poprun-emu-scaling``).
 """
 
-from popdist_emu._popdist_api import POPDIST_NAMES as _POPDIST_NAMES
-from popdist_emu._popdist_api import checkNumIpusPerReplica as checkNumIpusPerReplica
-from popdist_emu._popdist_api import execute_on_instances as execute_on_instances
-from popdist_emu._popdist_api import getDeviceId as getDeviceId
-from popdist_emu._popdist_api import getInstanceIndex as getInstanceIndex
-from popdist_emu._popdist_api import getLocalInstanceIndex as getLocalInstanceIndex
-from popdist_emu._popdist_api import getNumInstances as getNumInstances
-from popdist_emu._popdist_api import getNumIpusPerReplica as getNumIpusPerReplica
-from popdist_emu._popdist_api import getNumLocalReplicas as getNumLocalReplicas
-from popdist_emu._popdist_api import getNumTotalReplicas as getNumTotalReplicas
-from popdist_emu._popdist_api import getReplicaIndexOffset as getReplicaIndexOffset
-from popdist_emu._popdist_api import init as init
-from popdist_emu._popdist_api import isPopdistEnvSet as isPopdistEnvSet
+from __future__ import annotations
 
-# Runtime and simulation names -> the private module that defines them; imported lazily
-# (they need JAX). These are what a user's program needs; everything else is private.
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from popdist_emu.popdist import checkNumIpusPerReplica as checkNumIpusPerReplica
+from popdist_emu.popdist import execute_on_instances as execute_on_instances
+from popdist_emu.popdist import getDeviceId as getDeviceId
+from popdist_emu.popdist import getInstanceIndex as getInstanceIndex
+from popdist_emu.popdist import getLocalInstanceIndex as getLocalInstanceIndex
+from popdist_emu.popdist import getNumInstances as getNumInstances
+from popdist_emu.popdist import getNumIpusPerReplica as getNumIpusPerReplica
+from popdist_emu.popdist import getNumLocalReplicas as getNumLocalReplicas
+from popdist_emu.popdist import getNumTotalReplicas as getNumTotalReplicas
+from popdist_emu.popdist import getReplicaIndexOffset as getReplicaIndexOffset
+from popdist_emu.popdist import init as init
+from popdist_emu.popdist import isPopdistEnvSet as isPopdistEnvSet
+
+if TYPE_CHECKING:
+    from popdist_emu._files import atomic_write as atomic_write
+    from popdist_emu._files import write_atomically as write_atomically
+    from popdist_emu._options import Options as Options
+    from popdist_emu._options import is_offline_mode as is_offline_mode
+    from popdist_emu._progress import Progress as Progress
+    from popdist_emu._progress import show_phases as show_phases
+    from popdist_emu.data import DigitsSplit as DigitsSplit
+    from popdist_emu.data import Infeed as Infeed
+    from popdist_emu.data import InfeedError as InfeedError
+    from popdist_emu.data import InfeedStats as InfeedStats
+    from popdist_emu.data import ReplicaLoader as ReplicaLoader
+    from popdist_emu.data import compress as compress
+    from popdist_emu.data import decompress as decompress
+    from popdist_emu.data import load_digits_split as load_digits_split
+    from popdist_emu.pipeline import Block as Block
+    from popdist_emu.pipeline import BlockModel as BlockModel
+    from popdist_emu.pipeline import Pipeline as Pipeline
+    from popdist_emu.pipeline import PipelinedExecution as PipelinedExecution
+    from popdist_emu.pipeline import PipelineError as PipelineError
+    from popdist_emu.pipeline import ShardedExecution as ShardedExecution
+    from popdist_emu.pipeline import Stage as Stage
+    from popdist_emu.programs import Program as Program
+    from popdist_emu.programs import compile_program as compile_program
+    from popdist_emu.programs import profile_programs as profile_programs
+    from popdist_emu.programs import profile_step as profile_step
+    from popdist_emu.programs import set_available_memory as set_available_memory
+    from popdist_emu.runtime import AllReduceUpdate as AllReduceUpdate
+    from popdist_emu.runtime import CheckpointError as CheckpointError
+    from popdist_emu.runtime import CompiledStep as CompiledStep
+    from popdist_emu.runtime import LeverInfo as LeverInfo
+    from popdist_emu.runtime import NonFiniteGradientError as NonFiniteGradientError
+    from popdist_emu.runtime import NonScalarLossError as NonScalarLossError
+    from popdist_emu.runtime import OffloadedUpdate as OffloadedUpdate
+    from popdist_emu.runtime import ReduceUpdateStage as ReduceUpdateStage
+    from popdist_emu.runtime import ShardedOptState as ShardedOptState
+    from popdist_emu.runtime import ShardedReduceUpdate as ShardedReduceUpdate
+    from popdist_emu.runtime import ShardingError as ShardingError
+    from popdist_emu.runtime import StageResult as StageResult
+    from popdist_emu.runtime import StreamingState as StreamingState
+    from popdist_emu.runtime import Trainer as Trainer
+    from popdist_emu.runtime import TrainState as TrainState
+    from popdist_emu.runtime import read_checkpoint_meta as read_checkpoint_meta
+    from popdist_emu.runtime import restore_checkpoint as restore_checkpoint
+    from popdist_emu.runtime import save_checkpoint as save_checkpoint
+    from popdist_emu.sim import report_simulation as report_simulation
+    from popdist_emu.sim import simulate as simulate
+    from popdist_emu.sim import simulate_profile as simulate_profile
+    from popdist_emu.sim import with_infeed_stats as with_infeed_stats
+
+# Name -> the module that exports it, imported on first use (all of these need JAX or are
+# not needed by ``import popdist``).
 _LAZY: dict[str, str] = {
-    # training runtime
+    # options, progress and atomic files (JAX-free)
     "Options": "popdist_emu._options",
-    "Trainer": "popdist_emu._runtime",
-    "TrainState": "popdist_emu._replica_step",
-    "CompiledStep": "popdist_emu._runtime",
-    "LeverInfo": "popdist_emu._runtime",
-    "NonFiniteGradientError": "popdist_emu._runtime",
-    "NonScalarLossError": "popdist_emu._replica_step",
-    "ShardingError": "popdist_emu._sharding",
     "is_offline_mode": "popdist_emu._options",
-    # the replaceable reduce-and-update stage (RTS and offloading are stages too)
-    "ReduceUpdateStage": "popdist_emu._reduce_update",
-    "StageResult": "popdist_emu._reduce_update",
-    "AllReduceUpdate": "popdist_emu._reduce_update",
-    "ShardedReduceUpdate": "popdist_emu._sharded_update",
-    "OffloadedUpdate": "popdist_emu._offload",
-    "ShardedOptState": "popdist_emu._sharded_update",
-    "StreamingState": "popdist_emu._offload",
-    # input: loader, host-IO infeed, the example dataset, progress
-    "ReplicaLoader": "popdist_emu._loader",
-    "Infeed": "popdist_emu._infeed",
-    "InfeedError": "popdist_emu._infeed",
-    "InfeedStats": "popdist_emu._infeed",
-    # model parallelism: blocks, stages and execution strategies
-    "Block": "popdist_emu._pipeline",
-    "BlockModel": "popdist_emu._pipeline",
-    "Pipeline": "popdist_emu._pipeline",
-    "PipelineError": "popdist_emu._pipeline_rules",
-    "PipelinedExecution": "popdist_emu._pipeline",
-    "ShardedExecution": "popdist_emu._pipeline",
-    "Stage": "popdist_emu._pipeline",
-    "compress": "popdist_emu._infeed",
-    "decompress": "popdist_emu._infeed",
-    "DigitsSplit": "popdist_emu._digits",
-    "load_digits_split": "popdist_emu._digits",
     "Progress": "popdist_emu._progress",
-    # lose nothing: atomic writes, checkpoint and resume
+    "show_phases": "popdist_emu._progress",
     "atomic_write": "popdist_emu._files",
     "write_atomically": "popdist_emu._files",
-    "CheckpointError": "popdist_emu._checkpoint",
-    "save_checkpoint": "popdist_emu._checkpoint",
-    "restore_checkpoint": "popdist_emu._checkpoint",
-    "read_checkpoint_meta": "popdist_emu._checkpoint",
-    "show_phases": "popdist_emu._progress",
+    # training runtime
+    "Trainer": "popdist_emu.runtime",
+    "TrainState": "popdist_emu.runtime",
+    "CompiledStep": "popdist_emu.runtime",
+    "LeverInfo": "popdist_emu.runtime",
+    "NonFiniteGradientError": "popdist_emu.runtime",
+    "NonScalarLossError": "popdist_emu.runtime",
+    "ShardingError": "popdist_emu.runtime",
+    # the replaceable reduce-and-update stage (RTS and offloading are stages too)
+    "ReduceUpdateStage": "popdist_emu.runtime",
+    "StageResult": "popdist_emu.runtime",
+    "AllReduceUpdate": "popdist_emu.runtime",
+    "ShardedReduceUpdate": "popdist_emu.runtime",
+    "OffloadedUpdate": "popdist_emu.runtime",
+    "ShardedOptState": "popdist_emu.runtime",
+    "StreamingState": "popdist_emu.runtime",
+    # input: loader, host-IO infeed, the example dataset
+    "ReplicaLoader": "popdist_emu.data",
+    "Infeed": "popdist_emu.data",
+    "InfeedError": "popdist_emu.data",
+    "InfeedStats": "popdist_emu.data",
+    "compress": "popdist_emu.data",
+    "decompress": "popdist_emu.data",
+    "DigitsSplit": "popdist_emu.data",
+    "load_digits_split": "popdist_emu.data",
+    # model parallelism: blocks, stages and execution strategies
+    "Block": "popdist_emu.pipeline",
+    "BlockModel": "popdist_emu.pipeline",
+    "Pipeline": "popdist_emu.pipeline",
+    "PipelineError": "popdist_emu.pipeline",
+    "PipelinedExecution": "popdist_emu.pipeline",
+    "ShardedExecution": "popdist_emu.pipeline",
+    "Stage": "popdist_emu.pipeline",
+    # lose nothing: checkpoint and resume
+    "CheckpointError": "popdist_emu.runtime",
+    "save_checkpoint": "popdist_emu.runtime",
+    "restore_checkpoint": "popdist_emu.runtime",
+    "read_checkpoint_meta": "popdist_emu.runtime",
+    # compiled programs and their profiles
+    "Program": "popdist_emu.programs",
+    "compile_program": "popdist_emu.programs",
+    "profile_programs": "popdist_emu.programs",
+    "profile_step": "popdist_emu.programs",
+    "set_available_memory": "popdist_emu.programs",
     # simulated IPU-POD time and memory
-    "Program": "popdist_emu._profile",
-    "compile_program": "popdist_emu._profile",
-    "profile_programs": "popdist_emu._profile",
-    "profile_step": "popdist_emu._profile",
-    "simulate": "popdist_emu._simulation",
-    "simulate_profile": "popdist_emu._simulation",
-    "set_available_memory": "popdist_emu._matmuls",
-    "with_infeed_stats": "popdist_emu._simulation",
-    "report_simulation": "popdist_emu._simulation",
+    "simulate": "popdist_emu.sim",
+    "simulate_profile": "popdist_emu.sim",
+    "with_infeed_stats": "popdist_emu.sim",
+    "report_simulation": "popdist_emu.sim",
 }
 
-# Public names that differ from the private definition's.
-_RENAMED = {"read_checkpoint_meta": "read_meta"}
+__all__ = [
+    "AllReduceUpdate",
+    "Block",
+    "BlockModel",
+    "CheckpointError",
+    "CompiledStep",
+    "DigitsSplit",
+    "Infeed",
+    "InfeedError",
+    "InfeedStats",
+    "LeverInfo",
+    "NonFiniteGradientError",
+    "NonScalarLossError",
+    "OffloadedUpdate",
+    "Options",
+    "Pipeline",
+    "PipelineError",
+    "PipelinedExecution",
+    "Program",
+    "Progress",
+    "ReduceUpdateStage",
+    "ReplicaLoader",
+    "ShardedExecution",
+    "ShardedOptState",
+    "ShardedReduceUpdate",
+    "ShardingError",
+    "Stage",
+    "StageResult",
+    "StreamingState",
+    "TrainState",
+    "Trainer",
+    "atomic_write",
+    "checkNumIpusPerReplica",
+    "compile_program",
+    "compress",
+    "decompress",
+    "execute_on_instances",
+    "getDeviceId",
+    "getInstanceIndex",
+    "getLocalInstanceIndex",
+    "getNumInstances",
+    "getNumIpusPerReplica",
+    "getNumLocalReplicas",
+    "getNumTotalReplicas",
+    "getReplicaIndexOffset",
+    "init",
+    "isPopdistEnvSet",
+    "is_offline_mode",
+    "load_digits_split",
+    "profile_programs",
+    "profile_step",
+    "read_checkpoint_meta",
+    "report_simulation",
+    "restore_checkpoint",
+    "save_checkpoint",
+    "set_available_memory",
+    "show_phases",
+    "simulate",
+    "simulate_profile",
+    "with_infeed_stats",
+    "write_atomically",
+]
 
-__all__ = [*_POPDIST_NAMES, *_LAZY]
 
-
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'popdist_emu' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value

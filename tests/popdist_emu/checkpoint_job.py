@@ -12,8 +12,8 @@ import numpy as np
 from test_checkpoint import ADAMW, data, init_params, loss_fn  # the script's directory
 
 from popdist_emu import Options, ReplicaLoader, Trainer
-from popdist_emu._checkpoint import restore_checkpoint, save_checkpoint
-from popdist_emu._popdist_api import getInstanceIndex
+from popdist_emu.popdist._api import getInstanceIndex
+from popdist_emu.runtime._checkpoint import restore_checkpoint, save_checkpoint
 
 
 def main(steps: int, directory: str, out: str, resume: bool) -> None:

@@ -16,7 +16,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from popdist_emu import Options, ReplicaLoader, Trainer
-from popdist_emu._checkpoint import (
+from popdist_emu.runtime._checkpoint import (
     CHECKPOINT_FILE,
     CheckpointError,
     read_meta,

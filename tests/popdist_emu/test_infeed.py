@@ -9,13 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popdist_emu._infeed import (
+from popdist_emu._trees import tree_nbytes
+from popdist_emu.data._infeed import (
     DEFAULT_PREFETCH_DEPTH,
     Infeed,
     InfeedError,
     compress,
     decompress,
-    tree_nbytes,
 )
 
 

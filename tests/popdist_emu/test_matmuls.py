@@ -11,8 +11,8 @@ import pytest
 
 import hardware
 import popdist_emu
-from popdist_emu._matmuls import matmul_ops, set_available_memory, step_matmuls
-from popdist_emu._report import format_summary, summary
+from popdist_emu.programs._matmuls import matmul_ops, set_available_memory, step_matmuls
+from popdist_emu.reports._summary import format_summary, summary
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -93,7 +93,7 @@ def test_options_take_the_proportion_globally_and_per_ipu():
 
 
 def test_reports_list_phase_two_operations_and_the_worst_tile(capsys):
-    from popdist_emu._profile import profile_step
+    from popdist_emu.programs._profile import profile_step
 
     def grad_fn(p, x):
         return jax.grad(_loss)(p, x)

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popdist_emu._offload import (
+from popdist_emu._trees import tree_nbytes
+from popdist_emu.runtime._offload import (
     OffloadedUpdate,
     StreamingState,
     StreamTraffic,
@@ -17,7 +18,6 @@ from popdist_emu._offload import (
     stream_in,
     stream_out,
 )
-from popdist_emu._profile import tree_nbytes
 
 OPTIMISERS = {
     "adamw": lambda: optax.adamw(1e-2, weight_decay=1e-2),

@@ -16,7 +16,7 @@ from two_dense_blocks import two_dense_blocks
 
 import hardware
 import popdist_emu as popdist
-from popdist_emu._replica_step import make_micro_step, zero_accumulator
+from popdist_emu.runtime._replica_step import make_micro_step, zero_accumulator
 
 WIDTH = 6
 
@@ -223,7 +223,7 @@ def test_each_stage_is_planned_on_its_ipu_with_that_ipus_proportion():
 
 
 def popdist_summary_entry(sim, ipu):
-    from popdist_emu._planner_report import available_memory_summary
+    from popdist_emu.reports._planner import available_memory_summary
 
     return available_memory_summary(sim)[ipu]
 

@@ -24,10 +24,10 @@ import pytest
 
 from popdist_emu import Options as EmulatorOptions
 from popdist_emu import PipelinedExecution, ReplicaLoader, Stage, Trainer
-from popdist_emu._popdist_frameworks import configureSessionOptions, set_ipu_config
-from popdist_emu._poptorch_options import Options, TensorLocationSettings
+from popdist_emu.popdist._frameworks import configureSessionOptions, set_ipu_config
+from popdist_emu.popdist._poptorch_options import Options, TensorLocationSettings
 
-POPDIST_NAMES = [
+API_NAMES = [
     "checkNumIpusPerReplica",
     "execute_on_instances",
     "getDeviceId",
@@ -196,8 +196,8 @@ def test_helpers_inside_poprun_emu_and_only_popdist_names(tmp_path):
     for i in (0, 1):
         view = json.loads((tmp_path / f"view-{i}.json").read_text())
         submodules = ["popart", "poptorch", "tensorflow"]
-        assert view["names"] == sorted(POPDIST_NAMES + submodules)
-        assert view["dir"] == sorted(POPDIST_NAMES + submodules)
+        assert view["names"] == sorted(API_NAMES + submodules)
+        assert view["dir"] == sorted(API_NAMES + submodules)
         assert view["replication"] == 4
         assert view["process"] == {"process_count": 2, "process_index": i}
         # 16 IPUs: 16 single-IPU devices, 8 pairs, 4 quads (ids 0-27), then the 8-IPU groups

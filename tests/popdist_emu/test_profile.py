@@ -7,7 +7,7 @@ import optax
 import pytest
 
 import hardware
-from popdist_emu._profile import profile_step
+from popdist_emu.programs._profile import profile_step
 
 IN, HIDDEN, OUT = 16, 32, 4
 OPTIMISER = optax.sgd(0.1, momentum=0.9)

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import hardware
-from popdist_emu._report import chrome_trace, format_summary, write_reports
+from popdist_emu.reports._summary import chrome_trace, format_summary, write_reports
 
 PROFILE = hardware.StepProfile(
     grad_flops=2e11,

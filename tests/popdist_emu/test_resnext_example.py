@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from popdist_emu._matmuls import matmul_ops
+from popdist_emu.programs._matmuls import matmul_ops
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
 import resnext

@@ -4,7 +4,7 @@ import base64
 import html.parser
 
 import hardware
-from popdist_emu._report import write_reports
+from popdist_emu.reports._summary import write_reports
 
 
 class _Page(html.parser.HTMLParser):

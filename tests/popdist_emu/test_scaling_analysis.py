@@ -1,4 +1,4 @@
-"""popdist_emu._scaling_analysis: speed-up, efficiency, Karp-Flatt and the fitted laws."""
+"""popdist_emu.scaling._analysis: speed-up, efficiency, Karp-Flatt and the fitted laws."""
 
 import math
 
@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popdist_emu import _scaling_analysis as sa
+from popdist_emu.scaling import _analysis as sa
 
 REPLICAS = [16, 32, 64, 128, 256, 512, 1024]
 

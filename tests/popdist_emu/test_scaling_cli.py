@@ -23,7 +23,7 @@ def command(name: str) -> list[str]:
     script = shutil.which(name)
     if script:
         return [script]
-    module = "launch" if name == "poprun-emu" else "popdist_emu._scaling_cli"
+    module = "launch" if name == "poprun-emu" else "popdist_emu.scaling._cli"
     return (
         [sys.executable, "-c", f"import sys, {module} as m; sys.exit(m.main())"]
         if (name != "poprun-emu")

@@ -1,4 +1,4 @@
-"""popdist_emu._scaling_points: every layout of a sweep from one profile, in-process.
+"""popdist_emu.sim._point: every layout of a sweep from one profile, in-process.
 
 Each point must equal what ``popdist_emu.simulate`` reports for a trainer built for that
 layout (what a single offline run computes), RTS included; invalid and out-of-memory points
@@ -17,9 +17,9 @@ import pytest
 
 import hardware
 import popdist_emu
-from popdist_emu import _scaling_points as points
 from popdist_emu._environment import ENV_OFFLINE, layout_environment
-from popdist_emu._report import summary
+from popdist_emu.reports._summary import summary
+from popdist_emu.sim import _point as points
 
 
 def loss_fn(params, batch):
@@ -172,8 +172,8 @@ def test_a_bow_point_equals_a_single_run_on_that_system(tmp_path):
 
 
 def test_invalid_and_out_of_memory_points_are_reported_not_fatal(tmp_path):
-    from popdist_emu._scaling_report import narrative, write_outputs
-    from popdist_emu._scaling_table import analyse_series, series_rows
+    from popdist_emu.scaling._report import narrative, write_outputs
+    from popdist_emu.scaling._table import analyse_series, series_rows
 
     big = PROFILE.replace(activation_bytes=2 * 10**9)
     specs = [point(16), point(64), point(12), point(256)]

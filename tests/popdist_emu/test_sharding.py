@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import gcl
 from popdist_emu import AllReduceUpdate, TrainState
-from popdist_emu._sharded_update import (
+from popdist_emu.runtime._sharded_update import (
     ShardedReduceUpdate,
     init_sharded_state,
     shard_state,
@@ -24,7 +24,7 @@ from popdist_emu._sharded_update import (
     sharded_state_nbytes,
     unshard_state,
 )
-from popdist_emu._sharding import (
+from popdist_emu.runtime._sharding import (
     ShardingError,
     check_elementwise,
     padded_size,
@@ -338,8 +338,8 @@ import sys
 import jax, jax.numpy as jnp, numpy as np, optax
 import popdist_emu as popdist
 from popdist_emu import AllReduceUpdate, TrainState
-from popdist_emu._sharded_update import ShardedReduceUpdate, init_sharded_state
-from popdist_emu._sharding import plan_sharding
+from popdist_emu.runtime._sharded_update import ShardedReduceUpdate, init_sharded_state
+from popdist_emu.runtime._sharding import plan_sharding
 
 r, local = popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas()
 offset, instances = popdist.getReplicaIndexOffset(), popdist.getNumInstances()

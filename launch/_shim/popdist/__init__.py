@@ -12,19 +12,19 @@ References:
 import sys as _sys
 
 try:
-    from popdist_emu._popdist_api import POPDIST_NAMES as _POPDIST_NAMES
-    from popdist_emu._popdist_api import checkNumIpusPerReplica as checkNumIpusPerReplica
-    from popdist_emu._popdist_api import execute_on_instances as execute_on_instances
-    from popdist_emu._popdist_api import getDeviceId as getDeviceId
-    from popdist_emu._popdist_api import getInstanceIndex as getInstanceIndex
-    from popdist_emu._popdist_api import getLocalInstanceIndex as getLocalInstanceIndex
-    from popdist_emu._popdist_api import getNumInstances as getNumInstances
-    from popdist_emu._popdist_api import getNumIpusPerReplica as getNumIpusPerReplica
-    from popdist_emu._popdist_api import getNumLocalReplicas as getNumLocalReplicas
-    from popdist_emu._popdist_api import getNumTotalReplicas as getNumTotalReplicas
-    from popdist_emu._popdist_api import getReplicaIndexOffset as getReplicaIndexOffset
-    from popdist_emu._popdist_api import init as init
-    from popdist_emu._popdist_api import isPopdistEnvSet as isPopdistEnvSet
+    from popdist_emu.popdist import API_NAMES as _API_NAMES
+    from popdist_emu.popdist import checkNumIpusPerReplica as checkNumIpusPerReplica
+    from popdist_emu.popdist import execute_on_instances as execute_on_instances
+    from popdist_emu.popdist import getDeviceId as getDeviceId
+    from popdist_emu.popdist import getInstanceIndex as getInstanceIndex
+    from popdist_emu.popdist import getLocalInstanceIndex as getLocalInstanceIndex
+    from popdist_emu.popdist import getNumInstances as getNumInstances
+    from popdist_emu.popdist import getNumIpusPerReplica as getNumIpusPerReplica
+    from popdist_emu.popdist import getNumLocalReplicas as getNumLocalReplicas
+    from popdist_emu.popdist import getNumTotalReplicas as getNumTotalReplicas
+    from popdist_emu.popdist import getReplicaIndexOffset as getReplicaIndexOffset
+    from popdist_emu.popdist import init as init
+    from popdist_emu.popdist import isPopdistEnvSet as isPopdistEnvSet
 except ImportError as _error:  # a program run with another interpreter than poprun-emu's
     raise ImportError(
         f"popdist (poprun-emu's shim) needs the popdist_emu package, which this interpreter "
@@ -35,7 +35,7 @@ except ImportError as _error:  # a program run with another interpreter than pop
 
 _SUBMODULES = ("poptorch", "tensorflow", "popart")
 
-__all__ = list(_POPDIST_NAMES)
+__all__ = list(_API_NAMES)
 
 
 def __getattr__(name: str):

@@ -1,5 +1,5 @@
 """``popdist.popart``: PopDist's ``configureSessionOptions(opts)``."""
 
-from popdist_emu._popdist_frameworks import configureSessionOptions
+from popdist_emu.popdist import configureSessionOptions
 
 __all__ = ["configureSessionOptions"]

@@ -31,12 +31,13 @@ import optax
 
 from hardware import CollectiveRecord, StepProfile
 from popdist_emu._environment import offline_mode
-from popdist_emu._offload import OffloadedUpdate, stream_out
 from popdist_emu._options import Options
-from popdist_emu._pipeline import make_pipeline
-from popdist_emu._profile import Program, compile_program, profile_programs, tree_nbytes
-from popdist_emu._reduce_update import AllReduceUpdate, ReduceUpdateStage
-from popdist_emu._replica_step import (
+from popdist_emu._trees import tree_nbytes
+from popdist_emu.pipeline import make_pipeline
+from popdist_emu.programs import Program, compile_program, profile_programs
+from popdist_emu.runtime._offload import OffloadedUpdate, stream_out
+from popdist_emu.runtime._reduce_update import AllReduceUpdate, ReduceUpdateStage
+from popdist_emu.runtime._replica_step import (
     TrainState,
     accumulator_struct,
     check_scalar_loss,
@@ -46,8 +47,12 @@ from popdist_emu._replica_step import (
     shape_struct,
     zero_accumulator,
 )
-from popdist_emu._sharded_update import ShardedReduceUpdate, sharded_stage, sharded_state_nbytes
-from popdist_emu._sharding import ShardingPlan, check_elementwise, plan_sharding
+from popdist_emu.runtime._sharded_update import (
+    ShardedReduceUpdate,
+    sharded_stage,
+    sharded_state_nbytes,
+)
+from popdist_emu.runtime._sharding import ShardingPlan, check_elementwise, plan_sharding
 
 
 class NonFiniteGradientError(FloatingPointError):

@@ -25,14 +25,14 @@ changes the last bits. Hence, for ``R`` replicas and domains of ``k`` (``D = R /
 3. Each replica updates only its elements (element-wise optimisers only, checked): the
    emulator runs the runtime's own compiled update once per domain on this instance on
    full-shape arrays with the owned elements filled in (see
-   :class:`~popdist_emu._sharded_update.ShardedReduceUpdate`).
+   :class:`~popdist_emu.runtime._sharded_update.ShardedReduceUpdate`).
 4. ``gcl.all_gather`` over the domain (``Consecutive(k)``) rebuilds the full parameters.
 
 Traffic equals PopART's reduce-scatter in the domain + all-reduce across domains + all-gather:
 ``N[(R - 1)/R + (D - 1)/R + (k - 1)/k]`` elements per replica either way.
 
 This module plans (shard sizes, domains, the plan, which optimisers qualify);
-``popdist_emu._sharded_update`` holds the sharded state and the stage that runs the plan.
+``popdist_emu.runtime._sharded_update`` holds the sharded state and the stage that runs the plan.
 
 References:
     PopART User Guide, "Tensor locations" (replicated tensor sharding, ceil(N/R) shards with

@@ -31,8 +31,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from popdist_emu import _popdist_api as popdist
 from popdist_emu._options import Options as EmulatorOptions
+from popdist_emu.popdist import _api as popdist
 
 _WARNED: set[str] = set()
 

@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 import jax
 import numpy as np
 
-from popdist_emu._profile import tree_nbytes
+from popdist_emu._trees import tree_nbytes
 
 
 class StreamTraffic(NamedTuple):

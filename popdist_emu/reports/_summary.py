@@ -18,14 +18,14 @@ import pathlib
 
 from hardware import TRACKS, StepSimulation
 from popdist_emu._files import write_atomically
-from popdist_emu._pipeline_report import (
+from popdist_emu.reports._html import write_run_report
+from popdist_emu.reports._pipeline import (
     memory_counter_events,
     pipeline_lines,
     pipeline_summary,
     pipeline_tracks,
 )
-from popdist_emu._planner_report import available_memory_summary, planner_lines
-from popdist_emu._run_report import write_run_report
+from popdist_emu.reports._planner import available_memory_summary, planner_lines
 
 SUMMARY_FILE = "summary.json"
 TRACE_FILE = "trace.json"

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import hardware
-from popdist_emu import _scaling_run
+from popdist_emu.scaling import _run
 
 PROG = "poprun-emu-scaling"
 DEFAULT_TIMEOUT = 1800.0
@@ -291,7 +291,7 @@ def sweep(config: dict[str, Any], argv: Sequence[str]) -> tuple[dict[str, Any], 
     """Runs every series and analyses it; returns the report's document and the exit code."""
     from tqdm import tqdm
 
-    from popdist_emu._scaling_table import analyse_series, series_rows
+    from popdist_emu.scaling._table import analyse_series, series_rows
 
     out = config["out"]
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
@@ -304,7 +304,7 @@ def sweep(config: dict[str, Any], argv: Sequence[str]) -> tuple[dict[str, Any], 
         for i, series in enumerate(config["series"]):
             bar.set_postfix_str(f"compiling {series['label']}")
             log = os.path.join(out, "logs", f"series-{i}.log")
-            ran = _scaling_run.run_series(config, series, log, tick=bar.refresh)
+            ran = _run.run_series(config, series, log, tick=bar.refresh)
             parameters = parameters or _model_parameters([ran])
             row_input = {"label": series["label"], "points": ran["points"]}
             rows = series_rows(row_input)
@@ -358,7 +358,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
-    from popdist_emu._scaling_report import narrative, write_outputs
+    from popdist_emu.scaling._report import narrative, write_outputs
 
     doc, code = sweep(config, argv)
     # The report's own time: the sweep plus writing the plots and pages.

@@ -67,8 +67,7 @@ def trainer_relayout(trainer: Any, batch: Any) -> Relayout:
     def relayout(layout: hardware.ReplicaLayout) -> dict[str, Any]:
         import dataclasses
 
-        from popdist_emu._replica_step import accumulator_struct
-        from popdist_emu._sharding import plan_sharding
+        from popdist_emu.runtime import accumulator_struct, plan_sharding
 
         opts = trainer.options
         trainer.collectives(batch)  # sets the loss shape the accumulator needs
@@ -147,7 +146,7 @@ def evaluate_point(
         ``{"status": "ok" | "out_of_memory" | "invalid", "reason": str, "summary": dict,
         "link_tiers": dict}``; ``summary`` is absent for an invalid point.
     """
-    from popdist_emu._report import summary
+    from popdist_emu.reports import summary
 
     try:
         layout = hardware.ReplicaLayout(

@@ -30,10 +30,9 @@ from typing import Any
 
 import hardware
 from popdist_emu._environment import InstanceEnvironment
-from popdist_emu._infeed import InfeedStats
-from popdist_emu._planner_report import print_planner_warnings
-from popdist_emu._report import format_summary, write_reports
-from popdist_emu._scaling_points import answer_request, trainer_relayout
+from popdist_emu.data import InfeedStats
+from popdist_emu.reports import format_summary, print_planner_warnings, write_reports
+from popdist_emu.sim._point import answer_request, trainer_relayout
 
 
 def job_layout(num_total_replicas: int, environ: Mapping[str, str]) -> hardware.ReplicaLayout:
@@ -100,7 +99,7 @@ def simulate(
     """
     if getattr(trainer, "pipeline", None) is not None:
         # Model parallelism: each stage profiled from its own compiled programs.
-        from popdist_emu._pipeline_profile import simulate_pipeline
+        from popdist_emu.sim._pipeline_profile import simulate_pipeline
 
         simulation = simulate_pipeline(trainer, batch, system=system, name=name, environ=environ)
         return simulation if infeed_stats is None else with_infeed_stats(simulation, infeed_stats)
@@ -175,7 +174,7 @@ def with_infeed_stats(
         return simulation
     profile = dataclasses.replace(profile, host_bytes_per_micro_batch=measured)
     if getattr(simulation, "pipeline", None) is not None:
-        from popdist_emu._pipeline_profile import with_profile
+        from popdist_emu.sim._pipeline_profile import with_profile
 
         return with_profile(simulation, profile)
     return _checked(

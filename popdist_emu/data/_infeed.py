@@ -31,6 +31,7 @@ from typing import Any, Generic, NamedTuple, TypeVar
 import numpy as np
 
 from hardware import DEFAULT_PREFETCH_DEPTH
+from popdist_emu._trees import tree_nbytes
 
 T = TypeVar("T")
 
@@ -62,19 +63,6 @@ class InfeedStats(NamedTuple):
 
 class _Failure(NamedTuple):
     error: BaseException
-
-
-def tree_nbytes(item: Any) -> int:
-    """Bytes of all array leaves of a (dict / list / tuple / NamedTuple) tree of arrays.
-
-    Non-array leaves (ints, strings, None) count as zero: they are metadata, not host IO.
-    """
-    if isinstance(item, dict):
-        return sum(tree_nbytes(v) for v in item.values())
-    if isinstance(item, (list, tuple)):
-        return sum(tree_nbytes(v) for v in item)
-    nbytes = getattr(item, "nbytes", None)
-    return int(nbytes) if isinstance(nbytes, (int, np.integer)) else 0
 
 
 class Infeed(Generic[T]):

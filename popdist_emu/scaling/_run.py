@@ -21,7 +21,7 @@ from typing import Any
 
 import hardware
 from popdist_emu._files import write_atomically
-from popdist_emu._scaling_points import REQUEST_VARIABLE, system_name
+from popdist_emu.sim import REQUEST_VARIABLE, system_name
 
 
 def series_points(config: dict[str, Any], series: dict[str, Any]) -> list[dict[str, Any]]:

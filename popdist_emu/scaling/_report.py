@@ -18,11 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from popdist_emu import _scaling_plots as plots
 from popdist_emu._files import write_atomically
-from popdist_emu._run_report import page, table
-from popdist_emu._scaling_analysis import EFFICIENCY_THRESHOLDS, LAWS
-from popdist_emu._scaling_table import csv_columns, csv_record, plotted_phases
+from popdist_emu.reports import html_page as page
+from popdist_emu.reports import html_table as table
+from popdist_emu.reports import plots as plots
+from popdist_emu.scaling._analysis import EFFICIENCY_THRESHOLDS, LAWS
+from popdist_emu.scaling._table import csv_columns, csv_record, plotted_phases
 
 REPORT_FILE = "report.html"
 JSON_FILE = "scaling.json"

@@ -1,6 +1,6 @@
 """The RTS reduce-and-update stage and the sharded optimiser state it keeps.
 
-Runs a :class:`~popdist_emu._sharding.ShardingPlan` (see ``popdist_emu._sharding`` for the
+Runs a :class:`ShardingPlan` (see ``popdist_emu.runtime._sharding`` for the
 plan and why the collectives are composed this way): each local replica keeps only its owned
 elements of every state leaf that mirrors a sharded parameter, as host arrays between updates;
 the stage reduce-scatters the flat accumulators, updates the owned elements and all-gathers the
@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 import gcl
-from popdist_emu._sharding import (
+from popdist_emu.runtime._sharding import (
     ShardingPlan,
     check_elementwise,
     plan_sharding,
@@ -85,7 +85,7 @@ def init_sharded_state(
     optimiser: Any, plan: ShardingPlan, params: Any, replicas: Sequence[int]
 ) -> ShardedOptState:
     """``optimiser.init(params)``, each given global replica keeping only its part."""
-    from popdist_emu._replica_step import make_init  # one jitted init, not one per leaf op
+    from popdist_emu.runtime._replica_step import make_init  # one jitted init, not one per leaf op
 
     return shard_state(plan, make_init(optimiser)(params), replicas)
 
@@ -143,8 +143,8 @@ class ShardedReduceUpdate:
     timeout: float | None = None
 
     def __call__(self, state: Any, replica_sums: Sequence[Any]) -> Any:
-        from popdist_emu._reduce_update import StageResult
-        from popdist_emu._replica_step import TrainState
+        from popdist_emu.runtime._reduce_update import StageResult
+        from popdist_emu.runtime._replica_step import TrainState
 
         plan, kw = self.plan, {"comm": self.comm, "timeout": self.timeout}
         s, k, d = plan.chunk, plan.domain_size, plan.num_domains
@@ -236,7 +236,7 @@ class ShardedReduceUpdate:
         ``AllReduceUpdate``'s): reduce-scatter, the small all-reduce (max) of whole leaves,
         loss and flag, and the all-gathers (bytes of the gathered result, as the record
         defines)."""
-        from popdist_emu._reduce_update import resolved_record
+        from popdist_emu.runtime._reduce_update import resolved_record
 
         plan = self.plan
         d, k = plan.num_domains, plan.domain_size

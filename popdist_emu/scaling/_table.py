@@ -12,8 +12,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from popdist_emu import _scaling_analysis as analysis
-from popdist_emu._scaling_points import COLLECTIVE_PHASES
+from popdist_emu.scaling import _analysis as analysis
+from popdist_emu.sim import COLLECTIVE_PHASES
 
 TIER_NAMES = {"ipu_links": "collectives over IPU-Links", "gw_links": "collectives over GW-Links"}
 

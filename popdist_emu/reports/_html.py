@@ -60,7 +60,7 @@ def page(title: str, body: str) -> str:
 
 def run_report_html(simulation: StepSimulation) -> str:
     """The page of one simulated configuration."""
-    from popdist_emu._scaling_plots import SHOWN_SECONDS, single_memory_plot, single_phases_plot
+    from popdist_emu.reports.plots import SHOWN_SECONDS, single_memory_plot, single_phases_plot
 
     sim, p, layout, memory = simulation, simulation.profile, simulation.layout, simulation.memory
     mib = 2**20

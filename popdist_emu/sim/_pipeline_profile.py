@@ -27,11 +27,12 @@ import numpy as np
 
 import hardware
 from popdist_emu._environment import ENV_SCALING_REQUEST, InstanceEnvironment
-from popdist_emu._matmuls import matmul_ops
-from popdist_emu._pipeline import Pipeline, _float_mask, _split
-from popdist_emu._pipeline_rules import check_gradient_accumulation
-from popdist_emu._profile import ANALYSIS_ONLY_OPTIONS, _cost, _precision, _walk, tree_nbytes
-from popdist_emu._scaling_points import answer_request, trainer_relayout
+from popdist_emu._trees import tree_nbytes
+from popdist_emu.pipeline import check_gradient_accumulation
+from popdist_emu.pipeline._model import Pipeline, _float_mask, _split
+from popdist_emu.programs import matmul_ops
+from popdist_emu.programs._profile import ANALYSIS_ONLY_OPTIONS, _cost, _precision, _walk
+from popdist_emu.sim._point import answer_request, trainer_relayout
 
 
 def _residual_bytes(fn, p, x) -> int:

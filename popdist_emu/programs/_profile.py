@@ -27,20 +27,10 @@ import jax.extend.core as jex
 import numpy as np
 
 from hardware import DEFAULT_AVAILABLE_MEMORY_PROPORTION, CollectiveRecord, StepProfile
-from popdist_emu._compile_lock import compile_lock
-from popdist_emu._matmuls import matmul_ops
 from popdist_emu._progress import phase
-
-
-def tree_nbytes(tree: Any) -> int:
-    """Bytes of all leaves of a pytree of arrays or ``jax.ShapeDtypeStruct`` (the project's one
-    byte count of a pytree)."""
-    return int(
-        sum(
-            math.prod(np.shape(leaf)) * np.dtype(leaf.dtype).itemsize
-            for leaf in jax.tree.leaves(tree)
-        )
-    )
+from popdist_emu._trees import tree_nbytes
+from popdist_emu.programs._compile_lock import compile_lock
+from popdist_emu.programs._matmuls import matmul_ops
 
 
 def _cost(compiled) -> dict[str, float]:

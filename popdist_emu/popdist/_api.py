@@ -21,7 +21,7 @@ _T = TypeVar("_T")
 
 # The PopDist API's names, in one place: popdist_emu exports them, and so does the popdist shim
 # that instances import.
-POPDIST_NAMES = (
+API_NAMES = (
     "checkNumIpusPerReplica",
     "execute_on_instances",
     "getDeviceId",

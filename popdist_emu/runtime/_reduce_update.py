@@ -21,8 +21,8 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 
 from hardware import CollectiveRecord
-from popdist_emu._profile import tree_nbytes
-from popdist_emu._replica_step import Accumulator, TrainState
+from popdist_emu._trees import tree_nbytes
+from popdist_emu.runtime._replica_step import Accumulator, TrainState
 
 
 class StageResult(NamedTuple):

@@ -41,7 +41,7 @@ import jax
 import jax.numpy as jnp
 
 import hardware
-from popdist_emu._pipeline_rules import PipelineError, check_pipeline
+from popdist_emu.pipeline._rules import PipelineError, check_pipeline
 
 
 @dataclasses.dataclass(frozen=True)
@@ -342,7 +342,7 @@ def make_pipeline(loss_fn: Any, options: Any, params: Any) -> Pipeline | None:
             f"Options: `execution_strategy` must be PipelinedExecution(...) or "
             f"ShardedExecution(...), got {strategy!r}."
         )
-    from popdist_emu import _popdist_api as popdist
+    from popdist_emu.popdist import _api as popdist
 
     return Pipeline(
         loss_fn,

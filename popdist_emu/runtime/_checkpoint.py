@@ -57,8 +57,8 @@ def full_opt_state(trainer: Any) -> Any:
 
     Under RTS every instance must call this (it gathers the shards with one gcl all-reduce).
     """
-    from popdist_emu._offload import StreamingState
-    from popdist_emu._sharded_update import ShardedOptState, unshard_state
+    from popdist_emu.runtime._offload import StreamingState
+    from popdist_emu.runtime._sharded_update import ShardedOptState, unshard_state
 
     state = trainer.state.opt_state
     if isinstance(state, StreamingState):
@@ -96,7 +96,7 @@ def save_checkpoint(
     Every instance must call it (RTS gathers its shards). Returns the path on instance 0,
     None elsewhere.
     """
-    from popdist_emu._popdist_api import getInstanceIndex
+    from popdist_emu.popdist import getInstanceIndex
 
     opt_state = full_opt_state(trainer)
     if getInstanceIndex() != 0:
@@ -154,9 +154,9 @@ def restore_checkpoint(directory: str | os.PathLike, trainer: Any) -> dict:
     Returns:
         The checkpoint's metadata (``step`` and what the writer stored).
     """
-    from popdist_emu._offload import StreamingState, stream_out
-    from popdist_emu._replica_step import TrainState
-    from popdist_emu._sharded_update import ShardedOptState, shard_state
+    from popdist_emu.runtime._offload import StreamingState, stream_out
+    from popdist_emu.runtime._replica_step import TrainState
+    from popdist_emu.runtime._sharded_update import ShardedOptState, shard_state
 
     meta = read_meta(directory)
     path = checkpoint_path(directory)
