@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from typing import TextIO
 
+from tqdm import tqdm
+
 from popdist_emu._environment import InstanceEnvironment
 
 # Runs shorter than this finish before a bar is worth drawing.
@@ -41,8 +43,6 @@ class _TqdmHandler(logging.Handler):
         self.setFormatter(logging.Formatter("[popdist-emu] %(message)s"))
 
     def emit(self, record: logging.LogRecord) -> None:
-        from tqdm import tqdm
-
         try:
             tqdm.write(self.format(record), file=self.stream)
             self.stream.flush()
@@ -127,7 +127,7 @@ class Progress:
             bar = terminal and total_steps >= MIN_STEPS_FOR_BAR
         self.every = max(1, total_steps // LINES_PER_RUN)
         self.use_bar = bool(enabled and bar)
-        self._bar = None
+        self._bar: tqdm | None = None
         if enabled:
             show_phases(self.stream)
 
@@ -137,8 +137,6 @@ class Progress:
             return
         if self.use_bar:
             if self._bar is None:  # drawn at the first step, after the phase messages
-                from tqdm import tqdm
-
                 self._bar = tqdm(total=self.total_steps, file=self.stream, unit="step")
             self._bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
             self._bar.update(step - self._bar.n)

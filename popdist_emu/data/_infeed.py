@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, NamedTuple, TypeVar
 
+import jax
 import numpy as np
 
 from hardware import DEFAULT_PREFETCH_DEPTH
@@ -308,7 +309,6 @@ def decompress(q: Any, *, scale: float = 1.0, offset: float = 0.0, dtype: str = 
     """
     fn = _DECOMPRESS_JIT.get("fn")
     if fn is None:
-        import jax
 
         def _decompress(q, scale, offset, dtype):
             return q.astype(dtype) * np.asarray(scale, dtype) + np.asarray(offset, dtype)

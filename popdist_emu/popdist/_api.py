@@ -121,6 +121,8 @@ def getDeviceId(ipusPerReplica: int = 0) -> int:  # noqa: N802, N803
 
 def init() -> None:
     """Initialises the host communication backend (MPI) of this instance."""
+    # Imported here, not at module level: importing mpi4py.MPI initialises MPI, which a host
+    # program that only reads its layout (``import popdist``) must not pay for or trigger.
     from mpi4py import MPI
 
     if not MPI.Is_initialized():

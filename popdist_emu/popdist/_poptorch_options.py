@@ -28,6 +28,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Any
 
@@ -355,6 +356,7 @@ class Options:
                 PopRun's local replicas).
         """
         if self.executable_cache_dir:
+            # JAX only when a cache is set: ``import popdist.poptorch`` stays JAX-free (tested).
             import jax
 
             jax.config.update("jax_compilation_cache_dir", self.executable_cache_dir)
@@ -362,6 +364,4 @@ class Options:
 
 
 def _emulator_fields():
-    import dataclasses
-
     return dataclasses.fields(EmulatorOptions)

@@ -1,0 +1,142 @@
+"""popdist_emu's face: a static ``__all__``, JAX-free PopDist imports, one-way sub-packages.
+
+The rules are read off the source (``ast``), as a type checker reads them, so a name that
+only a lazy ``__getattr__`` could find, or an import that reaches into another sub-package's
+private module, fails here rather than in a user's IDE or in a later refactor.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+import popdist_emu
+
+PACKAGE = pathlib.Path(popdist_emu.__file__).parent
+SUBPACKAGES = sorted(p.parent.name for p in PACKAGE.glob("*/__init__.py"))
+# Which sub-packages each may import (the layers, one-way); the base modules (top-level
+# ``popdist_emu._*``) are open to all.
+ALLOWED = {
+    "popdist": set(),
+    "pipeline": set(),
+    "data": set(),
+    "reports": set(),
+    "programs": set(),
+    "runtime": {"pipeline", "programs", "popdist"},
+    "sim": {"data", "pipeline", "programs", "reports", "runtime"},
+    "scaling": {"reports", "sim"},
+}
+MAX_LINES = 450
+
+
+def _literal_all(path: pathlib.Path) -> list[str]:
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
+        ):
+            return list(ast.literal_eval(node.value))
+    raise AssertionError(f"{path} has no literal __all__")
+
+
+def _imports(path: pathlib.Path) -> list[tuple[int, str, list[str]]]:
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.append((node.lineno, node.module, [a.name for a in node.names]))
+    return found
+
+
+def test_the_sub_packages_are_the_layered_ones():
+    assert sorted(ALLOWED) == SUBPACKAGES
+
+
+def test_top_level_all_is_static_and_every_name_imports():
+    names = _literal_all(PACKAGE / "__init__.py")
+    assert names == popdist_emu.__all__
+    assert len(names) == len(set(names))
+    for name in names:
+        assert getattr(popdist_emu, name) is not None, name
+
+
+def test_type_checkers_see_every_lazy_name():
+    """Every exported name is imported at module level or under ``if TYPE_CHECKING:``."""
+    tree = ast.parse((PACKAGE / "__init__.py").read_text())
+    seen = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("popdist_emu"):
+            seen |= {alias.asname or alias.name for alias in node.names}
+    assert set(popdist_emu.__all__) <= seen
+
+
+@pytest.mark.parametrize("name", SUBPACKAGES)
+def test_each_sub_package_exports_what_its_all_names(name):
+    module = importlib.import_module(f"popdist_emu.{name}")
+    names = _literal_all(PACKAGE / name / "__init__.py")
+    assert names == module.__all__
+    for exported in names:
+        assert hasattr(module, exported), f"popdist_emu.{name}.{exported}"
+
+
+@pytest.mark.parametrize("name", SUBPACKAGES)
+def test_sub_packages_import_one_way_through_public_faces(name):
+    offenders = []
+    for path in sorted((PACKAGE / name).glob("*.py")):
+        for line, module, names in _imports(path):
+            parts = module.split(".")
+            if parts[0] != "popdist_emu" or len(parts) < 2 or parts[1].startswith("_"):
+                continue  # another package, or the base modules
+            target = parts[1]
+            if target == name:
+                continue
+            where = f"{path.relative_to(PACKAGE)}:{line}: from {module} import {names}"
+            if target not in ALLOWED[name]:
+                offenders.append(f"{where} (layer: {name} may import {sorted(ALLOWED[name])})")
+            elif len(parts) > 2 or any(n.startswith("_") for n in names):
+                offenders.append(f"{where} (a private name of popdist_emu.{target})")
+    assert offenders == []
+
+
+def test_base_modules_import_no_sub_package():
+    offenders = [
+        f"{path.name}:{line}: {module}"
+        for path in sorted(PACKAGE.glob("*.py"))
+        for line, module, _ in _imports(path)
+        if module.startswith("popdist_emu.")
+        and not module.split(".")[1].startswith("_")
+        and path.name != "__init__.py"
+    ]
+    assert offenders == []
+
+
+def test_no_module_is_over_the_size_limit():
+    roots = [PACKAGE, *(PACKAGE.parent / name for name in ("gcl", "hardware", "launch"))]
+    sizes = {
+        str(path.relative_to(PACKAGE.parent)): len(path.read_text().splitlines())
+        for root in roots
+        for path in root.rglob("*.py")
+    }
+    assert {path: n for path, n in sizes.items() if n > MAX_LINES} == {}
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import popdist_emu",
+        "import popdist_emu.popdist",
+        "import popdist, popdist.poptorch, popdist.popart, popdist.tensorflow",
+        "import popdist_emu.arguments",
+    ],
+)
+def test_popdist_imports_stay_jax_free(statement):
+    code = (
+        f"import sys; {statement}; print(sorted(m for m in ('jax', 'jaxlib') if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.strip() == "[]"
