@@ -19,6 +19,13 @@ from gcl._transport import Transport
 Step = Callable[[int, int, "np.ndarray | None"], np.ndarray]
 
 
+def _messaging(transport: Transport | None, what: str) -> Transport:
+    """The transport for a hop between instances (a one-instance call has no such hop)."""
+    if transport is None:
+        raise RuntimeError(f"gcl.{what}: a route crosses instances but there is no transport.")
+    return transport
+
+
 def run_items(
     transport: Transport | None,
     items: Sequence[Item],
@@ -55,7 +62,7 @@ def run_items(
             else:
                 buf = recv_buffer(i, h)
                 src = it.hops[h - 1].instance
-                recvs.append(transport.irecv(buf, src, i * max_hops + h))
+                recvs.append(_messaging(transport, what).irecv(buf, src, i * max_hops + h))
                 recv_tasks.append((i, h, buf))
                 recv_peers.append(src)
     sends: list = []
@@ -67,7 +74,7 @@ def run_items(
         hops = items[i].hops
         if h + 1 < len(hops):
             dest = hops[h + 1].instance
-            sends.append(transport.isend(out, dest, i * max_hops + h + 1))
+            sends.append(_messaging(transport, what).isend(out, dest, i * max_hops + h + 1))
             send_peers.append(dest)
             keep.append(out)
         else:
@@ -77,9 +84,9 @@ def run_items(
         advance(i, 0, None)
     remaining = len(recvs)
     while remaining:
-        for k in transport.wait_some(recvs, recv_peers, deadline, what):
+        for k in _messaging(transport, what).wait_some(recvs, recv_peers, deadline, what):
             i, h, buf = recv_tasks[k]
             remaining -= 1
             advance(i, h, buf)
     if sends:
-        transport.wait_all(sends, send_peers, deadline, what)
+        _messaging(transport, what).wait_all(sends, send_peers, deadline, what)

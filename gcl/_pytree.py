@@ -158,7 +158,7 @@ def layout_of(shapes_dtypes: list[tuple[tuple[int, ...], np.dtype]], group_size:
 def pack(leaves: list[np.ndarray], layout: Layout) -> list[np.ndarray]:
     """One ``(G, S)`` buffer per dtype; a view of the leaf (no copy) when it alone fills it."""
     g = layout.group_size
-    out: list[np.ndarray | None] = [None] * len(layout.dtypes)
+    views: list[np.ndarray | None] = [None] * len(layout.dtypes)
     counts = [0] * len(layout.dtypes)
     for slot in layout.slots:
         counts[slot.dtype_index] += 1
@@ -166,13 +166,14 @@ def pack(leaves: list[np.ndarray], layout: Layout) -> list[np.ndarray]:
     for leaf, slot in zip(leaves, layout.slots, strict=True):
         d = slot.dtype_index
         if counts[d] == 1 and slot.size == g * slot.shard and leaf.flags.c_contiguous:
-            out[d] = leaf.reshape(g, slot.shard)
+            views[d] = leaf.reshape(g, slot.shard)
             viewed.add(d)
+    bufs: list[np.ndarray] = []
     for d, (dtype, width) in enumerate(zip(layout.dtypes, layout.widths, strict=True)):
-        if out[d] is None:
-            out[d] = POOL.empty((g, width), dtype)
+        view = views[d]
+        bufs.append(view if view is not None else POOL.empty((g, width), dtype))
     for leaf, slot in zip(leaves, layout.slots, strict=True):
-        buf = out[slot.dtype_index]
+        buf = bufs[slot.dtype_index]
         if slot.dtype_index in viewed or slot.shard == 0:
             continue
         cols = buf[:, slot.offset : slot.offset + slot.shard]
@@ -183,7 +184,7 @@ def pack(leaves: list[np.ndarray], layout: Layout) -> list[np.ndarray]:
             cols[full, :rest] = flat[full * slot.shard :]
             cols[full, rest:] = 0
             cols[full + 1 :] = 0
-    return out  # type: ignore[return-value]
+    return bufs
 
 
 def pack_rows(leaves: list[np.ndarray], layout: Layout) -> list[np.ndarray]:

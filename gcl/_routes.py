@@ -157,6 +157,8 @@ def reduce_scatter_items(
             acw = [(p - i) % size for i in range(1, size)] + [p]
             for d, width in enumerate(widths):
                 half = (width + 1) // 2
+                # (first column, end column, route, route back to the owner or None)
+                parts: list[tuple[int, int, list[int], list[int] | None]]
                 if method == "clockwise_ring":
                     parts = [(0, width, cw, None)]
                 elif method == "anticlockwise_ring":

@@ -112,6 +112,7 @@ def _install_abort_hook() -> None:
         if _in_parallel_job():
             _abort(1)
 
+    # mypy allows no attributes a function does not declare; this marker is read back above.
     abort_on_uncaught._gcl_aborts = True  # type: ignore[attr-defined]
     sys.excepthook = abort_on_uncaught
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from typing import Literal, NamedTuple
 
 from hardware._planner import DEFAULT_AVAILABLE_MEMORY_PROPORTION, proportion_for_ipu
@@ -142,7 +143,7 @@ class StepProfile:
     recomputation: bool = False
     name: str = "model"
     matmuls: tuple = ()
-    available_memory_proportion: object = DEFAULT_AVAILABLE_MEMORY_PROPORTION
+    available_memory_proportion: float | Mapping[str, float] = DEFAULT_AVAILABLE_MEMORY_PROPORTION
 
     def __post_init__(self) -> None:
         for field in ("micro_batch_size", "gradient_accumulation", "device_iterations"):

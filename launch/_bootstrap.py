@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import io
 import os
 import re
 import shutil
@@ -62,7 +63,7 @@ def _pin_to_one_cpu(local_index: int) -> None:
     os.sched_setaffinity(0, {cpus[local_index % len(cpus)]})
 
 
-def _segments(source: BinaryIO) -> Iterator[bytes]:
+def _segments(source: io.BufferedIOBase) -> Iterator[bytes]:
     """The child's output as it arrives, cut after every newline and carriage return: a
     progress bar redraws its line with ``\r``, and each redraw must pass at once."""
     pending = b""
@@ -78,7 +79,7 @@ def _segments(source: BinaryIO) -> Iterator[bytes]:
 
 
 def _pump(
-    source: BinaryIO,
+    source: io.BufferedIOBase,
     sink: BinaryIO | None,
     tag: bytes,
     tail: collections.deque | None = None,
@@ -87,13 +88,13 @@ def _pump(
     """Copies lines from the child's pipe to ours (None: drop them), each with ``tag`` (a
     line a progress bar redraws with ``\r`` keeps its tag); keeps the last whole lines in
     ``tail``, and with ``--output-filename`` writes them untagged to the instance's log."""
-    broken = sink is None
+    broken = False
     for line in _segments(source):
         if tail is not None and not line.endswith(b"\r"):
             tail.append(line)
         if log is not None:
             log.write(line)
-        if broken:
+        if sink is None or broken:
             continue  # keep draining, so that the child never blocks on a full pipe
         try:
             sink.write(tag + (line if line.endswith((b"\n", b"\r")) else line + b"\n"))

@@ -21,7 +21,7 @@ from hardware import LayoutError, ReplicaLayout, SystemSelectionError, select_sy
 from launch._cache import executable_cache_dir
 from launch._errors import UsageError
 from launch._job import instance_environment
-from launch._mpi import adapt_mpi_args, find_mpiexec, mpi_flavour, mpiexec_command
+from launch._mpi import Flavour, adapt_mpi_args, find_mpiexec, mpi_flavour, mpiexec_command
 from launch._options import OPTIONS, LaunchOptions, parse_command_line
 from launch._placement import find_libmpi, hosts_argument, offline_capacity
 from launch._preflight import (
@@ -60,12 +60,12 @@ def help_text() -> str:
         ),
     )
     for spec in OPTIONS:
-        kwargs = {"help": spec.help}
         if spec.kind in ("count", "flag"):
-            kwargs["action"] = "store_true"
+            parser.add_argument(*spec.flags, dest=spec.dest, help=spec.help, action="store_true")
         else:
-            kwargs["metavar"] = spec.metavar or "VALUE"
-        parser.add_argument(*spec.flags, dest=spec.dest, **kwargs)
+            parser.add_argument(
+                *spec.flags, dest=spec.dest, help=spec.help, metavar=spec.metavar or "VALUE"
+            )
     return parser.format_help()
 
 
@@ -195,7 +195,7 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
             + (", offline" if options.offline_mode and not representative else "")
         )
     single = representative or (options.offline_mode and layout.num_instances == 1)
-    flavour = "none"
+    flavour: Flavour = "none"
     mpiexec = libmpi = ""
     if not single:
         mpiexec = find_mpiexec(os.environ, options.mpiexec)

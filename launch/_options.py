@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import shlex
 from collections.abc import Sequence
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from launch._config import export_config, read_config
 from launch._errors import UsageError
@@ -414,12 +414,15 @@ def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
         config_options, _ = split_command_line([*read_config(imported[-1]), "--"])
         options = config_options + options
     values: dict[str, object] = {"program": tuple(program)}
+    counts: dict[str, int] = {}
+    words_given: dict[str, tuple[str, ...]] = {}  # the accumulated --mpi-*-args words
     no_effect: list[str] = []
     for dest, flag, text in options:
         spec = _BY_FLAG[flag]
         if spec.kind == "count":
-            values[dest] = int(values.get(dest, 0)) + (2 if flag == "--vv" else 1)
-        elif spec.kind == "flag" or (spec.kind == "bool" and text is None):
+            counts[dest] = counts.get(dest, 0) + (2 if flag == "--vv" else 1)
+            values[dest] = counts[dest]
+        elif text is None:  # a flag or a bare boolean; split_command_line gives others a value
             values[dest] = True
         else:
             values[dest] = _convert(spec, flag, text)
@@ -434,11 +437,12 @@ def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
                 raise UsageError(
                     f"{flag} {text!r} cannot be split into words ({error}): balance its quotes."
                 ) from None
-            values[dest] = values.get(f"_{dest}", ()) + words
-            values[f"_{dest}"] = values[dest]
+            words_given[dest] = words_given.get(dest, ()) + words
+            values[dest] = words_given[dest]
     if values.get("export_config"):
         export_config(str(values["export_config"]), options, bool(values.get("overwrite_config")))
     fields = {f.name for f in dataclasses.fields(LaunchOptions)}
-    return LaunchOptions(
-        **{k: v for k, v in values.items() if k in fields}, no_effect=tuple(no_effect)
-    )
+    # Each value has its field's type (the option's kind read it so), which mypy cannot tie
+    # to a field named at run time.
+    given: dict[str, Any] = {k: v for k, v in values.items() if k in fields}
+    return LaunchOptions(**given, no_effect=tuple(no_effect))
