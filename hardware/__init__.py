@@ -39,9 +39,12 @@ from hardware._pipeline_step import stage_seconds as stage_seconds
 from hardware._planner import (
     DEFAULT_AVAILABLE_MEMORY_PROPORTION as DEFAULT_AVAILABLE_MEMORY_PROPORTION,
 )
+from hardware._planner import PARTIALS_TYPES as PARTIALS_TYPES
 from hardware._planner import PLANNER_WARNING as PLANNER_WARNING
 from hardware._planner import ConvOp as ConvOp
+from hardware._planner import check_proportion as check_proportion
 from hardware._planner import plan_op as plan_op
+from hardware._planner import proportion_for_ipu as proportion_for_ipu
 from hardware._planner_step import PlannerReport as PlannerReport
 from hardware._planner_step import plan_profile as plan_profile
 from hardware._planner_step import plan_step as plan_step
@@ -74,6 +77,7 @@ __all__ = [
     "GC200",
     "IPU_M2000",
     "MEMORY_CATEGORIES",
+    "PARTIALS_TYPES",
     "PHASES",
     "PIPELINE_SCHEDULES",
     "PIPELINE_STRATEGIES",
@@ -103,6 +107,7 @@ __all__ = [
     "TimelineEvent",
     "check_memory",
     "check_pipeline_memory",
+    "check_proportion",
     "collective_time",
     "compute_seconds",
     "default_system",
@@ -118,6 +123,7 @@ __all__ = [
     "plan_profile",
     "plan_step",
     "program_order",
+    "proportion_for_ipu",
     "ramp_bubble_fraction",
     "resolve_group",
     "ring_seconds",
