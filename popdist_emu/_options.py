@@ -5,7 +5,10 @@ are accumulated, how many steps one call runs, what a call returns and how gradi
 reduced, and the job's replica layout. The layout is resolved once, when the options are
 made: from PopDist's environment by default (so the same options work under ``poprun-emu``
 and in a plain process) or given explicitly; a later change of the environment does not
-change existing options, and two equal options describe the same job.
+change existing options, and two equal options describe the same job. Every per-instance
+value the runtime needs (the layout, this instance's index, offline mode) is resolved here,
+once, so nothing deeper reads the environment again: options built with an explicit layout
+describe the job entirely, and the environment is not read at all.
 
 References:
     PopTorch User Guide, ``poptorch.Options`` (replicationFactor, deviceIterations,
@@ -18,15 +21,17 @@ References:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Literal
 
 from hardware import (
     DEFAULT_AVAILABLE_MEMORY_PROPORTION,
     DEFAULT_PREFETCH_DEPTH,
+    PARTIALS_TYPES,
     LayoutError,
     ReplicaLayout,
+    proportion_for_ipu,
 )
-from hardware._planner import PARTIALS_TYPES
 from popdist_emu._environment import InstanceEnvironment, offline_mode
 
 OutputMode = Literal["final", "all"]
@@ -41,7 +46,8 @@ def is_offline_mode() -> bool:
 
     In offline mode nothing is computed on data and no collective (no MPI) is called; the
     runtime only lowers and compiles the step from shapes, as PopRun's offline mode compiles
-    without attaching to IPUs.
+    without attaching to IPUs. This reads the environment now; ``Options().offline`` holds
+    the same answer, read once with the layout, and is what the runtime uses.
     """
     return offline_mode()
 
@@ -57,16 +63,62 @@ def _check_positive(name: str, value: object, poptorch_name: str) -> None:
         )
 
 
-def _check_available_memory_proportion(value: object) -> None:
-    from hardware._planner import proportion_for_ipu
-
+def _check_available_memory_proportion(value: float | Mapping[str, float]) -> None:
     try:
-        proportion_for_ipu(value)  # type: ignore[arg-type]
+        proportion_for_ipu(value)
     except ValueError as error:
         raise ValueError(f"Options: {error}") from None
 
 
-@dataclasses.dataclass(frozen=True)
+def _resolve_layout(
+    layout: ReplicaLayout | None, instance: int | None, rf: int | None
+) -> tuple[ReplicaLayout, int, int, bool]:
+    """``(layout, instance_index, local replicas, offline)``, the environment read at most once.
+
+    A given layout is the job's whole description: neither it nor the instance index or the
+    offline flag then comes from the environment.
+    """
+    if rf is not None:
+        _check_positive("replication_factor", rf, "replicationFactor")
+    offline = False
+    if layout is None:
+        view = InstanceEnvironment.from_environ()
+        offline = view.offline
+        if view.popdist_set:
+            layout, source = view.layout, "PopRun gave this instance"
+            instance = view.instance if instance is None else instance
+        else:
+            try:
+                layout = dataclasses.replace(view.layout, num_replicas=rf or 1)
+            except LayoutError as error:
+                raise ValueError(f"Options: replication_factor={rf}: {error}") from None
+            source = ""
+    else:
+        if not isinstance(layout, ReplicaLayout):
+            raise ValueError(
+                f"Options: `layout` must be a hardware.ReplicaLayout, got "
+                f"{type(layout).__name__}; pass e.g. ReplicaLayout(num_replicas=8, "
+                f"num_instances=2)."
+            )
+        source = "the given layout has"
+    instance = 0 if instance is None else instance
+    if isinstance(instance, bool) or not isinstance(instance, int):
+        raise ValueError(f"Options: `instance_index` must be an int, got {instance!r}.")
+    if not 0 <= instance < layout.num_instances:
+        raise ValueError(
+            f"Options: `instance_index` {instance} is outside [0, {layout.num_instances}) "
+            f"of the layout's instances."
+        )
+    local = layout.num_local_replicas
+    if rf is not None and rf != local:
+        raise ValueError(
+            f"Options: `replication_factor` is {rf} but {source} {local} local replicas; "
+            f"leave it unset (it defaults to popdist.getNumLocalReplicas()) or pass {local}."
+        )
+    return layout, instance, local, offline
+
+
+@dataclasses.dataclass(frozen=True, init=False)
 class Options:
     """How one training call is shaped, named after ``poptorch.Options``.
 
@@ -74,6 +126,10 @@ class Options:
     ``[device_iterations, gradient_accumulation, replication_factor, micro_batch, *sample]``
     for every leaf, and runs ``device_iterations`` optimiser steps. The global batch of one
     step is ``micro_batch x replication_factor x num_instances x gradient_accumulation``.
+
+    The constructor takes None for ``replication_factor``, ``layout``, ``instance_index`` and
+    ``offline`` and resolves them once (see :meth:`__init__`); the fields always hold the
+    resolved values, so every reader sees an ``int``, a ``ReplicaLayout`` and a ``bool``.
 
     Attributes:
         replication_factor: replicas driven by this instance (PopTorch's replicationFactor,
@@ -92,12 +148,7 @@ class Options:
             a ``BlockModel`` over the replica's IPUs (PopTorch's setExecutionStrategy);
             None runs the loss on one IPU's worth of program.
         recomputation: stages stash only their inputs and recompute their activations in
-            the backward pass (the hardware model's stash; see ``_pipeline``).
-        layout: the job's replica layout. None (the default) resolves it once, at
-            construction: PopRun's layout under ``poprun-emu``, otherwise one instance
-            driving ``replication_factor`` replicas.
-        instance_index: this instance's index in the layout; None resolves it with the
-            layout (PopDist's ``getInstanceIndex()``, or 0 for an explicit layout).
+            the backward pass (the hardware model's stash; see ``popdist_emu.pipeline``).
         available_memory_proportion: PopLibs' availableMemoryProportion for the matmuls and
             convolutions of the step, a float for every IPU or PopTorch's per-IPU mapping
             ``{"IPU0": 0.6, "IPU1": 0.4}`` (``setAvailableMemoryProportion``); IPUs left
@@ -107,27 +158,97 @@ class Options:
             (the default) or "half" (PopTorch's ``Precision.setPartialsType(torch.half)``,
             Graphcore's ``enable_half_partials``): half partials halve the planner's
             temporary memory per partial.
+        layout: the job's replica layout (IPUs per replica included): what the pipeline,
+            the stages and the simulation take, never the environment.
+        instance_index: this instance's index in the layout.
+        offline: compile only, run nothing (``poprun-emu --offline-mode``).
     """
 
-    replication_factor: int = None  # type: ignore[assignment]  # resolved in __post_init__
-    gradient_accumulation: int = 1
-    device_iterations: int = 1
-    output_mode: OutputMode = "final"
-    reduction: Reduction = "mean"
-    replicated_tensor_sharding: bool = False
-    sharding_domain: int | None = None
-    offload_optimiser: bool = False
-    prefetch_depth: int = DEFAULT_PREFETCH_DEPTH
-    execution_strategy: object | None = None
-    recomputation: bool = False
-    available_memory_proportion: float | dict = DEFAULT_AVAILABLE_MEMORY_PROPORTION
-    partials_type: str = "float"
-    layout: ReplicaLayout = None  # type: ignore[assignment]  # resolved in __post_init__
-    instance_index: int = None  # type: ignore[assignment]  # resolved in __post_init__
+    replication_factor: int
+    gradient_accumulation: int
+    device_iterations: int
+    output_mode: OutputMode
+    reduction: Reduction
+    replicated_tensor_sharding: bool
+    sharding_domain: int | None
+    offload_optimiser: bool
+    prefetch_depth: int
+    execution_strategy: object | None
+    recomputation: bool
+    available_memory_proportion: float | dict[str, float]
+    partials_type: str
+    layout: ReplicaLayout
+    instance_index: int
+    offline: bool
 
-    def __post_init__(self) -> None:
-        self._resolve_layout()
-        _check_positive("replication_factor", self.replication_factor, "replicationFactor")
+    def __init__(
+        self,
+        replication_factor: int | None = None,
+        gradient_accumulation: int = 1,
+        device_iterations: int = 1,
+        output_mode: OutputMode = "final",
+        reduction: Reduction = "mean",
+        replicated_tensor_sharding: bool = False,
+        sharding_domain: int | None = None,
+        offload_optimiser: bool = False,
+        prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
+        execution_strategy: object | None = None,
+        recomputation: bool = False,
+        available_memory_proportion: float | dict[str, float] = (
+            DEFAULT_AVAILABLE_MEMORY_PROPORTION
+        ),
+        partials_type: str = "float",
+        layout: ReplicaLayout | None = None,
+        instance_index: int | None = None,
+        offline: bool | None = None,
+    ) -> None:
+        """Validates the fields and resolves the per-instance ones, once.
+
+        Args:
+            replication_factor: None takes the layout's local replicas
+                (``popdist.getNumLocalReplicas()``); a number must equal them.
+            layout: None reads it once from PopDist's environment: PopRun's layout under
+                ``poprun-emu``, otherwise one instance driving ``replication_factor``
+                replicas. A given layout is the whole truth: the environment is not read.
+            instance_index: None takes PopDist's ``getInstanceIndex()`` with an environment
+                layout, 0 with a given one.
+            offline: None takes ``--offline-mode`` from the environment read for the
+                layout, False with a given layout.
+
+        The other arguments are the attributes of the same names.
+
+        Raises:
+            ValueError: a field PopTorch would refuse, or a replication factor or instance
+                index that does not fit the layout; the message names the field and a fix.
+        """
+        fields = {
+            "gradient_accumulation": gradient_accumulation,
+            "device_iterations": device_iterations,
+            "output_mode": output_mode,
+            "reduction": reduction,
+            "replicated_tensor_sharding": replicated_tensor_sharding,
+            "sharding_domain": sharding_domain,
+            "offload_optimiser": offload_optimiser,
+            "prefetch_depth": prefetch_depth,
+            "execution_strategy": execution_strategy,
+            "recomputation": recomputation,
+            "available_memory_proportion": available_memory_proportion,
+            "partials_type": partials_type,
+        }
+        resolved_layout, instance, local, environ_offline = _resolve_layout(
+            layout, instance_index, replication_factor
+        )
+        fields |= {
+            "replication_factor": local,
+            "layout": resolved_layout,
+            "instance_index": instance,
+            "offline": environ_offline if offline is None else bool(offline),
+        }
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)
+        self._check()
+
+    def _check(self) -> None:
         _check_positive("gradient_accumulation", self.gradient_accumulation, "gradientAccumulation")
         _check_positive("device_iterations", self.device_iterations, "deviceIterations")
         _check_available_memory_proportion(self.available_memory_proportion)
@@ -158,48 +279,6 @@ class Options:
                 f"Options: `prefetch_depth` must be >= 1 (1 = only the next batch is "
                 f"prepared ahead), got {self.prefetch_depth}."
             )
-
-    def _resolve_layout(self) -> None:
-        """Fixes ``layout``, ``instance_index`` and ``replication_factor`` once."""
-        layout, instance, rf = self.layout, self.instance_index, self.replication_factor
-        if rf is not None:
-            _check_positive("replication_factor", rf, "replicationFactor")
-        if layout is None:
-            view = InstanceEnvironment.from_environ()
-            if view.popdist_set:
-                layout, source = view.layout, "PopRun gave this instance"
-                instance = view.instance if instance is None else instance
-            else:
-                try:
-                    layout = dataclasses.replace(view.layout, num_replicas=rf or 1)
-                except LayoutError as error:
-                    raise ValueError(f"Options: replication_factor={rf}: {error}") from None
-                source = None
-        else:
-            if not isinstance(layout, ReplicaLayout):
-                raise ValueError(
-                    f"Options: `layout` must be a hardware.ReplicaLayout, got "
-                    f"{type(layout).__name__}; pass e.g. ReplicaLayout(num_replicas=8, "
-                    f"num_instances=2)."
-                )
-            source = "the given layout has"
-        instance = 0 if instance is None else instance
-        if isinstance(instance, bool) or not isinstance(instance, int):
-            raise ValueError(f"Options: `instance_index` must be an int, got {instance!r}.")
-        if not 0 <= instance < layout.num_instances:
-            raise ValueError(
-                f"Options: `instance_index` {instance} is outside [0, {layout.num_instances}) "
-                f"of the layout's instances."
-            )
-        local = layout.num_local_replicas
-        if rf is not None and rf != local:
-            raise ValueError(
-                f"Options: `replication_factor` is {rf} but {source} {local} local replicas; "
-                f"leave it unset (it defaults to popdist.getNumLocalReplicas()) or pass {local}."
-            )
-        object.__setattr__(self, "layout", layout)
-        object.__setattr__(self, "instance_index", instance)
-        object.__setattr__(self, "replication_factor", local)
 
     @property
     def num_instances(self) -> int:

@@ -21,15 +21,17 @@ import os
 import time
 from collections.abc import Iterator
 
+import jax
+
 # Longest wait for another instance's compile before compiling anyway.
 MAX_WAIT_SECONDS = 300.0
 _POLL_SECONDS = 0.05
 
 
 def _cache_dir() -> str | None:
-    import jax
-
-    return jax.config.jax_compilation_cache_dir or None
+    """JAX's persistent compilation cache directory, or None when it is off."""
+    # ``values`` is the typed way to read a flag (attribute access is dynamic).
+    return jax.config.values.get("jax_compilation_cache_dir") or None
 
 
 @contextlib.contextmanager

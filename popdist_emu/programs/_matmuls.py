@@ -27,7 +27,7 @@ import jax.extend.core as jex
 import numpy as np
 from jax.interpreters import ad, batching, mlir
 
-from hardware._planner import PARTIALS_TYPES, ConvOp, check_proportion
+from hardware import PARTIALS_TYPES, ConvOp, check_proportion
 
 _FORWARD, _TANGENT, _COTANGENT = "forward", "tangent", "cotangent"
 MATMUL_PRIMITIVES = ("dot_general", "conv_general_dilated")

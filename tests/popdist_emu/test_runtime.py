@@ -172,7 +172,6 @@ def test_offline_mode_compiles_from_shapes_without_collectives():
     def no_collectives(*args, **kwargs):
         raise AssertionError("offline mode called a collective")
 
-    opts = Options(replication_factor=4, gradient_accumulation=2)
     shapes = jax.eval_shape(init_params)
     batch = (
         jax.ShapeDtypeStruct((1, 2, 4, 8, IN), jnp.float32),
@@ -183,6 +182,9 @@ def test_offline_mode_compiles_from_shapes_without_collectives():
         mock.patch.object(gcl, "all_reduce", no_collectives),
     ):
         assert popdist.is_offline_mode()
+        # The launcher's --offline-mode is read once, with the layout, into the options.
+        opts = Options(replication_factor=4, gradient_accumulation=2)
+        assert opts.offline
         trainer = Trainer(loss_fn, optax.adam(0.01), shapes, opts)
         compiled = trainer.compile(batch)
         with pytest.raises(RuntimeError, match="offline mode"):
