@@ -41,6 +41,7 @@ import jax
 import jax.numpy as jnp
 
 import hardware
+from popdist_emu._options import Options
 from popdist_emu.pipeline._rules import PipelineError, check_pipeline
 
 
@@ -147,23 +148,48 @@ class BlockModel:
         return id(self)
 
 
-def _float_mask(tree: Any) -> list[bool]:
-    return [jnp.issubdtype(jnp.result_type(x), jnp.floating) for x in jax.tree.leaves(tree)]
+def float_mask(tree: Any) -> list[bool]:
+    """Which leaves of ``tree`` (in ``jax.tree`` order) are floating point: the ones that carry
+    gradients between stages (integer leaves, such as labels, travel along without one)."""
+    return [bool(jnp.issubdtype(jnp.result_type(x), jnp.floating)) for x in jax.tree.leaves(tree)]
 
 
-def _merge(treedef, mask, floats, others):
+def _merge(treedef: Any, mask: Sequence[bool], floats: Sequence[Any], others: Sequence[Any]) -> Any:
     fi, oi, leaves = iter(floats), iter(others), []
     for is_float in mask:
         leaves.append(next(fi) if is_float else next(oi))
     return jax.tree.unflatten(treedef, leaves)
 
 
-def _split(tree, mask):
+def split_floats(tree: Any, mask: Sequence[bool]) -> tuple[list[Any], list[Any]]:
+    """``tree``'s leaves as ``(floating-point leaves, other leaves)``, by :func:`float_mask`."""
     leaves = jax.tree.leaves(tree)
     return (
         [x for x, f in zip(leaves, mask, strict=True) if f],
         [x for x, f in zip(leaves, mask, strict=True) if not f],
     )
+
+
+# The old private names, for the profile that reads them until it moves to the public ones.
+_float_mask, _split = float_mask, split_floats
+
+
+def stage_vjp(fn: Callable[[Any, Any], Any], params: Any, x: Any) -> Callable[..., Any]:
+    """The vjp closure of a stage ``fn(params, x)``: with respect to its parameters and the
+    floating-point leaves of its input, for the floating-point leaves of its output.
+
+    Its leaves are what the stage's forward saves for its backward (the residuals), which is
+    why the hardware model's activation count traces exactly this function.
+    """
+    mask = float_mask(x)
+    xf, xo = split_floats(x, mask)
+    treedef = jax.tree.structure(x)
+
+    def f(p: Any, floats: Any) -> list[Any]:
+        out = fn(p, _merge(treedef, mask, floats, xo))
+        return [o for o in jax.tree.leaves(out) if jnp.issubdtype(o.dtype, jnp.floating)]
+
+    return jax.vjp(f, params, xf)[1]
 
 
 class StageProgram:
@@ -183,14 +209,14 @@ class StageProgram:
         self._y_mask: Any = None
 
     def _build(self, x: Any) -> None:
-        x_def, x_mask = jax.tree.structure(x), _float_mask(x)
+        x_def, x_mask = jax.tree.structure(x), float_mask(x)
         y_mask = self._y_mask
         fn, first, last = self.fn, self.first, self.last
 
         def backward(p, x_floats, x_others, dy_floats):
             def f(p, xf):
                 out = fn(p, _merge(x_def, x_mask, xf, x_others))
-                return out if last else _split(out, y_mask)[0]
+                return out if last else split_floats(out, y_mask)[0]
 
             if first:
                 out, vjp = jax.vjp(lambda p: f(p, x_floats), p)
@@ -202,17 +228,36 @@ class StageProgram:
         self._x_mask = x_mask
         self._backward = jax.jit(backward)
 
-    def backward(self, p: Any, x: Any, dy_floats: Any):
+    def backward(self, p: Any, x: Any, dy_floats: Any) -> Any:
         """Parameter gradient and the input's float-leaf gradients of one micro-batch."""
         if self._backward is None:
             self._build(x)
-        xf, xo = _split(x, self._x_mask)
+        xf, xo = split_floats(x, self._x_mask)
         return self._backward(p, xf, xo, dy_floats)
 
     def observe_output(self, y: Any) -> None:
         """Records which output leaves are floating point (they carry gradients back)."""
         if self._y_mask is None and not self.last:
-            self._y_mask = _float_mask(y)
+            self._y_mask = float_mask(y)
+
+    def backward_program(self, x: Any) -> Any:
+        """The jitted backward ``(p, x_floats, x_others, dy_floats) -> (dp, dx_floats)`` for
+        inputs shaped like ``x``: what the profile lowers and compiles, as the step runs it.
+
+        Call :meth:`observe_output` first for a stage that is not the last.
+        """
+        if self._backward is None:
+            self._build(x)
+        return self._backward
+
+    def backward_arguments(self, p: Any, x: Any, y: Any) -> tuple[Any, Any, Any, Any]:
+        """:meth:`backward_program`'s arguments for parameters ``p``, input ``x`` and output
+        ``y`` (values or shapes): ``(p, x_floats, x_others, dy_floats)``, ``dy_floats`` None
+        for the last stage, whose backward differentiates the loss."""
+        self.backward_program(x)
+        xf, xo = split_floats(x, self._x_mask)
+        dy = None if self.last else split_floats(y, self._y_mask)[0]
+        return p, xf, xo, dy
 
 
 # (model, blocks, first, last) -> StageProgram; the model object is kept alive by its key.
@@ -226,7 +271,7 @@ class Pipeline:
         model: the model's blocks.
         strategy: ``PipelinedExecution`` or ``ShardedExecution``.
         params: the parameters (or their shapes): a dict whose top-level keys the blocks own.
-        ipus_per_replica: IPUs of one replica (PopDist's ``getNumIpusPerReplica()``).
+        ipus_per_replica: IPUs of one replica (``Options.layout.ipus_per_replica``).
         gradient_accumulation: micro-batches per weight update.
         recomputation: stash only stage inputs in the hardware model.
 
@@ -288,11 +333,13 @@ class Pipeline:
         """Stages (= IPUs of the replica)."""
         return len(self.stages)
 
-    def stage_params(self, params: Any, s: int) -> dict:
+    def stage_params(self, params: Any, s: int) -> dict[str, Any]:
         """The entries of ``params`` stage ``s`` owns."""
         return {k: params[k] for k in self.stage_keys[s]}
 
-    def accumulate(self, params: Any, micro_batches: Sequence[Any], zeros: jax.Array):
+    def accumulate(
+        self, params: Any, micro_batches: Sequence[Any], zeros: jax.Array
+    ) -> tuple[jax.Array, bool]:
         """One replica's weight update: the flat gradient-and-loss sum, and finiteness.
 
         Runs the passes in the strategy's schedule order; returns ``(acc, finite)`` shaped
@@ -325,6 +372,8 @@ class Pipeline:
             if s > 0:
                 grads_in[(s - 1, m)] = list(dx)
         assert not inputs and not outputs and not grads_in, "pipeline schedule left work behind"
+        if loss_sum is None:
+            raise PipelineError("Pipeline.accumulate: `micro_batches` is empty; pass at least one.")
         grads = {k: v for part in acc for k, v in part.items()}
         tree = {k: grads[k] for k in params}
         flat = [leaf.ravel().astype(zeros.dtype) for leaf in jax.tree.leaves(tree)]
@@ -332,9 +381,18 @@ class Pipeline:
         return total, bool(jnp.all(jnp.isfinite(total)))
 
 
-def make_pipeline(loss_fn: Any, options: Any, params: Any) -> Pipeline | None:
-    """The trainer's pipeline from ``Options.execution_strategy`` (None without one)."""
-    strategy = getattr(options, "execution_strategy", None)
+def make_pipeline(loss_fn: Any, options: Options, params: Any) -> Pipeline | None:
+    """The trainer's pipeline from ``Options.execution_strategy`` (None without one).
+
+    The replica's IPUs come from ``options.layout`` (resolved once, from PopRun or given
+    explicitly), so a pipeline built outside the launcher with an explicit layout checks its
+    stages against that layout rather than against the environment.
+
+    Raises:
+        PipelineError: a strategy that is not one of PopTorch's, or a pipeline PopTorch or
+            PopART would refuse for this layout.
+    """
+    strategy = options.execution_strategy
     if strategy is None:
         return None
     if not isinstance(strategy, PipelinedExecution | ShardedExecution):
@@ -342,13 +400,11 @@ def make_pipeline(loss_fn: Any, options: Any, params: Any) -> Pipeline | None:
             f"Options: `execution_strategy` must be PipelinedExecution(...) or "
             f"ShardedExecution(...), got {strategy!r}."
         )
-    from popdist_emu.popdist import _api as popdist
-
     return Pipeline(
         loss_fn,
         strategy,
         params,
-        ipus_per_replica=popdist.getNumIpusPerReplica(),
+        ipus_per_replica=options.layout.ipus_per_replica,
         gradient_accumulation=options.gradient_accumulation,
-        recomputation=bool(getattr(options, "recomputation", False)),
+        recomputation=options.recomputation,
     )
