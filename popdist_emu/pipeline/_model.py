@@ -170,10 +170,6 @@ def split_floats(tree: Any, mask: Sequence[bool]) -> tuple[list[Any], list[Any]]
     )
 
 
-# The old private names, for the profile that reads them until it moves to the public ones.
-_float_mask, _split = float_mask, split_floats
-
-
 def stage_vjp(fn: Callable[[Any, Any], Any], params: Any, x: Any) -> Callable[..., Any]:
     """The vjp closure of a stage ``fn(params, x)``: with respect to its parameters and the
     floating-point leaves of its input, for the floating-point leaves of its output.

@@ -1,21 +1,52 @@
-"""Compiled programs and what XLA says about them: compile once, cost, memory, matmul plans."""
+"""Compiled programs and what XLA says about them: compile once, cost, memory, matmul plans,
+and the one builder of a step's ``hardware.StepProfile``."""
 
+from popdist_emu.programs._analysis import JaxprSize as JaxprSize
+from popdist_emu.programs._analysis import XlaCost as XlaCost
+from popdist_emu.programs._analysis import jaxpr_size as jaxpr_size
+from popdist_emu.programs._analysis import loss_vjp as loss_vjp
+from popdist_emu.programs._analysis import precision_of as precision_of
+from popdist_emu.programs._analysis import residual_bytes as residual_bytes
+from popdist_emu.programs._analysis import xla_cost as xla_cost
+from popdist_emu.programs._compile import ANALYSIS_ONLY_OPTIONS as ANALYSIS_ONLY_OPTIONS
+from popdist_emu.programs._compile import Program as Program
+from popdist_emu.programs._compile import compile_program as compile_program
 from popdist_emu.programs._matmuls import matmul_ops as matmul_ops
 from popdist_emu.programs._matmuls import set_available_memory as set_available_memory
 from popdist_emu.programs._matmuls import step_matmuls as step_matmuls
-from popdist_emu.programs._profile import ANALYSIS_ONLY_OPTIONS as ANALYSIS_ONLY_OPTIONS
-from popdist_emu.programs._profile import Program as Program
-from popdist_emu.programs._profile import compile_program as compile_program
 from popdist_emu.programs._profile import profile_programs as profile_programs
 from popdist_emu.programs._profile import profile_step as profile_step
+from popdist_emu.programs._profile import profile_step_programs as profile_step_programs
+from popdist_emu.programs._profile import program_counts as program_counts
+from popdist_emu.programs._shapes import StepShapes as StepShapes
+from popdist_emu.programs._shapes import accumulator_struct as accumulator_struct
+from popdist_emu.programs._shapes import flat_size as flat_size
+from popdist_emu.programs._step_profile import ProgramCounts as ProgramCounts
+from popdist_emu.programs._step_profile import StepSettings as StepSettings
+from popdist_emu.programs._step_profile import build_step_profile as build_step_profile
 
 __all__ = [
     "ANALYSIS_ONLY_OPTIONS",
+    "JaxprSize",
     "Program",
+    "ProgramCounts",
+    "StepSettings",
+    "StepShapes",
+    "XlaCost",
+    "accumulator_struct",
+    "build_step_profile",
     "compile_program",
+    "flat_size",
+    "jaxpr_size",
+    "loss_vjp",
     "matmul_ops",
+    "precision_of",
     "profile_programs",
     "profile_step",
+    "profile_step_programs",
+    "program_counts",
+    "residual_bytes",
     "set_available_memory",
     "step_matmuls",
+    "xla_cost",
 ]

@@ -20,6 +20,7 @@ References:
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -154,7 +155,7 @@ def _overrides(jaxpr) -> dict[int, float]:
     return found
 
 
-def matmul_ops(jaxpr, *, prefix: str = "", partials_type: str = "float") -> tuple[ConvOp, ...]:
+def matmul_ops(jaxpr: Any, *, prefix: str = "", partials_type: str = "float") -> tuple[ConvOp, ...]:
     """Every ``dot_general`` and ``conv_general_dilated`` of ``jaxpr`` (and its sub-jaxprs).
 
     Each gets a unique name, ``<primitive> #<n> <lhs shape> x <rhs shape>``, which the
@@ -170,7 +171,7 @@ def matmul_ops(jaxpr, *, prefix: str = "", partials_type: str = "float") -> tupl
         jaxpr = jaxpr.jaxpr
     ops: list[ConvOp] = []
 
-    def walk(jp) -> None:
+    def walk(jp: Any) -> None:
         overrides = _overrides(jp)
         for i, eqn in enumerate(jp.eqns):
             if eqn.primitive.name in MATMUL_PRIMITIVES:
@@ -187,6 +188,6 @@ def matmul_ops(jaxpr, *, prefix: str = "", partials_type: str = "float") -> tupl
     return tuple(ops)
 
 
-def step_matmuls(fn, *args) -> tuple[ConvOp, ...]:
+def step_matmuls(fn: Callable[..., Any], *args: Any) -> tuple[ConvOp, ...]:
     """The matmuls and convolutions of ``fn(*args)`` (arrays or ``ShapeDtypeStruct``)."""
     return matmul_ops(jax.make_jaxpr(fn)(*args))

@@ -1,14 +1,15 @@
-"""The cost of one replica's training step, from XLA's analysis of the programs that run it.
+"""The profile of one replica's step from its compiled programs, in three forms.
 
-A :class:`Program` is a ``jax.stages.Compiled`` with the jaxpr it came from; the runtime
-compiles its micro-step and update once (:func:`compile_program`), calls those executables,
-and :func:`profile_programs` reads the same executables' ``cost_analysis()`` (FLOPs, bytes
-accessed, transcendentals) and ``memory_analysis()`` into a ``hardware.StepProfile``, so the
-simulated step is the step that runs, functional and offline alike. Compiling works on
-``jax.ShapeDtypeStruct`` shapes as well as on arrays, which is what offline mode uses. The
-saved activations come from the forward pass's residuals (what the backward pass keeps),
-which, unlike XLA's CPU temporary size, honour ``jax.checkpoint`` as the IPU's recomputation
-does.
+:func:`profile_step_programs` takes what a ``Trainer`` holds, as typed values (its
+:class:`StepShapes` and its Options as :class:`StepSettings`); :func:`profile_programs` is
+the same with keywords, for programs compiled without a ``Trainer``; :func:`profile_step`
+compiles a model's own step functions first. All three measure the programs with
+:func:`program_counts` and hand the counts to the one builder,
+:func:`~popdist_emu.programs.build_step_profile`.
+
+The saved activations come from the forward pass's residuals (what the backward pass
+keeps), which, unlike XLA's CPU temporary size, honour ``jax.checkpoint`` as the IPU's
+recomputation does.
 
 References:
     JAX ahead-of-time lowering (``jax.jit(f).lower(...).compile()``,
@@ -17,170 +18,96 @@ References:
 
 from __future__ import annotations
 
-import collections
-import math
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import jax
-import jax.extend.core as jex
 import numpy as np
 
 from hardware import DEFAULT_AVAILABLE_MEMORY_PROPORTION, CollectiveRecord, StepProfile
-from popdist_emu._progress import phase
 from popdist_emu._trees import tree_nbytes
-from popdist_emu.programs._compile_lock import compile_lock
+from popdist_emu.programs._analysis import (
+    XlaCost,
+    jaxpr_size,
+    loss_vjp,
+    residual_bytes,
+    xla_cost,
+)
+from popdist_emu.programs._compile import Program, compile_program
 from popdist_emu.programs._matmuls import matmul_ops
+from popdist_emu.programs._shapes import StepShapes
+from popdist_emu.programs._step_profile import ProgramCounts, StepSettings, build_step_profile
 
 
-def _cost(compiled) -> dict[str, float]:
-    """XLA's cost analysis as one dict (jax 0.10 returns a dict; older ones a list of them)."""
-    analysis = compiled.cost_analysis()
-    parts = analysis if isinstance(analysis, list | tuple) else [analysis]
-    totals = {"flops": 0.0, "bytes accessed": 0.0, "transcendentals": 0.0}
-    for part in parts:
-        for key in totals:
-            totals[key] += float((part or {}).get(key, 0.0))
-    return totals
+def program_counts(
+    micro_step: Program,
+    update: Program | None,
+    *,
+    params: Any,
+    micro_batch: Any,
+    loss_fn: Callable[[Any, Any], Any] | None,
+    partials_type: str,
+) -> ProgramCounts:
+    """:class:`ProgramCounts` of a replica's compiled micro-step and update.
 
-
-class Program(NamedTuple):
-    """One compiled program and the jaxpr it was compiled from.
-
-    Calling it calls the ``jax.stages.Compiled`` directly, which never traces or compiles
-    again: the program that runs is the program that was analysed.
-
-    Attributes:
-        compiled: the ``jax.stages.Compiled`` executable.
-        jaxpr: the ``ClosedJaxpr`` it was lowered from (its operations and intermediates).
+    The operation count and the largest intermediate come from the micro-step's jaxpr; with
+    ``loss_fn`` the saved activations are its vjp residuals (honouring ``jax.checkpoint``),
+    otherwise XLA's temporary size of the micro-step stands for them (an upper bound on the
+    CPU).
     """
-
-    compiled: jax.stages.Compiled
-    jaxpr: Any
-
-    def __call__(self, *args: Any) -> Any:
-        return self.compiled(*args)
-
-    @property
-    def out_info(self) -> Any:
-        """Shapes and dtypes of the program's outputs (``jax.ShapeDtypeStruct`` leaves)."""
-        return jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), self.compiled.out_info
-        )
-
-
-# XLA options for a program compiled only to be analysed (offline mode; the profile's own
-# stage programs), which never runs. XLA's cost and memory analyses come from the optimised
-# HLO and its buffer assignment, before the backend generates machine code, so the backend's
-# code optimisation is skipped: on ResNet-50's step the analyses are identical and the
-# compile about a quarter shorter (``xla_backend_optimization_level`` in XLA's DebugOptions,
-# https://github.com/openxla/xla/blob/main/xla/xla.proto).
-ANALYSIS_ONLY_OPTIONS = {"xla_backend_optimization_level": 0}
-
-# Programs compiled in this process, by function and argument shapes (most recent last).
-_PROGRAMS: collections.OrderedDict[Any, Program] = collections.OrderedDict()
-_MAX_PROGRAMS = 64
-
-
-def _struct(x: Any) -> jax.ShapeDtypeStruct:
-    if isinstance(x, jax.ShapeDtypeStruct):
-        return x
-    dtype = getattr(x, "dtype", None)
-    return jax.ShapeDtypeStruct(
-        np.shape(x),
-        np.dtype(dtype) if dtype is not None else np.result_type(x),
-        weak_type=bool(getattr(x, "weak_type", False)),
+    size = jaxpr_size(micro_step.jaxpr.jaxpr)
+    if loss_fn is not None:
+        activations = residual_bytes(functools.partial(loss_vjp, loss_fn), params, micro_batch)
+    else:
+        memory = micro_step.compiled.memory_analysis()
+        activations = int(getattr(memory, "temp_size_in_bytes", 0))
+    return ProgramCounts(
+        grad=xla_cost(micro_step.compiled),
+        update=xla_cost(update.compiled) if update is not None else XlaCost(),
+        num_ops=size.num_ops,
+        activation_bytes=activations,
+        # The largest operation needs its input and its output at once.
+        temporary_bytes=2 * size.largest_bytes,
+        # Every matmul and convolution of the program that runs, for the planner model.
+        matmuls=matmul_ops(micro_step.jaxpr, partials_type=partials_type),
     )
 
 
-def compile_program(
-    fn: Callable, *args: Any, label: str | None = None, analysis_only: bool = False
-) -> Program:
-    """Traces, lowers and compiles ``fn`` for ``args`` (arrays or shape structs), once per
-    process: a second request for the same function and argument shapes returns the same
-    :class:`Program`. The compilation is a named phase (``compiling <label> ...``, then its
-    seconds), shown by instance 0.
+def profile_step_programs(
+    micro_step: Program,
+    update: Program | None,
+    shapes: StepShapes,
+    settings: StepSettings,
+    *,
+    loss_fn: Callable[[Any, Any], Any] | None = None,
+) -> StepProfile:
+    """The profile of a trainer's data-parallel step from its compiled programs.
 
     Args:
-        fn: jitted already (its ``donate_argnums`` and the like are kept) or a plain
-            function, which is jitted here (pass the same jitted function to share programs).
-        *args: the arguments' values or ``jax.ShapeDtypeStruct`` shapes.
-        label: what the phase messages call the program; default ``fn``'s name.
-        analysis_only: the program is compiled to be analysed, never run (offline mode):
-            XLA skips the backend's code optimisation (:data:`ANALYSIS_ONLY_OPTIONS`), which
-            changes neither analysis. Such a program still runs correctly, only slower.
+        micro_step: the compiled micro-step ``(params, acc, micro_batch) -> (acc, finite)``.
+        update: the compiled weight update, or None when the update is not part of the step.
+        shapes: the step's shapes (``Trainer.step_shapes``): weights, optimiser state,
+            micro-batch, and the accumulator whose gradient part is the gradient's size.
+        settings: the run's settings (``StepSettings.from_options``).
+        loss_fn: the loss, for the saved activations (see :func:`program_counts`).
     """
-    structs = jax.tree.map(_struct, args)
-    leaves, treedef = jax.tree.flatten(structs)
-    key = (fn, treedef, tuple(leaves), analysis_only)
-    program = _PROGRAMS.get(key)
-    if program is None:
-        jitted = fn if hasattr(fn, "trace") else jax.jit(fn)
-        label = label or getattr(fn, "__name__", "a program")
-        with phase(f"compiling {label}", f"compiled {label}"):
-            traced = jitted.trace(*structs)
-            lowered = traced.lower()
-            # The instances of a job compile the same programs: one compiles, the others
-            # load the result from the persistent cache.
-            with compile_lock(lowered.as_text()):
-                options = ANALYSIS_ONLY_OPTIONS if analysis_only else None
-                program = Program(lowered.compile(compiler_options=options), traced.jaxpr)
-        _PROGRAMS[key] = program
-        while len(_PROGRAMS) > _MAX_PROGRAMS:
-            _PROGRAMS.popitem(last=False)
-    else:
-        _PROGRAMS.move_to_end(key)
-    return program
-
-
-def _walk(jaxpr) -> tuple[int, int]:
-    """(primitive ops, bytes of the largest intermediate) of a jaxpr and its sub-jaxprs."""
-    ops, largest = 0, 0
-    for eqn in jaxpr.eqns:
-        ops += 1
-        for var in eqn.outvars:
-            aval = var.aval
-            if hasattr(aval, "shape") and hasattr(aval, "dtype"):
-                nbytes = math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
-                largest = max(largest, nbytes)
-        for sub in jex.jaxprs_in_params(eqn.params):
-            sub_ops, sub_largest = _walk(sub)
-            ops += sub_ops
-            largest = max(largest, sub_largest)
-    return ops, largest
-
-
-def _residual_bytes(loss_fn: Callable, params: Any, micro_batch: Any) -> int:
-    """Bytes the forward pass saves for the backward pass (its vjp residuals), by tracing.
-
-    The residuals are the leaves of the vjp closure; those that are the weights themselves
-    are not activations and are left out.
-    """
-
-    def residuals(p, b):
-        return jax.vjp(lambda q: loss_fn(q, b), p)[1]
-
-    closed = jax.make_jaxpr(residuals)(params, micro_batch)
-    inputs = {v for v in closed.jaxpr.invars}
-    seen, total = set(), 0
-    for var in closed.jaxpr.outvars:
-        if not isinstance(var, jex.Var) or var in inputs or var in seen:
-            continue
-        seen.add(var)
-        total += math.prod(var.aval.shape) * np.dtype(var.aval.dtype).itemsize
-    return int(total)
-
-
-def _precision(params: Any) -> str:
-    """The arithmetic a model runs in: that of most of its floating-point weight bytes."""
-    by_width: dict[int, int] = {}
-    for leaf in jax.tree.leaves(params):
-        dtype = np.dtype(leaf.dtype)
-        if np.issubdtype(dtype, np.floating) or dtype.name == "bfloat16":
-            by_width[dtype.itemsize] = by_width.get(dtype.itemsize, 0) + math.prod(leaf.shape)
-    if not by_width:
-        return "float32"
-    return "float16" if max(by_width, key=lambda w: by_width[w] * w) <= 2 else "float32"
+    counts = program_counts(
+        micro_step,
+        update,
+        params=shapes.params,
+        micro_batch=shapes.micro_batch,
+        loss_fn=loss_fn,
+        partials_type=settings.partials_type,
+    )
+    return build_step_profile(
+        counts,
+        settings,
+        params=shapes.params,
+        opt_state=shapes.opt_state,
+        micro_batch=shapes.micro_batch,
+        gradient_bytes=shapes.gradient_bytes,
+    )
 
 
 def _leading_dimension(micro_batch: Any) -> int:
@@ -200,7 +127,7 @@ def profile_programs(
     params: Any,
     micro_batch: Any,
     opt_state: Any = None,
-    loss_fn: Callable | None = None,
+    loss_fn: Callable[..., Any] | None = None,
     gradient_bytes: int | None = None,
     micro_batch_size: int | None = None,
     gradient_accumulation: int = 1,
@@ -211,7 +138,7 @@ def profile_programs(
     sharding_domain: int = 0,
     recomputation: bool = False,
     name: str = "model",
-    available_memory_proportion: float | dict = DEFAULT_AVAILABLE_MEMORY_PROPORTION,
+    available_memory_proportion: float | Mapping[str, float] = DEFAULT_AVAILABLE_MEMORY_PROPORTION,
     partials_type: str = "float",
 ) -> StepProfile:
     """The ``hardware.StepProfile`` of one replica's step, from the programs that run it.
@@ -219,9 +146,9 @@ def profile_programs(
     Nothing is compiled here: the cost is XLA's ``cost_analysis()`` of the compiled
     ``micro_step`` (one micro-batch's forward, backward and accumulation) and ``update``
     (one weight update); the operation count and the largest intermediate come from the
-    micro-step's jaxpr. This is how the runtime profiles the step it executes (see
-    ``Trainer.profile``); a pipelined executor profiles its stages the same way, and one
-    profile can be simulated over many layouts (``simulate_profile``).
+    micro-step's jaxpr. The keyword form of :func:`profile_step_programs` (which
+    ``Trainer.profile`` calls with typed values), for programs compiled without a
+    ``Trainer``; one profile can be simulated over many layouts (``simulate_profile``).
 
     Args:
         micro_step: the compiled micro-step (``compile_program``).
@@ -256,41 +183,34 @@ def profile_programs(
     """
     if micro_batch_size is None:
         micro_batch_size = _leading_dimension(micro_batch)
-    micro_cost = _cost(micro_step.compiled)
-    ops, largest = _walk(micro_step.jaxpr.jaxpr)
-    if loss_fn is not None:
-        activations = _residual_bytes(loss_fn, params, micro_batch)
-    else:
-        activations = int(micro_step.compiled.memory_analysis().temp_size_in_bytes)
-    update_cost = _cost(update.compiled) if update is not None else {}
-    parameter_bytes = tree_nbytes(params)
-    return StepProfile(
-        grad_flops=micro_cost["flops"],
-        grad_bytes_accessed=micro_cost["bytes accessed"],
-        grad_transcendentals=micro_cost["transcendentals"],
-        update_flops=update_cost.get("flops", 0.0),
-        update_bytes_accessed=update_cost.get("bytes accessed", 0.0),
-        parameter_bytes=parameter_bytes,
-        optimiser_state_bytes=tree_nbytes(opt_state) if opt_state is not None else 0,
-        gradient_bytes=parameter_bytes if gradient_bytes is None else int(gradient_bytes),
-        activation_bytes=activations,
-        # The largest operation needs its input and its output at once.
-        temporary_bytes=2 * largest,
-        host_bytes_per_micro_batch=tree_nbytes(micro_batch),
-        num_ops=ops,
+    settings = StepSettings(
         micro_batch_size=int(micro_batch_size),
         gradient_accumulation=int(gradient_accumulation),
         device_iterations=int(device_iterations),
-        precision=_precision(params),
         collectives=tuple(collectives),
         replicated_tensor_sharding=replicated_tensor_sharding,
         offload_optimiser_state=offload_optimiser_state,
         sharding_domain=sharding_domain,
         recomputation=recomputation,
         name=name,
-        # Every matmul and convolution of the program that runs, for the planner model.
-        matmuls=matmul_ops(micro_step.jaxpr, partials_type=partials_type),
         available_memory_proportion=available_memory_proportion,
+        partials_type=partials_type,
+    )
+    counts = program_counts(
+        micro_step,
+        update,
+        params=params,
+        micro_batch=micro_batch,
+        loss_fn=loss_fn,
+        partials_type=partials_type,
+    )
+    return build_step_profile(
+        counts,
+        settings,
+        params=params,
+        opt_state=opt_state,
+        micro_batch=micro_batch,
+        gradient_bytes=gradient_bytes,
     )
 
 
@@ -301,7 +221,7 @@ def profile_step(
     params: Any,
     batch: Sequence[Any],
     opt_state: Any = None,
-    loss_fn: Callable | None = None,
+    loss_fn: Callable[..., Any] | None = None,
     micro_batch_size: int | None = None,
     gradient_accumulation: int = 1,
     device_iterations: int = 1,
@@ -313,7 +233,7 @@ def profile_step(
     sharding_domain: int = 0,
     recomputation: bool = False,
     name: str = "model",
-    available_memory_proportion: float | dict = DEFAULT_AVAILABLE_MEMORY_PROPORTION,
+    available_memory_proportion: float | Mapping[str, float] = DEFAULT_AVAILABLE_MEMORY_PROPORTION,
     partials_type: str = "float",
 ) -> StepProfile:
     """Compiles (never runs) a model's own step functions once and profiles them.

@@ -31,7 +31,12 @@ from typing import Any
 import jax
 import numpy as np
 
+import gcl
 from popdist_emu._files import atomic_write
+from popdist_emu.runtime._offload import StreamingState, stream_out
+from popdist_emu.runtime._replica_step import TrainState
+from popdist_emu.runtime._sharded_update import ShardedOptState, shard_state, unshard_state
+from popdist_emu.runtime._trainer import Trainer
 
 CHECKPOINT_FILE = "checkpoint.npz"
 _META = "__meta__"
@@ -41,7 +46,7 @@ class CheckpointError(ValueError):
     """A checkpoint that is missing or does not fit the trainer resuming from it."""
 
 
-def checkpoint_path(directory: str | os.PathLike) -> str:
+def checkpoint_path(directory: str | os.PathLike[str]) -> str:
     """The checkpoint file in ``directory``."""
     return os.path.join(os.fspath(directory), CHECKPOINT_FILE)
 
@@ -52,22 +57,31 @@ def _as_bits(x: np.ndarray) -> np.ndarray:
     return x.view(np.dtype(f"u{x.dtype.itemsize}")) if x.dtype.kind in "fc" else x
 
 
-def full_opt_state(trainer: Any) -> Any:
+def _live_state(trainer: Trainer, where: str) -> TrainState:
+    if trainer.state is None:
+        raise CheckpointError(
+            f"{where}: an offline trainer holds shapes only, nothing to save or restore; "
+            f"run without --offline-mode."
+        )
+    return trainer.state
+
+
+def full_opt_state(trainer: Trainer) -> Any:
     """The trainer's whole optimiser state as host arrays, the same on every instance.
 
     Under RTS every instance must call this (it gathers the shards with one gcl all-reduce).
     """
-    from popdist_emu.runtime._offload import StreamingState
-    from popdist_emu.runtime._sharded_update import ShardedOptState, unshard_state
-
-    state = trainer.state.opt_state
+    state = _live_state(trainer, "full_opt_state").opt_state
     if isinstance(state, StreamingState):
         return jax.tree_util.tree_unflatten(state.treedef, [np.array(x) for x in state.leaves])
     if not isinstance(state, ShardedOptState):
         return jax.tree.map(np.array, state)
-    import gcl
-
-    plan = trainer._plan
+    plan = trainer.sharding_plan
+    if plan is None:
+        raise CheckpointError(
+            "full_opt_state: the optimiser state is sharded but the trainer has no sharding "
+            "plan; build the trainer with Options(replicated_tensor_sharding=True)."
+        )
     offset = trainer.options.replica_offset
     parts = []
     for k in range(len(state.shards)):
@@ -89,19 +103,22 @@ def full_opt_state(trainer: Any) -> Any:
 
 
 def save_checkpoint(
-    directory: str | os.PathLike, trainer: Any, meta: Mapping[str, Any] | None = None
+    directory: str | os.PathLike[str], trainer: Trainer, meta: Mapping[str, Any] | None = None
 ) -> str | None:
     """Writes the trainer's state to ``directory/checkpoint.npz`` (instance 0 writes).
 
-    Every instance must call it (RTS gathers its shards). Returns the path on instance 0,
-    None elsewhere.
-    """
-    from popdist_emu.popdist import getInstanceIndex
+    Every instance must call it (RTS gathers its shards). Which instance writes comes from
+    ``trainer.options.instance_index`` (resolved once with the layout), so a job described
+    by an explicit layout saves without reading PopDist's environment.
 
+    Returns:
+        The path on instance 0, None elsewhere.
+    """
     opt_state = full_opt_state(trainer)
-    if getInstanceIndex() != 0:
+    if trainer.options.instance_index != 0:
         return None
-    params = [np.array(x) for x in jax.tree_util.tree_leaves(trainer.state.params)]
+    state = _live_state(trainer, "save_checkpoint")
+    params = [np.array(x) for x in jax.tree_util.tree_leaves(state.params)]
     opt = jax.tree_util.tree_leaves(opt_state)
     arrays = {f"params/{i:05d}": x for i, x in enumerate(params)}
     arrays |= {f"opt_state/{i:05d}": np.asarray(x) for i, x in enumerate(opt)}
@@ -110,11 +127,13 @@ def save_checkpoint(
     os.makedirs(directory, exist_ok=True)
     path = checkpoint_path(directory)
     with atomic_write(path, "wb") as f:
-        np.savez(f, **arrays)
+        # numpy's stub lets a ** key stand for the bool `allow_pickle`; these keys are
+        # "params/00000"-style names, never that one.
+        np.savez(f, **arrays)  # type: ignore[arg-type]
     return path
 
 
-def read_meta(directory: str | os.PathLike) -> dict:
+def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The metadata of the checkpoint in ``directory`` (``step`` and the caller's)."""
     path = checkpoint_path(directory)
     if not os.path.isfile(path):
@@ -145,7 +164,7 @@ def _restore_leaves(saved: Any, prefix: str, like: list[Any], path: str) -> list
     return out
 
 
-def restore_checkpoint(directory: str | os.PathLike, trainer: Any) -> dict:
+def restore_checkpoint(directory: str | os.PathLike[str], trainer: Trainer) -> dict[str, Any]:
     """Loads ``directory/checkpoint.npz`` into ``trainer`` (every instance reads it).
 
     The optimiser state takes the form the trainer's stage keeps: sharded for RTS (each
@@ -154,14 +173,12 @@ def restore_checkpoint(directory: str | os.PathLike, trainer: Any) -> dict:
     Returns:
         The checkpoint's metadata (``step`` and what the writer stored).
     """
-    from popdist_emu.runtime._offload import StreamingState, stream_out
-    from popdist_emu.runtime._replica_step import TrainState
-    from popdist_emu.runtime._sharded_update import ShardedOptState, shard_state
-
     meta = read_meta(directory)
     path = checkpoint_path(directory)
-    params_like, params_def = jax.tree_util.tree_flatten(trainer.state.params)
-    current = trainer.state.opt_state
+    state = _live_state(trainer, "restore_checkpoint")
+    params_like, params_def = jax.tree_util.tree_flatten(state.params)
+    current = state.opt_state
+    opt_like: list[Any]
     if isinstance(current, StreamingState):
         opt_def = current.treedef
         opt_like = list(current.leaves)
@@ -176,15 +193,24 @@ def restore_checkpoint(directory: str | os.PathLike, trainer: Any) -> dict:
     with np.load(path) as saved:
         params = _restore_leaves(saved, "params", params_like, path)
         opt = _restore_leaves(saved, "opt_state", opt_like, path)
-    full = opt_def.unflatten(opt)
+    full = jax.tree_util.tree_unflatten(opt_def, opt)
+    opt_state: Any
     if isinstance(current, StreamingState):
         opt_state = stream_out(full)
     elif isinstance(current, ShardedOptState):
+        plan = trainer.sharding_plan
+        if plan is None:
+            raise CheckpointError(
+                f"{path}: the trainer's optimiser state is sharded but it has no sharding "
+                f"plan; build it with Options(replicated_tensor_sharding=True)."
+            )
         offset = trainer.options.replica_offset
-        opt_state = shard_state(trainer._plan, full, range(offset, offset + len(current.shards)))
+        opt_state = shard_state(plan, full, range(offset, offset + len(current.shards)))
     else:
         opt_state = jax.tree.map(lambda x: jax.device_put(np.array(x)), full)
-    params_tree = params_def.unflatten([jax.device_put(np.array(x)) for x in params])
+    params_tree = jax.tree_util.tree_unflatten(
+        params_def, [jax.device_put(np.array(x)) for x in params]
+    )
     trainer.state = TrainState(params_tree, opt_state)
     trainer.steps_done = int(meta["step"])
     return meta

@@ -15,14 +15,15 @@ the step's collective records (``collectives``), each with the method gcl resolv
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 
+import gcl  # JAX- and MPI-free at import: offline mode imports it and never calls MPI
 from hardware import CollectiveRecord
 from popdist_emu._trees import tree_nbytes
-from popdist_emu.runtime._replica_step import Accumulator, TrainState
+from popdist_emu.runtime._replica_step import Accumulator, TrainState, UpdateFn
 
 
 class StageResult(NamedTuple):
@@ -51,8 +52,6 @@ def resolved_record(
 ) -> CollectiveRecord:
     """The record of a collective as gcl will run it: ``method`` resolved for the size and
     the group's size among ``num_replicas`` (left as requested when that is unknown)."""
-    import gcl  # JAX- and MPI-free at import
-
     if num_replicas is not None:
         method = gcl.collective_method(kind, nbytes, group.size(num_replicas), method)
     return CollectiveRecord(kind, method, gcl.group_name(group), int(nbytes))
@@ -71,15 +70,13 @@ class AllReduceUpdate:
             (``auto`` depends on the group size); None leaves ``method`` as given.
     """
 
-    update_fn: Callable
+    update_fn: UpdateFn
     method: str = "auto"
     comm: Any = None
     timeout: float | None = None
     num_replicas: int | None = None
 
     def __call__(self, state: TrainState, replica_sums: Sequence[Accumulator]) -> StageResult:
-        import gcl  # not at import time: offline mode must never touch MPI
-
         reduced = gcl.all_reduce(
             list(replica_sums), "add", method=self.method, comm=self.comm, timeout=self.timeout
         )[0]
@@ -93,7 +90,5 @@ class AllReduceUpdate:
 
     def collectives(self, accumulator: Any) -> tuple[CollectiveRecord, ...]:
         """One all-reduce (add, all replicas) of the gradient sum and the loss sum per step."""
-        import gcl
-
         nbytes = tree_nbytes(accumulator)
         return (resolved_record("all_reduce", self.method, gcl.All(), nbytes, self.num_replicas),)

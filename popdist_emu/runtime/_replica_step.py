@@ -30,11 +30,16 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from popdist_emu.programs import accumulator_struct
+
 Params = Any
 Batch = Any
 # What a replica contributes to the reduction: a flat vector of its gradient sum over the
 # accumulated micro-batches (leaves in tree order), followed by its loss sum.
 Accumulator = jax.Array
+# The weight update every reduce-and-update stage calls:
+# ``update(params, opt_state, grad_flat) -> (params, opt_state)``.
+UpdateFn = Callable[[Params, Any, Any], tuple[Params, Any]]
 
 
 class TrainState(NamedTuple):
@@ -67,17 +72,6 @@ def check_scalar_loss(
     return out
 
 
-def flat_size(params: Params) -> int:
-    """Elements of all parameter leaves: the gradient part of a flat accumulator."""
-    return sum(int(np.prod(jnp.shape(leaf), dtype=np.int64)) for leaf in jax.tree.leaves(params))
-
-
-def accumulator_struct(params: Params, loss_dtype: Any) -> jax.ShapeDtypeStruct:
-    """Shape of the flat accumulator: every gradient element, then the loss sum."""
-    dtypes = [jnp.result_type(leaf) for leaf in jax.tree.leaves(params)]
-    return jax.ShapeDtypeStruct((flat_size(params) + 1,), jnp.result_type(*dtypes, loss_dtype))
-
-
 def zero_accumulator(params: Params, loss_dtype: Any) -> jax.Array:
     """The accumulator a replica starts each step from (shared: it is never written).
 
@@ -103,7 +97,9 @@ def make_micro_step(loss_fn: Callable) -> Callable:
     """
     value_and_grad = jax.value_and_grad(loss_fn)
 
-    def micro_step(params: Params, acc: jax.Array, micro_batch: Batch):
+    def micro_step(
+        params: Params, acc: jax.Array, micro_batch: Batch
+    ) -> tuple[jax.Array, jax.Array]:
         loss, grads = value_and_grad(params, micro_batch)
         parts = [leaf.ravel().astype(acc.dtype) for leaf in jax.tree.leaves(grads)]
         flat = jnp.concatenate([*parts, loss.reshape(1).astype(acc.dtype)])
@@ -137,7 +133,9 @@ def make_update(optimiser: optax.GradientTransformation, scale: float | None) ->
             for the mean reduction); None for the sum reduction.
     """
 
-    def update(params: Params, opt_state: optax.OptState, grad_flat: jax.Array):
+    def update(
+        params: Params, opt_state: optax.OptState, grad_flat: jax.Array
+    ) -> tuple[Params, optax.OptState]:
         if scale is not None:
             grad_flat = grad_flat * scale
         grads = unflatten_like(params, grad_flat)

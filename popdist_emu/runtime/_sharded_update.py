@@ -22,12 +22,11 @@ import jax
 import numpy as np
 
 import gcl
-from popdist_emu.runtime._sharding import (
-    ShardingPlan,
-    check_elementwise,
-    plan_sharding,
-    state_mirrors,
-)
+from hardware import CollectiveRecord
+from popdist_emu.runtime._elementwise import check_elementwise
+from popdist_emu.runtime._reduce_update import StageResult, resolved_record
+from popdist_emu.runtime._replica_step import Accumulator, TrainState, UpdateFn, make_init
+from popdist_emu.runtime._sharding import ShardingPlan, plan_sharding, state_mirrors
 
 
 class ShardedOptState(NamedTuple):
@@ -85,8 +84,7 @@ def init_sharded_state(
     optimiser: Any, plan: ShardingPlan, params: Any, replicas: Sequence[int]
 ) -> ShardedOptState:
     """``optimiser.init(params)``, each given global replica keeping only its part."""
-    from popdist_emu.runtime._replica_step import make_init  # one jitted init, not one per leaf op
-
+    # One jitted init, not one compile per leaf operation.
     return shard_state(plan, make_init(optimiser)(params), replicas)
 
 
@@ -136,16 +134,13 @@ class ShardedReduceUpdate:
     """
 
     plan: ShardingPlan
-    update_fn: Any
+    update_fn: UpdateFn
     replica_offset: int = 0
     method: str = "auto"
     comm: Any = None
     timeout: float | None = None
 
-    def __call__(self, state: Any, replica_sums: Sequence[Any]) -> Any:
-        from popdist_emu.runtime._reduce_update import StageResult
-        from popdist_emu.runtime._replica_step import TrainState
-
+    def __call__(self, state: TrainState, replica_sums: Sequence[Accumulator]) -> StageResult:
         plan, kw = self.plan, {"comm": self.comm, "timeout": self.timeout}
         s, k, d = plan.chunk, plan.domain_size, plan.num_domains
         any_sharded = any(plan.sharded)
@@ -201,10 +196,10 @@ class ShardedReduceUpdate:
                 for leaf, runs in enumerate(plan.pieces(r)):
                     at = 0
                     for p in runs:
-                        buffer[p.buffer_start : p.buffer_start + p.count] = owned[leaf][
-                            at : at + p.count
+                        buffer[p.buffer_start : p.buffer_start + p.length] = owned[leaf][
+                            at : at + p.length
                         ]
-                        at += p.count
+                        at += p.length
                 pieces.append(buffer)
             spec = jax.ShapeDtypeStruct((k * d * s,), dtype)
             gathered = gcl.all_gather(pieces, like=spec, group=gcl.Consecutive(k), **kw)[0]
@@ -225,19 +220,17 @@ class ShardedReduceUpdate:
             if plan.sharded[leaf]:
                 for p in plan.pieces(r)[leaf]:
                     at = start + p.leaf_start
-                    grads[at : at + p.count] = buffer[p.buffer_start : p.buffer_start + p.count]
+                    grads[at : at + p.length] = buffer[p.buffer_start : p.buffer_start + p.length]
             else:
                 grads[start : start + size] = merged[w : w + size]
                 w += size
 
-    def collectives(self, accumulator: Any) -> tuple[Any, ...]:
+    def collectives(self, accumulator: Any) -> tuple[CollectiveRecord, ...]:
         """The collectives one call runs, from the flat accumulator's shape, for the cost
         model (``hardware.CollectiveRecord``, with the method gcl resolves, as
         ``AllReduceUpdate``'s): reduce-scatter, the small all-reduce (max) of whole leaves,
         loss and flag, and the all-gathers (bytes of the gathered result, as the record
         defines)."""
-        from popdist_emu.runtime._reduce_update import resolved_record
-
         plan = self.plan
         d, k = plan.num_domains, plan.domain_size
         replicas = plan.num_replicas
@@ -271,7 +264,7 @@ def _by_domain(replicas: Sequence[int], k: int) -> list[list[int]]:
 def sharded_stage(
     optimiser: Any,
     params: Any,
-    update_fn: Any,
+    update_fn: UpdateFn,
     *,
     num_replicas: int,
     num_instances: int,

@@ -4,8 +4,10 @@ Each stage's forward and backward programs (``StageProgram.forward`` and its bac
 lowered and compiled from shapes only, as offline mode needs, and XLA's ``cost_analysis()``
 of those compiled objects gives the stage's FLOPs, bytes and transcendentals; the hardware
 model then schedules the stages (``hardware.simulate_pipeline_step``). The replica-wide
-parts (host bytes, collectives, the update) are profiled from the trainer's own compiled
-update and collectives.
+profile is built by the one builder, ``popdist_emu.programs.build_step_profile``, from the
+stages' summed counts, the trainer's compiled update, its step shapes and its collectives
+(``Trainer.step_shapes``, ``Trainer.compile``), with the same settings as the
+data-parallel profile.
 
 References:
     JAX documentation, "Ahead-of-time lowering and compilation" (``jit(f).lower(...)
@@ -15,51 +17,34 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import math
-import os
+import functools
 from collections.abc import Mapping
 from typing import Any
 
 import jax
-import jax.extend as jex
-import jax.numpy as jnp
-import numpy as np
 
 import hardware
-from popdist_emu._environment import ENV_SCALING_REQUEST, InstanceEnvironment
 from popdist_emu._trees import tree_nbytes
-from popdist_emu.pipeline import check_gradient_accumulation
-from popdist_emu.pipeline._model import Pipeline, _float_mask, _split
-from popdist_emu.programs import matmul_ops
-from popdist_emu.programs._profile import ANALYSIS_ONLY_OPTIONS, _cost, _precision, _walk
-from popdist_emu.sim._point import answer_request, trainer_relayout
+from popdist_emu.pipeline import Pipeline, check_gradient_accumulation, stage_vjp
+from popdist_emu.programs import (
+    ANALYSIS_ONLY_OPTIONS,
+    ProgramCounts,
+    StepSettings,
+    StepShapes,
+    XlaCost,
+    build_step_profile,
+    jaxpr_size,
+    matmul_ops,
+    residual_bytes,
+    xla_cost,
+)
+from popdist_emu.runtime import Trainer
+from popdist_emu.sim._point import REQUEST_VARIABLE, answer_request, trainer_relayout
 
 
-def _residual_bytes(fn, p, x) -> int:
-    """Bytes the stage's forward saves for its backward (vjp residuals, weights excluded)."""
-    mask = _float_mask(x)
-
-    def residuals(p, x):
-        xf, xo = _split(x, mask)
-        treedef = jax.tree.structure(x)
-
-        def f(p, xf):
-            fi, oi = iter(xf), iter(xo)
-            leaves = [next(fi) if m else next(oi) for m in mask]
-            out = fn(p, jax.tree.unflatten(treedef, leaves))
-            return [o for o in jax.tree.leaves(out) if jnp.issubdtype(o.dtype, jnp.floating)]
-
-        return jax.vjp(f, p, xf)[1]
-
-    closed = jax.make_jaxpr(residuals)(p, x)
-    inputs = set(closed.jaxpr.invars)
-    seen, total = set(), 0
-    for var in closed.jaxpr.outvars:
-        if not isinstance(var, jex.core.Var) or var in inputs or var in seen:
-            continue
-        seen.add(var)
-        total += math.prod(var.aval.shape) * np.dtype(var.aval.dtype).itemsize
-    return int(total)
+def _stage_residual_bytes(fn: Any, p: Any, x: Any) -> int:
+    """Bytes a stage's forward saves for its backward (vjp residuals, weights excluded)."""
+    return residual_bytes(functools.partial(stage_vjp, fn), p, x)
 
 
 def _checkpoint_bytes(pipeline: Pipeline, s: int, p: Any, x: Any) -> int:
@@ -72,7 +57,7 @@ def _checkpoint_bytes(pipeline: Pipeline, s: int, p: Any, x: Any) -> int:
         bp = {k: p[k] for k in block.params}
         if i > 0:
             checkpoints += tree_nbytes(x)
-        largest = max(largest, _residual_bytes(block.fn, bp, x))
+        largest = max(largest, _stage_residual_bytes(block.fn, bp, x))
         x = jax.eval_shape(block.fn, bp, x)
     return checkpoints + largest
 
@@ -81,8 +66,8 @@ def _checkpoint_bytes(pipeline: Pipeline, s: int, p: Any, x: Any) -> int:
 class StageProfile:
     """XLA's counts for one stage's compiled forward and backward programs."""
 
-    forward: dict[str, float]
-    backward: dict[str, float]
+    forward: XlaCost
+    backward: XlaCost
     forward_ops: int
     backward_ops: int
     input_bytes: int
@@ -92,8 +77,8 @@ class StageProfile:
     temporary_bytes: int
     checkpoint_bytes: int
     block_parameter_bytes: int
-    forward_matmuls: tuple = ()
-    backward_matmuls: tuple = ()
+    forward_matmuls: tuple[Any, ...] = ()
+    backward_matmuls: tuple[Any, ...] = ()
 
 
 def profile_stages(
@@ -119,27 +104,24 @@ def profile_stages(
         y = jax.eval_shape(prog.forward, p, x)
         prog.observe_output(y)
         fwd = prog.forward.lower(p, x).compile(compiler_options=options)
-        if prog._backward is None:
-            prog._build(x)
-        xf, xo = _split(x, prog._x_mask)
-        dy = None if prog.last else _split(y, prog._y_mask)[0]
-        bwd = prog._backward.lower(p, xf, xo, dy).compile(compiler_options=options)
+        backward = prog.backward_program(x)
+        args = prog.backward_arguments(p, x, y)
+        bwd = backward.lower(*args).compile(compiler_options=options)
         fwd_jaxpr = jax.make_jaxpr(prog.forward)(p, x).jaxpr
-        bwd_jaxpr = jax.make_jaxpr(prog._backward)(p, xf, xo, dy).jaxpr
-        fwd_ops, _ = _walk(fwd_jaxpr)
-        bwd_ops, largest = _walk(bwd_jaxpr)
+        bwd_jaxpr = jax.make_jaxpr(backward)(*args).jaxpr
+        fwd_size, bwd_size = jaxpr_size(fwd_jaxpr), jaxpr_size(bwd_jaxpr)
         where = f"stage {s} "
         out.append(
             StageProfile(
-                forward=_cost(fwd),
-                backward=_cost(bwd),
-                forward_ops=fwd_ops,
-                backward_ops=bwd_ops,
+                forward=xla_cost(fwd),
+                backward=xla_cost(bwd),
+                forward_ops=fwd_size.num_ops,
+                backward_ops=bwd_size.num_ops,
                 input_bytes=tree_nbytes(x),
                 output_bytes=0 if prog.last else tree_nbytes(y),
-                activation_bytes=_residual_bytes(prog.fn, p, x),
+                activation_bytes=_stage_residual_bytes(prog.fn, p, x),
                 parameter_bytes=tree_nbytes(p),
-                temporary_bytes=2 * largest,
+                temporary_bytes=2 * bwd_size.largest_bytes,
                 checkpoint_bytes=_checkpoint_bytes(pipeline, s, p, x),
                 block_parameter_bytes=max(
                     tree_nbytes({k: p[k] for k in pipeline.model.block(name).params})
@@ -172,7 +154,7 @@ def stage_costs(
     """
     ipu, precision = system.ipu, replica.precision
 
-    def planner_seconds(ops, on_ipu: int) -> float:
+    def planner_seconds(ops: tuple[Any, ...], on_ipu: int) -> float:
         if not ops:
             return 0.0
         return hardware.plan_profile(replica, ipu, params, ipu_index=on_ipu, ops=ops).extra_seconds
@@ -182,14 +164,13 @@ def stage_costs(
     for s, sp in enumerate(profiles):
         f, b = sp.forward, sp.backward
         fwd = hardware.stage_seconds(
-            f["flops"], f["bytes accessed"], f["transcendentals"], sp.forward_ops, ipu,
-            precision, params,
-        )  # fmt: skip
+            f.flops, f.bytes_accessed, f.transcendentals, sp.forward_ops, ipu, precision, params
+        )
         keep = 1.0 if pipeline.recomputation else 0.0
         bwd = hardware.stage_seconds(
-            max(b["flops"] - (1 - keep) * f["flops"], 0.0),
-            max(b["bytes accessed"] - (1 - keep) * f["bytes accessed"], 0.0),
-            max(b["transcendentals"] - (1 - keep) * f["transcendentals"], 0.0),
+            max(b.flops - (1 - keep) * f.flops, 0.0),
+            max(b.bytes_accessed - (1 - keep) * f.bytes_accessed, 0.0),
+            max(b.transcendentals - (1 - keep) * f.transcendentals, 0.0),
             max(sp.backward_ops - int((1 - keep) * sp.forward_ops), 0),
             ipu,
             precision,
@@ -222,111 +203,121 @@ def stage_costs(
     return tuple(costs)
 
 
-def replica_shapes(trainer: Any, batch: Any) -> dict[str, Any]:
-    """What the replica-wide profile needs from the trainer: shapes, its compiled update and
-    the collectives its reduce-and-update stage records (no micro-step is compiled for a
-    pipeline: the stages' programs are what runs)."""
-    step = trainer.compile(batch)
-    micro = trainer._micro_batch_shape
-    return {
-        "params": trainer._params_shape,
-        "batch": (micro,),
-        "opt_state": trainer._opt_state_shape,
-        "micro_batch_size": int(np.shape(jax.tree.leaves(micro)[0])[0]),
-        "collectives": step.collectives,
-        "update": step.update,
-    }
-
-
-def replica_profile(trainer: Any, batch: Any, profiles: list[StageProfile], name: str):
-    """The replica-wide step profile: the stages' sums, the trainer's update and collectives."""
-    opts = trainer.options
-    kwargs = replica_shapes(trainer, batch)
-    params, micro = kwargs["params"], kwargs["batch"][0]
-    opt_state = kwargs["opt_state"]
-    update = _cost(kwargs["update"].compiled)
-    info = getattr(trainer, "lever_info", None)
-    domain = int(info.sharding_domain_size) if opts.replicated_tensor_sharding and info else 0
-    return hardware.StepProfile(
-        grad_flops=sum(p.forward["flops"] + p.backward["flops"] for p in profiles),
-        grad_bytes_accessed=sum(
-            p.forward["bytes accessed"] + p.backward["bytes accessed"] for p in profiles
-        ),
-        grad_transcendentals=sum(
-            p.forward["transcendentals"] + p.backward["transcendentals"] for p in profiles
-        ),
-        update_flops=update["flops"],
-        update_bytes_accessed=update["bytes accessed"],
-        parameter_bytes=tree_nbytes(params),
-        optimiser_state_bytes=tree_nbytes(opt_state),
-        gradient_bytes=tree_nbytes(params),
-        activation_bytes=sum(p.activation_bytes for p in profiles),
-        temporary_bytes=max(p.temporary_bytes for p in profiles),
-        host_bytes_per_micro_batch=tree_nbytes(micro),
-        num_ops=sum(p.forward_ops + p.backward_ops for p in profiles),
-        micro_batch_size=int(kwargs["micro_batch_size"]),
-        gradient_accumulation=int(opts.gradient_accumulation),
-        device_iterations=int(opts.device_iterations),
-        precision=_precision(params),
-        collectives=tuple(kwargs["collectives"]),
-        replicated_tensor_sharding=bool(opts.replicated_tensor_sharding),
-        offload_optimiser_state=bool(opts.offload_optimiser),
-        sharding_domain=domain,
-        recomputation=trainer.pipeline.recomputation,
+def _settings(trainer: Trainer, shapes: StepShapes, batch: Any, name: str) -> StepSettings:
+    """The pipelined replica's run settings: the trainer's Options, its stage's collectives
+    and RTS domain, and the pipeline's recomputation (as the data-parallel profile's)."""
+    pipeline = _pipeline_of(trainer)
+    return StepSettings.from_options(
+        trainer.options,
+        micro_batch_size=shapes.micro_batch_size,
+        collectives=trainer.compile(batch).collectives,
+        sharding_domain=trainer.sharding_domain,
+        recomputation=pipeline.recomputation,
         name=name,
-        available_memory_proportion=opts.available_memory_proportion,
     )
 
 
+def replica_profile(
+    trainer: Trainer, batch: Any, profiles: list[StageProfile], name: str
+) -> hardware.StepProfile:
+    """The replica-wide step profile: the stages' sums, the trainer's update and collectives."""
+    step = trainer.compile(batch)
+    shapes = trainer.step_shapes(batch)
+    counts = ProgramCounts(
+        grad=XlaCost(
+            flops=sum(p.forward.flops + p.backward.flops for p in profiles),
+            bytes_accessed=sum(
+                p.forward.bytes_accessed + p.backward.bytes_accessed for p in profiles
+            ),
+            transcendentals=sum(
+                p.forward.transcendentals + p.backward.transcendentals for p in profiles
+            ),
+        ),
+        update=xla_cost(step.update.compiled),
+        num_ops=sum(p.forward_ops + p.backward_ops for p in profiles),
+        activation_bytes=sum(p.activation_bytes for p in profiles),
+        temporary_bytes=max(p.temporary_bytes for p in profiles),
+    )
+    return build_step_profile(
+        counts,
+        _settings(trainer, shapes, batch, name),
+        params=shapes.params,
+        opt_state=shapes.opt_state,
+        micro_batch=shapes.micro_batch,
+        gradient_bytes=shapes.gradient_bytes,
+    )
+
+
+def _pipeline_of(trainer: Trainer) -> Pipeline:
+    if trainer.pipeline is None:
+        raise ValueError(
+            "simulate_pipeline: the trainer has no execution strategy; use "
+            "popdist_emu.simulate(trainer, batch), which profiles its one micro-step."
+        )
+    return trainer.pipeline
+
+
 def simulate_pipeline(
-    trainer: Any,
+    trainer: Trainer,
     batch: Any,
     *,
-    system: str | None = None,
+    system: str,
+    environ: Mapping[str, str],
     name: str = "model",
-    environ: Mapping[str, str] | None = None,
 ) -> hardware.StepSimulation:
     """``popdist_emu.simulate`` for a trainer with an execution strategy.
+
+    Args:
+        trainer: the trainer, whose ``pipeline`` is not None.
+        batch: a call's batch or its shapes.
+        system: the ``--system`` name ("" for the smallest Mk2 POD that holds the job).
+        environ: the environment ``simulate`` read, for ``poprun-emu-scaling``'s request.
+        name: the model's name in reports.
 
     Raises:
         hardware.OutOfMemoryError: an IPU of the replica does not fit its stage; the
             message names the IPU, the stage and the remedies.
     """
-    environ = os.environ if environ is None else environ
-    pipeline: Pipeline = trainer.pipeline
-    kwargs = replica_shapes(trainer, batch)
+    pipeline = _pipeline_of(trainer)
     layout = trainer.options.layout
-    view = InstanceEnvironment.from_environ(environ)
-    spec = hardware.select_system(view.system if system is None else system, layout.num_ipus)
+    spec = hardware.select_system(system, layout.num_ipus)
     params = hardware.load_parameters()
-    if not environ.get(ENV_SCALING_REQUEST):
+    shapes = trainer.step_shapes(batch)
+    if not environ.get(REQUEST_VARIABLE):
         # Under poprun-emu-scaling every point's own memory check decides (with RTS a
         # larger point may fit where this layout does not).
-        _refuse_before_compiling(trainer, kwargs, layout, spec, params, name)
+        settings = _settings(trainer, shapes, batch, name)
+        _refuse_before_compiling(trainer, shapes, settings, spec, params)
     profiles = profile_stages(
         pipeline,
-        kwargs["params"],
-        kwargs["batch"][0],
+        shapes.params,
+        shapes.micro_batch,
         partials_type=trainer.options.partials_type,
         analysis_only=trainer.offline,
     )
     replica = replica_profile(trainer, batch, profiles, name)
     stages = stage_costs(pipeline, profiles, replica, spec, params)
-    schedule = {
-        "strategy": pipeline.strategy.strategy,
-        "schedule": pipeline.strategy.schedule,
-        "recomputation": pipeline.recomputation,
-        "parameters": params,
-    }
+    strategy = pipeline.strategy.strategy
     depth = int(trainer.options.prefetch_depth)
 
-    def simulator(profile, point_layout, system, **kwargs):
+    def simulator(
+        profile: hardware.StepProfile,
+        point_layout: hardware.ReplicaLayout,
+        point_system: hardware.SystemSpec,
+        **kwargs: Any,
+    ) -> hardware.StepSimulation:
         # A point's own accumulation (strong scaling) obeys the rule the trainer enforced.
-        check_gradient_accumulation(
-            profile.gradient_accumulation, pipeline.num_stages, schedule["strategy"]
-        )
+        check_gradient_accumulation(profile.gradient_accumulation, pipeline.num_stages, strategy)
         return hardware.simulate_pipeline_step(
-            profile, stages, point_layout, system, **schedule, **kwargs
+            profile,
+            stages,
+            point_layout,
+            point_system,
+            strategy=strategy,
+            schedule=pipeline.strategy.schedule,
+            recomputation=pipeline.recomputation,
+            parameters=params,
+            **kwargs,
         )
 
     # poprun-emu-scaling: every point of a sweep from these stages (no-op otherwise).
@@ -337,20 +328,39 @@ def simulate_pipeline(
         relayout=trainer_relayout(trainer, batch),
         simulator=simulator,
     )
-    return simulate_stages(replica, stages, layout, spec, **schedule, prefetch_depth=depth)
+    return simulate_stages(
+        replica,
+        stages,
+        layout,
+        spec,
+        strategy=strategy,
+        schedule=pipeline.strategy.schedule,
+        recomputation=pipeline.recomputation,
+        parameters=params,
+        prefetch_depth=depth,
+    )
 
 
-def _refuse_before_compiling(trainer, kwargs, layout, spec, params, name) -> None:
+def _refuse_before_compiling(
+    trainer: Trainer,
+    shapes: StepShapes,
+    settings: StepSettings,
+    spec: hardware.SystemSpec,
+    parameters: hardware.ModelParameters,
+) -> None:
     """Out of memory from shapes alone, before any compile, when a stage's weights,
     gradients, accumulators and optimiser state already overflow its IPU (Poplar fails at
-    compile time; a model far too large for its IPUs should not wait for XLA to say so)."""
-    pipeline: Pipeline = trainer.pipeline
-    opts = trainer.options
-    total_state = tree_nbytes(kwargs["opt_state"])
-    total_params = max(tree_nbytes(kwargs["params"]), 1)
+    compile time; a model far too large for its IPUs should not wait for XLA to say so).
+
+    The bound is the replica's profile with nothing measured yet (the one builder, no
+    counts, no bytes): only the stages' weights and state are charged.
+    """
+    pipeline = _pipeline_of(trainer)
+    total_state = tree_nbytes(shapes.opt_state)
+    total_params = max(tree_nbytes(shapes.params), 1)
     stages = []
     for s in range(pipeline.num_stages):
-        nbytes = tree_nbytes(pipeline.stage_params(kwargs["params"], s))
+        nbytes = tree_nbytes(pipeline.stage_params(shapes.params, s))
         stages.append(
             hardware.StageCost(
                 ipu=pipeline.ipus[s],
@@ -362,42 +372,35 @@ def _refuse_before_compiling(trainer, kwargs, layout, spec, params, name) -> Non
                 gradient_bytes=nbytes,
             )
         )
-    info = getattr(trainer, "lever_info", None)
-    bound = hardware.StepProfile(
-        grad_flops=0.0,
-        grad_bytes_accessed=0.0,
-        micro_batch_size=int(kwargs["micro_batch_size"]),
-        gradient_accumulation=int(opts.gradient_accumulation),
-        collectives=tuple(kwargs["collectives"]),
-        replicated_tensor_sharding=bool(opts.replicated_tensor_sharding),
-        offload_optimiser_state=bool(opts.offload_optimiser),
-        sharding_domain=int(info.sharding_domain_size)
-        if opts.replicated_tensor_sharding and info
-        else 0,
-        recomputation=pipeline.recomputation,
-        name=name,
-    )
     simulate_stages(
-        bound,
+        build_step_profile(ProgramCounts(), settings),
         tuple(stages),
-        layout,
+        trainer.options.layout,
         spec,
         strategy=pipeline.strategy.strategy,
         schedule=pipeline.strategy.schedule,
         recomputation=pipeline.recomputation,
-        parameters=params,
-        prefetch_depth=int(opts.prefetch_depth),
+        parameters=parameters,
+        prefetch_depth=int(trainer.options.prefetch_depth),
     )
 
 
-def simulate_stages(profile, stages, layout, system, **kwargs) -> hardware.StepSimulation:
+def simulate_stages(
+    profile: hardware.StepProfile,
+    stages: tuple[hardware.StageCost, ...],
+    layout: hardware.ReplicaLayout,
+    system: hardware.SystemSpec,
+    **kwargs: Any,
+) -> hardware.StepSimulation:
     """``hardware.simulate_pipeline_step`` followed by the per-IPU memory check."""
     sim = hardware.simulate_pipeline_step(profile, stages, layout, system, **kwargs)
     hardware.check_pipeline_memory(sim)
     return sim
 
 
-def with_profile(sim: hardware.StepSimulation, profile: hardware.StepProfile):
+def with_profile(
+    sim: hardware.StepSimulation, profile: hardware.StepProfile
+) -> hardware.StepSimulation:
     """The same pipelined step re-simulated with another replica profile (infeed bytes)."""
     report = sim.pipeline
     return simulate_stages(

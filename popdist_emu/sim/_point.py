@@ -38,6 +38,7 @@ from typing import Any
 import hardware
 from popdist_emu._environment import ENV_SCALING_REQUEST
 from popdist_emu._files import write_atomically
+from popdist_emu.runtime import Trainer
 
 REQUEST_VARIABLE = ENV_SCALING_REQUEST
 # The phases (``hardware.PHASES`` names) that are collectives, split by link tier per point.
@@ -50,14 +51,14 @@ Relayout = Callable[[hardware.ReplicaLayout], dict[str, Any]]
 Simulator = Callable[..., hardware.StepSimulation]
 
 
-def trainer_relayout(trainer: Any, batch: Any) -> Relayout:
+def trainer_relayout(trainer: Trainer, batch: Any) -> Relayout:
     """Profile fields of ``trainer``'s step that depend on the layout, for any layout.
 
     The reduce-and-update stage's records carry the method gcl resolves for a group's size,
     so even the plain all-reduce is re-recorded for each layout's replica count. With RTS the
     sharding plan, hence the reduce-scatter, the all-gathers and the sharding domain, also
-    depend on the replica and instance counts; they are re-planned here exactly as the
-    trainer plans them offline.
+    depend on the replica and instance counts; the trainer re-plans them exactly as a
+    trainer of that layout plans them offline (``Trainer.layout_collectives``).
 
     Returns:
         ``relayout(layout) -> {"collectives": ..., "sharding_domain": ...}``; it raises
@@ -65,24 +66,8 @@ def trainer_relayout(trainer: Any, batch: Any) -> Relayout:
     """
 
     def relayout(layout: hardware.ReplicaLayout) -> dict[str, Any]:
-        import dataclasses
-
-        from popdist_emu.runtime import accumulator_struct, plan_sharding
-
-        opts = trainer.options
-        trainer.collectives(batch)  # sets the loss shape the accumulator needs
-        acc = accumulator_struct(trainer._params_shape, trainer._loss_shape.dtype)
-        if not opts.replicated_tensor_sharding:
-            stage = dataclasses.replace(trainer.reduce_update, num_replicas=layout.num_replicas)
-            return {"collectives": stage.collectives(acc)}
-        plan = plan_sharding(
-            trainer._params_shape,
-            domain=opts.sharding_domain,
-            num_replicas=layout.num_replicas,
-            num_instances=layout.num_instances,
-        )
-        stage = dataclasses.replace(trainer.reduce_update, plan=plan)
-        return {"collectives": stage.collectives(acc), "sharding_domain": plan.domain_size}
+        step = trainer.layout_collectives(batch, layout)
+        return {"collectives": step.collectives, "sharding_domain": step.sharding_domain}
 
     return relayout
 

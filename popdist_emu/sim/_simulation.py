@@ -29,10 +29,12 @@ from collections.abc import Mapping
 from typing import Any
 
 import hardware
-from popdist_emu._environment import InstanceEnvironment
+from popdist_emu._environment import ENV_REPORT_DIR, ENV_SYSTEM, InstanceEnvironment
 from popdist_emu.data import InfeedStats
 from popdist_emu.reports import format_summary, print_planner_warnings, write_reports
-from popdist_emu.sim._point import answer_request, trainer_relayout
+from popdist_emu.runtime import Trainer
+from popdist_emu.sim._pipeline_profile import simulate_pipeline, with_profile
+from popdist_emu.sim._point import Relayout, answer_request, trainer_relayout
 
 
 def job_layout(num_total_replicas: int, environ: Mapping[str, str]) -> hardware.ReplicaLayout:
@@ -67,7 +69,7 @@ def _measured_host_bytes(
 
 
 def simulate(
-    trainer: Any,
+    trainer: Trainer,
     batch: Any,
     *,
     infeed_stats: InfeedStats | None = None,
@@ -97,22 +99,22 @@ def simulate(
             with Poplar's ``Out of memory:`` and lists the categories and remedies.
         hardware.SystemSelectionError: unknown system, or too small for the job.
     """
-    if getattr(trainer, "pipeline", None) is not None:
-        # Model parallelism: each stage profiled from its own compiled programs.
-        from popdist_emu.sim._pipeline_profile import simulate_pipeline
-
-        simulation = simulate_pipeline(trainer, batch, system=system, name=name, environ=environ)
-        return simulation if infeed_stats is None else with_infeed_stats(simulation, infeed_stats)
+    environ = os.environ if environ is None else environ
     opts = trainer.options
-    profile = trainer.profile(batch, name=name)
-    simulation = simulate_profile(
-        profile,
-        layout=opts.layout,
-        prefetch_depth=int(opts.prefetch_depth),
-        system=system,
-        environ=environ,
-        relayout=trainer_relayout(trainer, batch),
-    )
+    if trainer.pipeline is not None:
+        # Model parallelism: each stage profiled from its own compiled programs.
+        simulation = simulate_pipeline(
+            trainer, batch, system=_system(system, environ), environ=environ, name=name
+        )
+    else:
+        simulation = simulate_profile(
+            trainer.profile(batch, name=name),
+            layout=opts.layout,
+            prefetch_depth=int(opts.prefetch_depth),
+            system=system,
+            environ=environ,
+            relayout=trainer_relayout(trainer, batch),
+        )
     return simulation if infeed_stats is None else with_infeed_stats(simulation, infeed_stats)
 
 
@@ -124,7 +126,7 @@ def simulate_profile(
     prefetch_depth: int | None = None,
     system: str | None = None,
     environ: Mapping[str, str] | None = None,
-    relayout: Any = None,
+    relayout: Relayout | None = None,
 ) -> hardware.StepSimulation:
     """``simulate`` for a step already profiled (``Trainer.profile``, ``profile_programs`` or
     ``profile_step``), e.g. without a Trainer, or one profile over many layouts.
@@ -138,7 +140,7 @@ def simulate_profile(
         system: system name overriding ``POPDIST_EMU_SYSTEM``; None reads the environment.
         environ: the environment to read (default ``os.environ``).
         relayout: for ``poprun-emu-scaling``: the profile fields that depend on the layout
-            (``_scaling_points.trainer_relayout``); None when none do.
+            (``trainer_relayout``); None when none do.
 
     Raises:
         hardware.OutOfMemoryError: as ``simulate``.
@@ -147,14 +149,20 @@ def simulate_profile(
     environ = os.environ if environ is None else environ
     # poprun-emu-scaling: every point of a sweep from this one profile (no-op otherwise).
     answer_request(profile, prefetch_depth=prefetch_depth, environ=environ, relayout=relayout)
-    view = InstanceEnvironment.from_environ(environ)
     if layout is None:
         layout = (
-            view.layout if num_total_replicas is None else job_layout(num_total_replicas, environ)
+            InstanceEnvironment.from_environ(environ).layout
+            if num_total_replicas is None
+            else job_layout(num_total_replicas, environ)
         )
-    name_of_system = view.system if system is None else system
-    spec = hardware.select_system(name_of_system, layout.num_ipus)
+    spec = hardware.select_system(_system(system, environ), layout.num_ipus)
     return _checked(profile, layout, spec, prefetch_depth, None)
+
+
+def _system(system: str | None, environ: Mapping[str, str]) -> str:
+    """The ``--system`` name: the one given, else ``POPDIST_EMU_SYSTEM`` alone (a run with
+    an explicit layout needs none of PopRun's layout variables, so none is parsed)."""
+    return environ.get(ENV_SYSTEM, "") if system is None else system
 
 
 def with_infeed_stats(
@@ -173,9 +181,7 @@ def with_infeed_stats(
     if measured is None or measured == profile.host_bytes_per_micro_batch:
         return simulation
     profile = dataclasses.replace(profile, host_bytes_per_micro_batch=measured)
-    if getattr(simulation, "pipeline", None) is not None:
-        from popdist_emu.sim._pipeline_profile import with_profile
-
+    if simulation.pipeline is not None:
         return with_profile(simulation, profile)
     return _checked(
         profile,
@@ -186,7 +192,14 @@ def with_infeed_stats(
     )
 
 
-def _checked(profile, layout, system, prefetch_depth, parameters) -> hardware.StepSimulation:
+def _checked(
+    profile: hardware.StepProfile,
+    layout: hardware.ReplicaLayout,
+    system: hardware.SystemSpec,
+    prefetch_depth: int | None,
+    parameters: hardware.ModelParameters | None,
+) -> hardware.StepSimulation:
+    """``hardware.simulate_step`` with the planner's warnings, then Poplar's memory check."""
     depth = {} if prefetch_depth is None else {"prefetch_depth": prefetch_depth}
     simulation = hardware.simulate_step(profile, layout, system, parameters=parameters, **depth)
     print_planner_warnings(simulation)  # PopLibs' phase-two warnings, before any refusal
@@ -201,6 +214,7 @@ def report_simulation(
     report_dir: str | None = None,
     environ: Mapping[str, str] | None = None,
     file: Any = None,
+    instance_index: int | None = None,
 ) -> str | None:
     """From instance 0: prints the short summary and writes the reports, if asked for.
 
@@ -210,15 +224,19 @@ def report_simulation(
             ``POPDIST_EMU_REPORT_DIR`` (``--report-dir``), where empty means no files.
         environ: the environment to read (default ``os.environ``).
         file: where the summary is printed (default ``sys.stdout``).
+        instance_index: this instance's index (e.g. ``Options.instance_index``); None reads
+            PopDist's from the environment.
 
     Returns:
         The report directory written, or None (no directory asked for, or not instance 0).
     """
-    view = InstanceEnvironment.from_environ(os.environ if environ is None else environ)
-    if view.instance != 0:
+    environ = os.environ if environ is None else environ
+    if instance_index is None:
+        instance_index = InstanceEnvironment.from_environ(environ).instance
+    if instance_index != 0:
         return None
     print(format_summary(simulation), file=file or sys.stdout, flush=True)
-    directory = view.report_dir if report_dir is None else report_dir
+    directory = environ.get(ENV_REPORT_DIR, "") if report_dir is None else report_dir
     if not directory:
         return None
     return str(write_reports(simulation, directory))

@@ -24,9 +24,9 @@ from popdist_emu.runtime._sharded_update import (
     sharded_state_nbytes,
     unshard_state,
 )
+from popdist_emu.runtime._elementwise import check_elementwise
 from popdist_emu.runtime._sharding import (
     ShardingError,
-    check_elementwise,
     padded_size,
     plan_sharding,
     resolve_domain,

@@ -1,0 +1,118 @@
+"""What a compiled program and its jaxpr say about its cost: one definition of each count.
+
+The data-parallel step and every stage of a pipeline are measured with the same four
+counts, so the two profiles cannot drift apart:
+
+- :func:`xla_cost`: XLA's ``cost_analysis()`` of a compiled program (FLOPs, bytes accessed,
+  transcendentals);
+- :func:`jaxpr_size`: the primitive operations of a jaxpr and its largest intermediate;
+- :func:`residual_bytes`: the bytes a forward pass saves for its backward pass (the leaves of
+  its vjp closure), which honour ``jax.checkpoint`` as the IPU's recomputation does;
+- :func:`precision_of`: the arithmetic a model runs in.
+
+References:
+    JAX ahead-of-time lowering (``Compiled.cost_analysis()``); ``jax.vjp`` (the closure's
+    leaves are the residuals).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import jax.extend.core as jex
+import numpy as np
+
+
+class XlaCost(NamedTuple):
+    """XLA's cost analysis of one compiled program."""
+
+    flops: float = 0.0
+    bytes_accessed: float = 0.0
+    transcendentals: float = 0.0
+
+
+def xla_cost(compiled: jax.stages.Compiled) -> XlaCost:
+    """XLA's cost analysis of ``compiled`` as one value (jax 0.10 returns a dict; older ones
+    a list of them, one per computation, summed here)."""
+    analysis: Any = compiled.cost_analysis()
+    parts = analysis if isinstance(analysis, list | tuple) else [analysis]
+    totals = {"flops": 0.0, "bytes accessed": 0.0, "transcendentals": 0.0}
+    for part in parts:
+        for key in totals:
+            totals[key] += float((part or {}).get(key, 0.0))
+    return XlaCost(totals["flops"], totals["bytes accessed"], totals["transcendentals"])
+
+
+def _aval_nbytes(aval: Any) -> int:
+    return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+
+
+class JaxprSize(NamedTuple):
+    """Primitive operations of a jaxpr (its sub-jaxprs included) and the bytes of its
+    largest intermediate: the vertex-code estimate and the temporary-memory estimate."""
+
+    num_ops: int
+    largest_bytes: int
+
+
+def jaxpr_size(jaxpr: Any) -> JaxprSize:
+    """:class:`JaxprSize` of ``jaxpr`` (a ``Jaxpr``, not a ``ClosedJaxpr``) and its
+    sub-jaxprs."""
+    ops, largest = 0, 0
+    for eqn in jaxpr.eqns:
+        ops += 1
+        for var in eqn.outvars:
+            aval = var.aval
+            if hasattr(aval, "shape") and hasattr(aval, "dtype"):
+                largest = max(largest, _aval_nbytes(aval))
+        for sub in jex.jaxprs_in_params(eqn.params):
+            sub_size = jaxpr_size(sub)
+            ops += sub_size.num_ops
+            largest = max(largest, sub_size.largest_bytes)
+    return JaxprSize(ops, largest)
+
+
+def residual_bytes(vjp_of: Callable[..., Any], *args: Any) -> int:
+    """Bytes a forward pass saves for its backward pass, by tracing ``vjp_of(*args)``.
+
+    ``vjp_of`` returns the vjp closure of the forward pass (``jax.vjp(f, ...)[1]``); its
+    leaves are the residuals. Leaves that are inputs (the weights themselves, the
+    micro-batch) are not activations and are left out, and a value saved twice counts once.
+
+    Args:
+        vjp_of: ``vjp_of(*args) -> vjp closure``, e.g. :func:`loss_vjp` or
+            ``popdist_emu.pipeline.stage_vjp``.
+        *args: its arguments, values or ``jax.ShapeDtypeStruct`` shapes.
+    """
+    closed = jax.make_jaxpr(vjp_of)(*args)
+    inputs = set(closed.jaxpr.invars)
+    seen: set[jex.Var] = set()
+    total = 0
+    for var in closed.jaxpr.outvars:
+        if not isinstance(var, jex.Var) or var in inputs or var in seen:
+            continue
+        seen.add(var)
+        total += _aval_nbytes(var.aval)
+    return int(total)
+
+
+def loss_vjp(loss_fn: Callable[[Any, Any], Any], params: Any, micro_batch: Any) -> Any:
+    """The vjp closure of ``loss_fn(params, micro_batch)`` with respect to the weights: what
+    one replica's forward pass saves for its backward pass."""
+    return jax.vjp(lambda q: loss_fn(q, micro_batch), params)[1]
+
+
+def precision_of(params: Any) -> str:
+    """The arithmetic a model runs in: that of most of its floating-point weight bytes
+    ("float16" for 2-byte floats, else "float32")."""
+    by_width: dict[int, int] = {}
+    for leaf in jax.tree.leaves(params):
+        dtype = np.dtype(leaf.dtype)
+        if np.issubdtype(dtype, np.floating) or dtype.name == "bfloat16":
+            by_width[dtype.itemsize] = by_width.get(dtype.itemsize, 0) + math.prod(leaf.shape)
+    if not by_width:
+        return "float32"
+    return "float16" if max(by_width, key=lambda w: by_width[w] * w) <= 2 else "float32"

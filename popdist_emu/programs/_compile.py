@@ -1,0 +1,115 @@
+"""Compile a step's programs once per process, from values or shapes alone.
+
+A :class:`Program` is a ``jax.stages.Compiled`` with the jaxpr it came from; the runtime
+compiles its micro-step and update once (:func:`compile_program`) and calls those
+executables, and the profile reads the same executables' analyses, so the simulated step is
+the step that runs, functional and offline alike. Compiling works on
+``jax.ShapeDtypeStruct`` shapes as well as on arrays, which is what offline mode uses.
+
+References:
+    JAX ahead-of-time lowering (``jax.jit(f).lower(...).compile()``,
+    ``Compiled.cost_analysis()``, ``Compiled.memory_analysis()``).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import jax
+import numpy as np
+
+from popdist_emu._progress import phase
+from popdist_emu.programs._compile_lock import compile_lock
+
+
+class Program(NamedTuple):
+    """One compiled program and the jaxpr it was compiled from.
+
+    Calling it calls the ``jax.stages.Compiled`` directly, which never traces or compiles
+    again: the program that runs is the program that was analysed.
+
+    Attributes:
+        compiled: the ``jax.stages.Compiled`` executable.
+        jaxpr: the ``ClosedJaxpr`` it was lowered from (its operations and intermediates).
+    """
+
+    compiled: jax.stages.Compiled
+    jaxpr: Any
+
+    def __call__(self, *args: Any) -> Any:
+        return self.compiled(*args)
+
+    @property
+    def out_info(self) -> Any:
+        """Shapes and dtypes of the program's outputs (``jax.ShapeDtypeStruct`` leaves)."""
+        return jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), self.compiled.out_info
+        )
+
+
+# XLA options for a program compiled only to be analysed (offline mode; the profile's own
+# stage programs), which never runs. XLA's cost and memory analyses come from the optimised
+# HLO and its buffer assignment, before the backend generates machine code, so the backend's
+# code optimisation is skipped: on ResNet-50's step the analyses are identical and the
+# compile about a quarter shorter (``xla_backend_optimization_level`` in XLA's DebugOptions,
+# https://github.com/openxla/xla/blob/main/xla/xla.proto).
+# Typed ``Any`` values: XLA takes int-valued debug options, which jax's ``CompilerOptions``
+# annotation (str | bool) leaves out.
+ANALYSIS_ONLY_OPTIONS: dict[str, Any] = {"xla_backend_optimization_level": 0}
+
+# Programs compiled in this process, by function and argument shapes (most recent last).
+_PROGRAMS: collections.OrderedDict[Any, Program] = collections.OrderedDict()
+_MAX_PROGRAMS = 64
+
+
+def _struct(x: Any) -> jax.ShapeDtypeStruct:
+    if isinstance(x, jax.ShapeDtypeStruct):
+        return x
+    dtype = getattr(x, "dtype", None)
+    return jax.ShapeDtypeStruct(
+        np.shape(x),
+        np.dtype(dtype) if dtype is not None else np.result_type(x),
+        weak_type=bool(getattr(x, "weak_type", False)),
+    )
+
+
+def compile_program(
+    fn: Callable, *args: Any, label: str | None = None, analysis_only: bool = False
+) -> Program:
+    """Traces, lowers and compiles ``fn`` for ``args`` (arrays or shape structs), once per
+    process: a second request for the same function and argument shapes returns the same
+    :class:`Program`. The compilation is a named phase (``compiling <label> ...``, then its
+    seconds), shown by instance 0.
+
+    Args:
+        fn: jitted already (its ``donate_argnums`` and the like are kept) or a plain
+            function, which is jitted here (pass the same jitted function to share programs).
+        *args: the arguments' values or ``jax.ShapeDtypeStruct`` shapes.
+        label: what the phase messages call the program; default ``fn``'s name.
+        analysis_only: the program is compiled to be analysed, never run (offline mode):
+            XLA skips the backend's code optimisation (:data:`ANALYSIS_ONLY_OPTIONS`), which
+            changes neither analysis. Such a program still runs correctly, only slower.
+    """
+    structs = jax.tree.map(_struct, args)
+    leaves, treedef = jax.tree.flatten(structs)
+    key = (fn, treedef, tuple(leaves), analysis_only)
+    program = _PROGRAMS.get(key)
+    if program is None:
+        jitted = fn if hasattr(fn, "trace") else jax.jit(fn)
+        label = label or getattr(fn, "__name__", "a program")
+        with phase(f"compiling {label}", f"compiled {label}"):
+            traced = jitted.trace(*structs)
+            lowered = traced.lower()
+            # The instances of a job compile the same programs: one compiles, the others
+            # load the result from the persistent cache.
+            with compile_lock(lowered.as_text()):
+                options = ANALYSIS_ONLY_OPTIONS if analysis_only else None
+                program = Program(lowered.compile(compiler_options=options), traced.jaxpr)
+        _PROGRAMS[key] = program
+        while len(_PROGRAMS) > _MAX_PROGRAMS:
+            _PROGRAMS.popitem(last=False)
+    else:
+        _PROGRAMS.move_to_end(key)
+    return program

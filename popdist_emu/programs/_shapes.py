@@ -1,0 +1,74 @@
+"""The shapes of one replica's step: what its programs are compiled for and profiled on.
+
+A replica's step has four inputs whose shapes decide every program it compiles: the weights,
+the optimiser state, one micro-batch and the loss's scalar. The flat accumulator (every
+gradient element in tree order, then the loss sum) follows from the weights and the loss, so
+the bytes the reduce-and-update stage moves and the bytes a replica's gradient occupies are
+defined here once, for the data-parallel and the pipelined profile alike.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from popdist_emu._trees import tree_nbytes
+
+
+def flat_size(params: Any) -> int:
+    """Elements of all parameter leaves: the gradient part of a flat accumulator."""
+    return sum(int(np.prod(jnp.shape(leaf), dtype=np.int64)) for leaf in jax.tree.leaves(params))
+
+
+def accumulator_struct(params: Any, loss_dtype: Any) -> jax.ShapeDtypeStruct:
+    """Shape of the flat accumulator: every gradient element, then the loss sum.
+
+    Its dtype is the result type of the weights and the loss, so a half-precision model
+    with a float32 loss accumulates (and reduces) in float32.
+    """
+    dtypes = [jnp.result_type(leaf) for leaf in jax.tree.leaves(params)]
+    return jax.ShapeDtypeStruct((flat_size(params) + 1,), jnp.result_type(*dtypes, loss_dtype))
+
+
+class StepShapes(NamedTuple):
+    """The shapes one replica's step is compiled for (``Trainer.step_shapes(batch)``).
+
+    Attributes:
+        params: the weights, a pytree of ``jax.ShapeDtypeStruct``.
+        opt_state: the whole (unsharded) optimiser state, a pytree of
+            ``jax.ShapeDtypeStruct``.
+        micro_batch: one micro-batch of one replica, a pytree of ``jax.ShapeDtypeStruct``
+            whose leaves share the leading (sample) dimension.
+        loss: the loss's shape and dtype, a real scalar.
+    """
+
+    params: Any
+    opt_state: Any
+    micro_batch: Any
+    loss: jax.ShapeDtypeStruct
+
+    @property
+    def accumulator(self) -> jax.ShapeDtypeStruct:
+        """The flat accumulator a replica contributes to the reduction (gradient, then loss)."""
+        return accumulator_struct(self.params, self.loss.dtype)
+
+    @property
+    def gradient(self) -> jax.ShapeDtypeStruct:
+        """The reduced flat gradient the update takes (the accumulator without its loss)."""
+        acc = self.accumulator
+        return jax.ShapeDtypeStruct((acc.shape[0] - 1,), acc.dtype)
+
+    @property
+    def gradient_bytes(self) -> int:
+        """Bytes of one replica's gradient as the runtime holds it (in the accumulator's
+        dtype): the hardware model's gradient and accumulator size."""
+        acc = self.accumulator
+        return tree_nbytes(acc) - np.dtype(acc.dtype).itemsize
+
+    @property
+    def micro_batch_size(self) -> int:
+        """Samples per micro-batch: the leading dimension of the micro-batch's first leaf."""
+        return int(np.shape(jax.tree.leaves(self.micro_batch)[0])[0])

@@ -1,0 +1,151 @@
+"""ONE place that builds a ``hardware.StepProfile``: program counts joined with run settings.
+
+A profile has two sources. What the compiled programs say (:class:`ProgramCounts`: XLA's
+cost of one micro-batch's forward and backward and of one update, the operation count, the
+saved activations and the largest temporary) and what the run decides
+(:class:`StepSettings`: micro-batch, accumulation, device iterations, the collectives the
+reduce-and-update stage records, RTS and offloading, the planner's settings), plus the byte
+sizes of the step's shapes. :func:`build_step_profile` joins them, and every path goes
+through it: the data-parallel step (``Trainer.profile``), ``profile_programs``,
+``profile_step``, and the pipelined replica (``popdist_emu.sim``, its stages' counts summed,
+and its out-of-memory bound before anything is compiled).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from hardware import DEFAULT_AVAILABLE_MEMORY_PROPORTION, CollectiveRecord, StepProfile
+from popdist_emu._options import Options
+from popdist_emu._trees import tree_nbytes
+from popdist_emu.programs._analysis import XlaCost, precision_of
+
+
+class StepSettings(NamedTuple):
+    """What a step's profile takes from the run rather than from its programs.
+
+    Attributes:
+        micro_batch_size: samples per micro-batch per replica.
+        gradient_accumulation: micro-batches per weight update.
+        device_iterations: weight updates per step.
+        collectives: the collectives of one update, as the reduce-and-update stage records
+            them.
+        replicated_tensor_sharding: the optimiser state is sharded over ``sharding_domain``.
+        offload_optimiser_state: the optimiser state lives in Streaming Memory.
+        sharding_domain: replicas of the RTS domain (0 = all; unused without RTS).
+        recomputation: whether the step recomputes activations (for the OOM remedies).
+        name: the model's name in reports.
+        available_memory_proportion: PopLibs' availableMemoryProportion, a float or
+            ``{"IPU0": 0.6}``.
+        partials_type: PopLibs' ``partialsType`` of the matmuls and convolutions.
+    """
+
+    micro_batch_size: int
+    gradient_accumulation: int = 1
+    device_iterations: int = 1
+    collectives: tuple[CollectiveRecord, ...] = ()
+    replicated_tensor_sharding: bool = False
+    offload_optimiser_state: bool = False
+    sharding_domain: int = 0
+    recomputation: bool = False
+    name: str = "model"
+    available_memory_proportion: float | Mapping[str, float] = DEFAULT_AVAILABLE_MEMORY_PROPORTION
+    partials_type: str = "float"
+
+    @classmethod
+    def from_options(
+        cls,
+        options: Options,
+        *,
+        micro_batch_size: int,
+        collectives: Sequence[CollectiveRecord],
+        sharding_domain: int,
+        recomputation: bool,
+        name: str,
+    ) -> StepSettings:
+        """The settings of a trainer's step: its Options, with what the trainer resolved
+        (the micro-batch, the stage's collectives, the RTS domain, recomputation)."""
+        return cls(
+            micro_batch_size=int(micro_batch_size),
+            gradient_accumulation=int(options.gradient_accumulation),
+            device_iterations=int(options.device_iterations),
+            collectives=tuple(collectives),
+            replicated_tensor_sharding=bool(options.replicated_tensor_sharding),
+            offload_optimiser_state=bool(options.offload_optimiser),
+            sharding_domain=int(sharding_domain),
+            recomputation=bool(recomputation),
+            name=name,
+            available_memory_proportion=options.available_memory_proportion,
+            partials_type=options.partials_type,
+        )
+
+
+class ProgramCounts(NamedTuple):
+    """What the compiled programs of one replica's step say about its cost.
+
+    Attributes:
+        grad: XLA's cost of one micro-batch's forward and backward pass.
+        update: XLA's cost of one weight update (zero when the update is not part of it).
+        num_ops: primitive operations of the step (sizes the vertex-code estimate).
+        activation_bytes: bytes the forward pass saves for the backward pass.
+        temporary_bytes: peak working space of one operation beyond the activations.
+        matmuls: the step's matmuls and convolutions, for the planner model.
+    """
+
+    grad: XlaCost = XlaCost()
+    update: XlaCost = XlaCost()
+    num_ops: int = 0
+    activation_bytes: int = 0
+    temporary_bytes: int = 0
+    matmuls: tuple[Any, ...] = ()
+
+
+def build_step_profile(
+    counts: ProgramCounts,
+    settings: StepSettings,
+    *,
+    params: Any = None,
+    opt_state: Any = None,
+    micro_batch: Any = None,
+    gradient_bytes: int | None = None,
+) -> StepProfile:
+    """The ``hardware.StepProfile`` of one replica's step: the one place that makes one.
+
+    Args:
+        counts: what the compiled programs say.
+        settings: what the run decides.
+        params: the weights (arrays or shapes): their bytes and precision; None for a
+            bound made before anything is measured.
+        opt_state: the whole optimiser state (arrays or shapes), if any.
+        micro_batch: one micro-batch of one replica: the bytes the host streams per
+            micro-batch; None for none.
+        gradient_bytes: one replica's gradient bytes; default the bytes of ``params``.
+    """
+    parameter_bytes = tree_nbytes(params)
+    return StepProfile(
+        grad_flops=counts.grad.flops,
+        grad_bytes_accessed=counts.grad.bytes_accessed,
+        grad_transcendentals=counts.grad.transcendentals,
+        update_flops=counts.update.flops,
+        update_bytes_accessed=counts.update.bytes_accessed,
+        parameter_bytes=parameter_bytes,
+        optimiser_state_bytes=tree_nbytes(opt_state),
+        gradient_bytes=parameter_bytes if gradient_bytes is None else int(gradient_bytes),
+        activation_bytes=int(counts.activation_bytes),
+        temporary_bytes=int(counts.temporary_bytes),
+        host_bytes_per_micro_batch=tree_nbytes(micro_batch),
+        num_ops=int(counts.num_ops),
+        micro_batch_size=int(settings.micro_batch_size),
+        gradient_accumulation=int(settings.gradient_accumulation),
+        device_iterations=int(settings.device_iterations),
+        precision=precision_of(params),
+        collectives=tuple(settings.collectives),
+        replicated_tensor_sharding=bool(settings.replicated_tensor_sharding),
+        offload_optimiser_state=bool(settings.offload_optimiser_state),
+        sharding_domain=int(settings.sharding_domain),
+        recomputation=bool(settings.recomputation),
+        name=settings.name,
+        matmuls=counts.matmuls,
+        available_memory_proportion=settings.available_memory_proportion,
+    )

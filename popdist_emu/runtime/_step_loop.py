@@ -1,0 +1,118 @@
+"""One call's batch and how a step walks it: the layout check and the replicas' accumulation.
+
+A call's batch is laid out as PopART's input, ``[device_iterations, gradient_accumulation,
+replication_factor, micro_batch, *sample]`` for every leaf. For device iteration ``d`` each
+local replica ``k`` runs its ``gradient_accumulation`` micro-batches ``batch[d, a, k]``,
+one call after the other, through the compiled micro-step (or, for a pipeline, through the
+stages in the strategy's schedule), and hands the reduce-and-update stage one flat
+accumulator: its gradient sum, then its loss sum.
+
+References:
+    PopART glossary, input layout ``[batches_per_step, accl_factor, repl_factor,
+    micro_batch, *sample]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+
+from popdist_emu._options import Options
+from popdist_emu.pipeline import Pipeline
+from popdist_emu.programs import Program
+from popdist_emu.runtime._replica_step import Accumulator, Batch, Params
+
+
+def _dtype_of(x: Any) -> np.dtype:
+    dtype = getattr(x, "dtype", None)
+    return np.dtype(dtype) if dtype is not None else np.result_type(x)
+
+
+def _leaf_path(path: tuple[Any, ...]) -> str:
+    return jax.tree_util.keystr(path) or "<root>"
+
+
+def micro_batch_shapes(batch: Batch, options: Options) -> Any:
+    """One replica's micro-batch shapes (``jax.ShapeDtypeStruct`` leaves) of a call's batch.
+
+    Raises:
+        ValueError: a leaf whose leading dimensions are not ``[device_iterations,
+            gradient_accumulation, replication_factor, micro_batch]`` of ``options``, leaves
+            that disagree on the micro-batch size, or a batch with no arrays.
+    """
+    want = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
+    micro_batch_sizes = set()
+    paths_leaves = jax.tree_util.tree_flatten_with_path(batch)[0]
+    if not paths_leaves:
+        raise ValueError("Trainer: `batch` has no arrays; pass e.g. (images, labels).")
+    for path, leaf in paths_leaves:
+        shape = tuple(np.shape(leaf))
+        if len(shape) < 4 or shape[:3] != want:
+            raise ValueError(
+                f"Trainer: `batch` leaf {_leaf_path(path)} has shape {shape}, but its "
+                f"leading dims must be [device_iterations={want[0]}, "
+                f"gradient_accumulation={want[1]}, replication_factor={want[2]}, "
+                f"micro_batch, *sample]; lay the batch out that way "
+                f"(ReplicaLoader.batch does) or change the Options."
+            )
+        micro_batch_sizes.add(shape[3])
+    if len(micro_batch_sizes) != 1:
+        raise ValueError(
+            f"Trainer: `batch` leaves disagree on the micro-batch size (axis 3): "
+            f"{sorted(micro_batch_sizes)}; every leaf needs the same number of samples."
+        )
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(tuple(np.shape(x))[3:], _dtype_of(x)), batch)
+
+
+def accumulate(
+    batch: Batch,
+    d: int,
+    *,
+    params: Params,
+    options: Options,
+    micro_step: Program | None,
+    pipeline: Pipeline | None,
+    zeros: Accumulator,
+) -> tuple[list[Accumulator], list[list[Any]]]:
+    """Every local replica's flat accumulator for device iteration ``d`` of ``batch``.
+
+    Args:
+        batch: the call's batch (see the module docstring for its layout).
+        d: the device iteration.
+        params: the weights every replica holds.
+        options: the replicas and the accumulation.
+        micro_step: the compiled micro-step; None for a pipeline.
+        pipeline: the replica's pipeline, or None for the micro-step.
+        zeros: the accumulator a replica starts from (never written).
+
+    Returns:
+        ``(sums, flags)``: one flat accumulator (gradient sum, then loss sum) per local
+        replica, and per replica the finite flag of each micro-batch.
+    """
+    leaves, treedef = jax.tree.flatten(batch)
+    accumulation = options.gradient_accumulation
+    sums: list[Accumulator] = []
+    flags: list[list[Any]] = []
+    for k in range(options.replication_factor):
+        micros = [
+            jax.tree.unflatten(treedef, [leaf[d, a, k] for leaf in leaves])
+            for a in range(accumulation)
+        ]
+        if pipeline is not None:
+            # The replica's micro-batches run through the stages (pipelined or sharded) and
+            # come out as the same flat accumulator, accumulated in micro-batch order.
+            acc, finite = pipeline.accumulate(params, micros, zeros)
+            sums.append(acc)
+            flags.append([finite] * accumulation)
+            continue
+        if micro_step is None:
+            raise RuntimeError("accumulate: no micro-step was compiled for this step shape.")
+        acc, replica_flags = zeros, []
+        for micro in micros:
+            acc, finite = micro_step(params, acc, micro)
+            replica_flags.append(finite)
+        sums.append(acc)
+        flags.append(replica_flags)
+    return sums, flags
