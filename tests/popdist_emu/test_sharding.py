@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import gcl
 from popdist_emu import AllReduceUpdate, TrainState
+from popdist_emu.runtime._elementwise import check_elementwise
 from popdist_emu.runtime._sharded_update import (
     ShardedReduceUpdate,
     init_sharded_state,
@@ -24,7 +25,6 @@ from popdist_emu.runtime._sharded_update import (
     sharded_state_nbytes,
     unshard_state,
 )
-from popdist_emu.runtime._elementwise import check_elementwise
 from popdist_emu.runtime._sharding import (
     ShardingError,
     padded_size,
