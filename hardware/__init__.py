@@ -26,6 +26,7 @@ from hardware._pipeline import STRATEGIES as PIPELINE_STRATEGIES
 from hardware._pipeline import PipelineEvent as PipelineEvent
 from hardware._pipeline import PipelineSchedule as PipelineSchedule
 from hardware._pipeline import StageCost as StageCost
+from hardware._pipeline import check_strategy as check_strategy
 from hardware._pipeline import min_gradient_accumulation as min_gradient_accumulation
 from hardware._pipeline import program_order as program_order
 from hardware._pipeline import ramp_bubble_fraction as ramp_bubble_fraction
@@ -108,6 +109,7 @@ __all__ = [
     "check_memory",
     "check_pipeline_memory",
     "check_proportion",
+    "check_strategy",
     "collective_time",
     "compute_seconds",
     "default_system",

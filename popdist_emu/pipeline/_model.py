@@ -101,7 +101,7 @@ class PipelinedExecution:
     def __init__(self, *stages: str | Stage, schedule: str = "grouped") -> None:
         object.__setattr__(self, "stages", _stages(stages))
         object.__setattr__(self, "schedule", schedule)
-        hardware._pipeline.check_strategy("pipelined", schedule)
+        hardware.check_strategy("pipelined", schedule)
 
 
 @dataclasses.dataclass(frozen=True, init=False)

@@ -14,6 +14,7 @@ import base64
 import html
 import os
 import pathlib
+from collections.abc import Sequence
 
 from hardware import StepSimulation
 from popdist_emu._files import write_atomically
@@ -36,7 +37,9 @@ def data_uri(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode("ascii")
 
 
-def table(header: list[str], rows: list[list[object]], left: tuple[int, ...] = (0,)) -> str:
+def table(
+    header: Sequence[str], rows: Sequence[Sequence[object]], left: tuple[int, ...] = (0,)
+) -> str:
     """An HTML table, values escaped; the columns in ``left`` are left-aligned (text)."""
 
     def cell(tag: str, i: int, value: object) -> str:
@@ -64,7 +67,7 @@ def run_report_html(simulation: StepSimulation) -> str:
 
     sim, p, layout, memory = simulation, simulation.profile, simulation.layout, simulation.memory
     mib = 2**20
-    config = [
+    config: list[list[object]] = [
         ["system", f"{sim.system.name} ({sim.system.ipu.name})"],
         ["replicas x IPUs per replica", f"{layout.num_replicas} x {layout.ipus_per_replica}"],
         ["instances", layout.num_instances],

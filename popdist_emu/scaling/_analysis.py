@@ -34,38 +34,39 @@ from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 from scipy.optimize import curve_fit
 
 EFFICIENCY_THRESHOLDS = (0.8, 0.5)
 
 
-def speedups(replicas: Sequence[float], throughput: Sequence[float]) -> np.ndarray:
+def speedups(replicas: ArrayLike, throughput: ArrayLike) -> np.ndarray:
     """``S = X(N) / X(N0)`` with ``N0`` the smallest replica count given."""
     n, x = np.asarray(replicas, float), np.asarray(throughput, float)
     return x / x[np.argmin(n)]
 
 
-def relative_size(replicas: Sequence[float]) -> np.ndarray:
+def relative_size(replicas: ArrayLike) -> np.ndarray:
     """``p = N / N0``: replicas relative to the smallest replica count given."""
     n = np.asarray(replicas, float)
     return n / n.min()
 
 
-def efficiency(p: Sequence[float], speedup: Sequence[float]) -> np.ndarray:
+def efficiency(p: ArrayLike, speedup: ArrayLike) -> np.ndarray:
     """Parallel efficiency ``E = S / p``."""
     return np.asarray(speedup, float) / np.asarray(p, float)
 
 
-def karp_flatt(p: Sequence[float], speedup: Sequence[float]) -> np.ndarray:
+def karp_flatt(p: ArrayLike, speedup: ArrayLike) -> np.ndarray:
     """Karp-Flatt serial fraction ``e = (1/S - 1/p) / (1 - 1/p)``; NaN where ``p = 1``.
 
     (Karp and Flatt, CACM 33(5), 1990.) A constant ``e`` over ``p`` points at a serial part
     (Amdahl); a growing ``e`` at overhead that grows with the replica count.
     """
-    p, s = np.asarray(p, float), np.asarray(speedup, float)
+    n, s = np.asarray(p, float), np.asarray(speedup, float)
     with np.errstate(divide="ignore", invalid="ignore"):
-        e = (1.0 / s - 1.0 / p) / (1.0 - 1.0 / p)
-    return np.where(p > 1, e, np.nan)
+        e = (1.0 / s - 1.0 / n) / (1.0 - 1.0 / n)
+    return np.where(n > 1, e, np.nan)
 
 
 def amdahl(p: np.ndarray, s: float) -> np.ndarray:
@@ -99,7 +100,7 @@ class Fit(NamedTuple):
     rms_residual: float
     points: int
 
-    def predict(self, p: Sequence[float]) -> np.ndarray:
+    def predict(self, p: ArrayLike) -> np.ndarray:
         """The fitted speed-up at relative sizes ``p``."""
         return LAWS[self.law](np.asarray(p, float), self.serial_fraction)
 
@@ -120,21 +121,21 @@ class Fit(NamedTuple):
         return 1.0 / (1.0 - (1.0 - threshold) / s)
 
 
-def fit_law(law: str, p: Sequence[float], speedup: Sequence[float]) -> Fit | None:
+def fit_law(law: str, p: ArrayLike, speedup: ArrayLike) -> Fit | None:
     """Least-squares fit of ``law``'s serial fraction to the speed-ups.
 
     Bounded to [0, 1] (``scipy.optimize.curve_fit`` with the trust-region reflective
     method). None with fewer than two points, where nothing can be fitted.
     """
-    p, s = np.asarray(p, float), np.asarray(speedup, float)
-    keep = np.isfinite(p) & np.isfinite(s)
-    p, s = p[keep], s[keep]
-    if p.size < 2 or np.unique(p).size < 2:
+    n, s = np.asarray(p, float), np.asarray(speedup, float)
+    keep = np.isfinite(n) & np.isfinite(s)
+    n, s = n[keep], s[keep]
+    if n.size < 2 or np.unique(n).size < 2:
         return None
-    (value,), cov = curve_fit(LAWS[law], p, s, p0=(0.01,), bounds=(0.0, 1.0))
+    (value,), cov = curve_fit(LAWS[law], n, s, p0=(0.01,), bounds=(0.0, 1.0))
     stderr = float(np.sqrt(cov[0, 0])) if np.isfinite(cov).all() else math.nan
-    residual = s - LAWS[law](p, value)
-    return Fit(law, float(value), stderr, float(np.sqrt(np.mean(residual**2))), int(p.size))
+    residual = s - LAWS[law](n, value)
+    return Fit(law, float(value), stderr, float(np.sqrt(np.mean(residual**2))), int(n.size))
 
 
 def first_below(replicas: Sequence[float], eff: Sequence[float], threshold: float) -> int | None:
@@ -144,7 +145,7 @@ def first_below(replicas: Sequence[float], eff: Sequence[float], threshold: floa
 
 
 def phase_share_slopes(
-    replicas: Sequence[float], phases: Sequence[Mapping[str, float]], steps: Sequence[float]
+    replicas: ArrayLike, phases: Sequence[Mapping[str, float]], steps: ArrayLike
 ) -> dict[str, float]:
     """Slope of each phase's share of the step per doubling of the replicas.
 
@@ -166,4 +167,4 @@ def phase_share_slopes(
 def fastest_growing_phase(slopes: Mapping[str, float]) -> str | None:
     """The phase whose share grows fastest (None when no share grows)."""
     growing = {k: v for k, v in slopes.items() if v > 0}
-    return max(growing, key=growing.get) if growing else None
+    return max(growing, key=lambda name: growing[name]) if growing else None

@@ -46,7 +46,7 @@ COLLECTIVE_PHASES = ("allreduce", "reduce_scatter", "all_gather", "broadcast")
 TIER_TRACKS = {"ipu_links": "IPU-Links", "gw_links": "GW-Links"}
 
 Relayout = Callable[[hardware.ReplicaLayout], dict[str, Any]]
-# ``simulator(profile, layout, system, **depth)``: the step of one point; a pipelined
+# ``simulator(profile, layout, system, prefetch_depth=depth)``: the step of one point; a pipelined
 # replica's (``_pipeline_profile``) closes over its stages, the default is data parallel.
 Simulator = Callable[..., hardware.StepSimulation]
 
@@ -146,8 +146,10 @@ def evaluate_point(
                 int(point["global_batch"]), layout.num_replicas, profile.micro_batch_size
             )
         point_profile = profile.replace(**changes) if changes else profile
-        depth = {} if prefetch_depth is None else {"prefetch_depth": prefetch_depth}
-        simulation = (simulator or hardware.simulate_step)(point_profile, layout, spec, **depth)
+        depth = hardware.DEFAULT_PREFETCH_DEPTH if prefetch_depth is None else prefetch_depth
+        simulation = (simulator or hardware.simulate_step)(
+            point_profile, layout, spec, prefetch_depth=depth
+        )
     except (ValueError, hardware.SystemSelectionError) as error:
         return {"status": "invalid", "reason": str(error).splitlines()[0]}
     result = {

@@ -140,3 +140,34 @@ def test_popdist_imports_stay_jax_free(statement):
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+# The launcher and the instances share the JAX-free contract modules by design (the
+# environment names and JobConfig; atomic files and pid checks): they are the one exception.
+SHARED_BASE = {"popdist_emu._environment", "popdist_emu._files"}
+
+
+def test_no_package_reads_another_packages_private_modules():
+    root = PACKAGE.parent
+    offenders = []
+    for package in ("gcl", "hardware", "launch", "popdist_emu"):
+        for path in sorted((root / package).rglob("*.py")):
+            for line, module, _ in _imports(path):
+                top, _, rest = module.partition(".")
+                if top == package or top not in ("gcl", "hardware", "launch", "popdist_emu"):
+                    continue
+                if rest.split(".")[0].startswith("_") and module not in SHARED_BASE:
+                    offenders.append(f"{path.relative_to(root)}:{line}: {module}")
+            # Reached through an attribute too: ``hardware._pipeline.check_strategy``.
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id in ("gcl", "hardware", "launch", "popdist_emu")
+                    and node.value.id != package
+                    and node.attr.startswith("_")
+                ):
+                    offenders.append(
+                        f"{path.relative_to(root)}:{node.lineno}: {node.value.id}.{node.attr}"
+                    )
+    assert offenders == []
