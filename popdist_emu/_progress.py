@@ -35,17 +35,27 @@ LOGGER = logging.getLogger("popdist_emu")
 
 
 class _TqdmHandler(logging.Handler):
-    """Writes log records through ``tqdm.write``, so they never tear an active bar."""
+    """Writes log records through ``tqdm.write``, so they never tear an active bar.
 
-    def __init__(self, stream: TextIO) -> None:
+    Without a stream of its own it writes to ``sys.stderr`` as it is when the record is
+    emitted, not as it was when the handler was made: a replaced stderr (a test's capture, a
+    redirect) that has since been closed must not swallow later records.
+    """
+
+    def __init__(self, stream: TextIO | None) -> None:
         super().__init__(logging.INFO)
-        self.stream = stream
+        self._stream = stream
         self.setFormatter(logging.Formatter("[popdist-emu] %(message)s"))
+
+    @property
+    def stream(self) -> TextIO:
+        return sys.stderr if self._stream is None else self._stream
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            tqdm.write(self.format(record), file=self.stream)
-            self.stream.flush()
+            stream = self.stream
+            tqdm.write(self.format(record), file=stream)
+            stream.flush()
         except Exception:  # logging must never end the run
             self.handleError(record)
 
@@ -58,7 +68,7 @@ def show_phases(stream: TextIO | None = None) -> None:
     global _handler
     if _handler is not None:
         LOGGER.removeHandler(_handler)
-    _handler = _TqdmHandler(sys.stderr if stream is None else stream)
+    _handler = _TqdmHandler(stream)
     LOGGER.addHandler(_handler)
     LOGGER.setLevel(logging.INFO)
     LOGGER.propagate = False
@@ -129,7 +139,7 @@ class Progress:
         self.use_bar = bool(enabled and bar)
         self._bar: tqdm | None = None
         if enabled:
-            show_phases(self.stream)
+            show_phases(stream)  # None: stderr as it is when a phase is logged
 
     def update(self, step: int, loss: float) -> None:
         """Reports that ``step`` steps are done (1-based count) with the latest ``loss``."""

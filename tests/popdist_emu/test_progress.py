@@ -56,3 +56,17 @@ def test_a_long_phase_says_how_long_so_far():
     lines = out.getvalue().splitlines()
     assert any("compiling a big step: " in line and line.endswith(" s so far") for line in lines)
     assert lines[-1].startswith("[popdist-emu] compiling a big step in ")
+
+
+def test_phases_follow_stderr_when_it_is_replaced(monkeypatch):
+    # A run's phases go to stderr as it is when they are logged: an earlier run's stderr
+    # (here a stream since closed, as a finished test's capture is) must not swallow them.
+    earlier = io.StringIO()
+    monkeypatch.setattr("sys.stderr", earlier)
+    Progress(3)
+    earlier.close()
+    now = io.StringIO()
+    monkeypatch.setattr("sys.stderr", now)
+    with phase("compiling update"):
+        pass
+    assert now.getvalue().splitlines()[0] == "[popdist-emu] compiling update ..."
