@@ -234,6 +234,6 @@ def test_the_example_client_gets_poprun_layout_16_on_4(poprun):
 
 def test_popdist_outside_the_launcher_comes_from_the_fallback_finder():
     # Issue 13: PopDist's single-process view outside the launcher, through the finder that
-    # is asked last (tests/popdist_emu/test_popdist_helpers.py checks the view).
+    # is asked last (tests/popdist_emu/popdist_api/test_popdist_helpers.py checks the view).
     spec = importlib.util.find_spec("popdist")
     assert spec is not None and spec.origin.endswith("_shim/popdist/__init__.py")

@@ -171,3 +171,11 @@ def test_no_package_reads_another_packages_private_modules():
                         f"{path.relative_to(root)}:{node.lineno}: {node.value.id}.{node.attr}"
                     )
     assert offenders == []
+
+
+def test_no_test_folder_shadows_a_fallback_module():
+    # ``popdist`` and ``poptorch`` come from a finder asked last, so a test folder of either
+    # name on the tests' sys.path would be imported in their place (as a namespace package).
+    tests = pathlib.Path(__file__).parents[1]
+    folders = {path.name for path in tests.rglob("*") if path.is_dir()}
+    assert folders.isdisjoint({"popdist", "poptorch"})

@@ -19,7 +19,7 @@ import hardware
 import popdist_emu
 from popdist_emu._environment import ENV_REPORT_DIR, layout_environment
 
-TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
+TRAIN = Path(__file__).parents[3] / "examples" / "train.py"
 SUMMARY_KEYS = (
     "system",
     "replicas",

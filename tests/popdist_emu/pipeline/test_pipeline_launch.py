@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
+TRAIN = Path(__file__).parents[3] / "examples" / "train.py"
 
 
 @pytest.mark.skipif(shutil.which("poprun-emu") is None, reason="poprun-emu is not installed")

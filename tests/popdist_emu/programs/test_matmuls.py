@@ -14,7 +14,7 @@ import popdist_emu
 from popdist_emu.programs._matmuls import matmul_ops, set_available_memory, step_matmuls
 from popdist_emu.reports._summary import format_summary, summary
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def _loss(p, x):

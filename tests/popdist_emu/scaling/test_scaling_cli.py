@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLES = Path(__file__).parents[2] / "examples"
+EXAMPLES = Path(__file__).parents[3] / "examples"
 TRAIN = EXAMPLES / "train.py"
 
 

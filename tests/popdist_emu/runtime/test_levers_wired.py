@@ -20,7 +20,7 @@ import pytest
 
 import popdist_emu as popdist
 
-TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
+TRAIN = Path(__file__).parents[3] / "examples" / "train.py"
 
 
 def _loss(params, batch):
