@@ -9,8 +9,8 @@ Each series (the command's own arguments, then one per ``--compare "ARGS"``) run
 ONCE, as ``poprun-emu --offline-mode`` of its first valid point, with
 ``POPDIST_EMU_SCALING_REQUEST`` naming a request that lists every point; the program's
 ``popdist_emu.simulate`` evaluates them all from the one compiled step
-(``_scaling_points``). The analysis (``_scaling_analysis``) and the report
-(``_scaling_report``) follow. Every bad argument is refused in one line with exit code 2
+(``popdist_emu.sim``). The analysis (``_analysis``, ``_table``) and the report (``_report``)
+follow. Every bad argument is refused in one line with exit code 2
 before anything runs; a point that PopRun would refuse, or that does not fit in memory, stays
 in the report with its reason. Imports no JAX.
 
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import os
 import shlex
 import sys
@@ -31,8 +32,12 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from tqdm import tqdm
+
 import hardware
 from popdist_emu.scaling import _run
+from popdist_emu.scaling._config import PublishedPoint, Series, SeriesRun, SweepConfig
+from popdist_emu.scaling._table import analyse_series, series_rows
 
 PROG = "poprun-emu-scaling"
 DEFAULT_TIMEOUT = 1800.0
@@ -128,24 +133,16 @@ def _per_point(values: list[int], n: int, flag: str) -> list[int]:
     return values
 
 
-def _series(ns: argparse.Namespace, base: dict[str, Any] | None, replicas: list[int]) -> dict:
-    """One series' settings from parsed series options over ``base`` (the first series)."""
-    series = dict(
-        base
-        or {
-            "label": "baseline",
-            "instances": [1] * len(replicas),
-            "ipus_per_replica": 1,
-            "system": "",
-            "ipu": "mk2",
-        }
-    )
+def _series(ns: argparse.Namespace, base: Series, replicas: Sequence[int]) -> Series:
+    """One series' settings: the parsed series options over ``base``."""
+    series = base
     if ns.label:
-        series["label"] = ns.label
+        series = dataclasses.replace(series, label=ns.label)
     if ns.num_instances:
-        series["instances"] = _per_point(
+        instances = _per_point(
             _ints(ns.num_instances, "--num-instances"), len(replicas), "--num-instances"
         )
+        series = dataclasses.replace(series, instances=tuple(instances))
     if ns.instances_per_replica is not None:
         f = ns.instances_per_replica
         if not 0 < f <= 1:
@@ -153,26 +150,28 @@ def _series(ns: argparse.Namespace, base: dict[str, Any] | None, replicas: list[
                 f"--instances-per-replica {f} must be in (0, 1]: e.g. 0.5 for one instance "
                 "per two replicas, as the MLPerf ResNet-50 runs."
             )
-        series["instances"] = [max(1, round(r * f)) for r in replicas]
+        series = dataclasses.replace(
+            series, instances=tuple(max(1, round(r * f)) for r in replicas)
+        )
     if ns.ipus_per_replica is not None:
         if ns.ipus_per_replica not in hardware.VALID_IPUS_PER_REPLICA:
             raise UsageError(
                 f"--ipus-per-replica {ns.ipus_per_replica} is not supported: use one of "
                 f"{', '.join(map(str, hardware.VALID_IPUS_PER_REPLICA))}."
             )
-        series["ipus_per_replica"] = ns.ipus_per_replica
+        series = dataclasses.replace(series, ipus_per_replica=ns.ipus_per_replica)
     if ns.system:
         try:
             hardware.get_system(ns.system)
         except hardware.SystemSelectionError as error:
             raise UsageError(str(error)) from None
-        series["system"], series["ipu"] = ns.system, ""
+        series = dataclasses.replace(series, system=ns.system, ipu="")
     if ns.ipu:
-        series["ipu"], series["system"] = ns.ipu, ""
+        series = dataclasses.replace(series, ipu=ns.ipu, system="")
     return series
 
 
-def read_published(path: str) -> list[dict[str, Any]]:
+def read_published(path: str) -> list[PublishedPoint]:
     """Measured points from a CSV with columns ``replicas``, ``throughput``, ``label``."""
     try:
         with open(path, newline="") as f:
@@ -183,11 +182,7 @@ def read_published(path: str) -> list[dict[str, Any]]:
     for i, row in enumerate(rows, start=2):
         try:
             points.append(
-                {
-                    "replicas": int(row["replicas"]),
-                    "throughput": float(row["throughput"]),
-                    "label": str(row["label"]),
-                }
+                PublishedPoint(int(row["replicas"]), float(row["throughput"]), str(row["label"]))
             )
         except (KeyError, TypeError, ValueError):
             raise UsageError(
@@ -225,7 +220,7 @@ def _glued(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def parse(argv: Sequence[str]) -> dict[str, Any]:
+def parse(argv: Sequence[str]) -> SweepConfig:
     """The whole sweep from the command line.
 
     Raises:
@@ -250,8 +245,8 @@ def parse(argv: Sequence[str]) -> dict[str, Any]:
         raise UsageError(f"program {ns.program!r} does not exist.")
     if os.path.exists(ns.out) and not os.path.isdir(ns.out):
         raise UsageError(f"--out {ns.out!r} is a file: name a directory.")
-    first = _series(ns, None, replicas)
-    first["program_args"] = list(ns.args)
+    baseline = Series(label="baseline", instances=(1,) * len(replicas))
+    first = dataclasses.replace(_series(ns, baseline, replicas), program_args=tuple(ns.args))
     series = [first]
     for text in ns.compare:
         try:
@@ -261,71 +256,62 @@ def parse(argv: Sequence[str]) -> dict[str, Any]:
         if not words:
             raise UsageError('--compare "" is empty: give program or launcher options.')
         sub, extra = _series_parser().parse_known_args(words)
-        s = _series(sub, {**first, "label": text}, replicas)
-        s["program_args"] = list(ns.args) + extra
-        series.append(s)
-    if len({s["label"] for s in series}) != len(series):
+        compared = _series(sub, dataclasses.replace(first, label=text), replicas)
+        series.append(dataclasses.replace(compared, program_args=(*ns.args, *extra)))
+    if len({s.label for s in series}) != len(series):
         raise UsageError("two series have the same label: give --label in --compare.")
-    return {
-        "replicas": replicas,
-        "global_batch": batches,
-        "mode": "strong" if batches else "weak",
-        "program": ns.program,
-        "series": series,
-        "published": read_published(ns.published) if ns.published else [],
-        "out": ns.out,
-        "timeout": ns.timeout,
-    }
+    return SweepConfig(
+        replicas=tuple(replicas),
+        global_batch=tuple(batches) if batches else None,
+        program=ns.program,
+        series=tuple(series),
+        published=tuple(read_published(ns.published)) if ns.published else (),
+        out=ns.out,
+        timeout=ns.timeout,
+    )
 
 
-def _model_parameters(series: Sequence[dict]) -> dict | None:
-    for s in series:
-        for p in s["points"]:
-            summary = (p.get("result") or {}).get("summary")
-            if summary:
-                return summary.get("model_parameters")
+def _model_parameters(run: SeriesRun) -> Any:
+    for evaluated in run.points:
+        summary = (evaluated.result or {}).get("summary")
+        if summary:
+            return summary.get("model_parameters")
     return None
 
 
-def sweep(config: dict[str, Any], argv: Sequence[str]) -> tuple[dict[str, Any], int]:
+def sweep(config: SweepConfig, argv: Sequence[str]) -> tuple[dict[str, Any], int]:
     """Runs every series and analyses it; returns the report's document and the exit code."""
-    from tqdm import tqdm
-
-    from popdist_emu.scaling._table import analyse_series, series_rows
-
-    out = config["out"]
+    out = config.out
     os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-    law = "amdahl" if config["mode"] == "strong" else "gustafson"
     start = time.perf_counter()
-    results = []
+    results: list[dict[str, Any]] = []
     parameters = None
-    total = len(config["replicas"]) * len(config["series"])
+    total = len(config.replicas) * len(config.series)
     with tqdm(total=total, unit="point", desc=PROG, file=sys.stderr, dynamic_ncols=True) as bar:
-        for i, series in enumerate(config["series"]):
-            bar.set_postfix_str(f"compiling {series['label']}")
+        for i, series in enumerate(config.series):
+            bar.set_postfix_str(f"compiling {series.label}")
             log = os.path.join(out, "logs", f"series-{i}.log")
             ran = _run.run_series(config, series, log, tick=bar.refresh)
-            parameters = parameters or _model_parameters([ran])
-            row_input = {"label": series["label"], "points": ran["points"]}
-            rows = series_rows(row_input)
+            parameters = parameters or _model_parameters(ran)
+            rows = series_rows(series.label, ran.points)
             results.append(
                 {
-                    "label": series["label"],
-                    "program_args": series["program_args"],
-                    "system": series["system"],
-                    "ipu": series["ipu"],
-                    "ipus_per_replica": series["ipus_per_replica"],
-                    "command": ran["command"],
-                    "exit_code": ran["exit_code"],
-                    "compile_seconds": ran["compile_seconds"],
-                    "error": ran["error"],
-                    "model": ran["model"],
+                    "label": series.label,
+                    "program_args": list(series.program_args),
+                    "system": series.system,
+                    "ipu": series.ipu,
+                    "ipus_per_replica": series.ipus_per_replica,
+                    "command": ran.command,
+                    "exit_code": ran.exit_code,
+                    "compile_seconds": ran.compile_seconds,
+                    "error": ran.error,
+                    "model": ran.model,
                     "log": os.path.relpath(log, out),
                     "rows": rows,
-                    "analysis": analyse_series(rows, law),
+                    "analysis": analyse_series(rows, config.law),
                 }
             )
-            bar.update(len(ran["points"]))
+            bar.update(len(ran.points))
     models = [s["model"]["model"] for s in results if s["model"]]
     evaluation = [
         r["evaluation_seconds"]
@@ -335,14 +321,14 @@ def sweep(config: dict[str, Any], argv: Sequence[str]) -> tuple[dict[str, Any], 
     ]
     doc = {
         "command": shlex.join([PROG, *argv]),
-        "mode": config["mode"],
-        "law": law,
+        "mode": config.mode,
+        "law": config.law,
         "model": models[0] if models else "",
-        "program": config["program"],
+        "program": config.program,
         "num_points": total,
         "sweep_seconds": time.perf_counter() - start,
         "max_point_evaluation_seconds": max(evaluation) if evaluation else None,
-        "published": config["published"],
+        "published": [dataclasses.asdict(m) for m in config.published],
         "model_parameters": parameters,
         "series": results,
     }
@@ -358,11 +344,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"{PROG}: error: {error}", file=sys.stderr)
         return 2
+    # Imported once the arguments are good: the report draws with matplotlib, whose import
+    # (0.35 s measured here) a refused argument should not wait for.
     from popdist_emu.scaling._report import narrative, write_outputs
 
     doc, code = sweep(config, argv)
     # The report's own time: the sweep plus writing the plots and pages.
-    paths = write_outputs(doc, config["out"])
+    paths = write_outputs(doc, config.out)
     for s in doc["series"]:
         print(f"[{PROG}] {s['label']}:")
         for line in narrative(s):

@@ -42,7 +42,9 @@ def _good(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def _simulated(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
-    return sorted((r for r in rows if r["throughput"] is not None), key=lambda r: r["replicas"])
+    return sorted(
+        (r for r in rows if r["samples_per_second"] is not None), key=lambda r: r["replicas"]
+    )
 
 
 def _plot_series(series: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -52,12 +54,12 @@ def _plot_series(series: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
         entry = {
             "label": s["label"],
             "replicas": [r["replicas"] for r in good],
-            "throughput": [r["throughput"] for r in good],
+            "throughput": [r["samples_per_second"] for r in good],
             "efficiency": [r["efficiency"] for r in good],
         }
         fit = s["analysis"]["fit"]
         if fit and good:
-            n0, x0 = good[0]["replicas"], good[0]["throughput"]
+            n0, x0 = good[0]["replicas"], good[0]["samples_per_second"]
             grid = np.geomspace(n0, good[-1]["replicas"], 50)
             entry["fit_replicas"] = grid.tolist()
             entry["fit_throughput"] = (
@@ -71,8 +73,8 @@ def _plot_series(series: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 plotted_phases({"summary": {"phases": r["phases"]}, "link_tiers": r["link_tiers"]})
                 for r in simulated
             ],
-            "memory": [r["memory_categories"] for r in simulated],
-            "capacity": [r["memory_capacity"] for r in simulated],
+            "memory": [r["memory_per_ipu"] for r in simulated],
+            "capacity": [r["memory_capacity_per_ipu"] for r in simulated],
         }
         out.append({**entry, "simulated": entry_sim})
     return out
@@ -114,7 +116,7 @@ def narrative(series: Mapping[str, Any]) -> list[str]:
     if len(good) > 1:
         lines.append(
             f"From {first['replicas']:,} to {last['replicas']:,} replicas the simulated "
-            f"throughput grows from {first['throughput']:,.0f} to {last['throughput']:,.0f} "
+            f"throughput grows from {first['samples_per_second']:,.0f} to {last['samples_per_second']:,.0f} "
             f"samples/s: a speed-up of {last['speedup']:.2f} on "
             f"{last['replicas'] / first['replicas']:g}x the replicas, a parallel efficiency "
             f"of {100 * last['efficiency']:.1f} %."
@@ -163,7 +165,7 @@ def _published_rows(series, published) -> list[list[str]]:
         for s in series:
             match = [r for r in _good(s["rows"]) if r["replicas"] == int(m["replicas"])]
             if match:
-                predicted = match[0]["throughput"]
+                predicted = match[0]["samples_per_second"]
                 error = predicted / float(m["throughput"]) - 1
                 rows.append(
                     [
@@ -207,12 +209,12 @@ def _point_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 _fmt(r["ipus"], "int"),
                 _fmt(r["gradient_accumulation"]),
                 _fmt(r["global_batch"], "int"),
-                _fmt(r["step_seconds"], "ms"),
-                _fmt(r["throughput"], "int"),
+                _fmt(r["simulated_step_seconds"], "ms"),
+                _fmt(r["samples_per_second"], "int"),
                 _fmt(r["speedup"]),
                 _fmt(r["efficiency"], "pct"),
                 _fmt(r["karp_flatt"], "e"),
-                _fmt(r["memory_per_ipu"], "mib"),
+                _fmt(r["memory_per_ipu_total"], "mib"),
                 status,
             ]
         )
@@ -220,7 +222,7 @@ def _point_table(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _phase_table(rows: Sequence[Mapping[str, Any]]) -> str:
-    simulated = [r for r in rows if r["step_seconds"]]
+    simulated = [r for r in rows if r["simulated_step_seconds"]]
     names: list[str] = []
     phases = []
     for r in simulated:

@@ -9,6 +9,7 @@ group gets SIGTERM, then SIGKILL.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -17,45 +18,46 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Any
+from collections.abc import Callable
 
 import hardware
-from popdist_emu._files import write_atomically
-from popdist_emu.sim import REQUEST_VARIABLE, system_name
+from popdist_emu._sweep import REQUEST_VARIABLE, SweepPoint, system_name, write_request
+from popdist_emu.scaling._config import EvaluatedPoint, Series, SeriesRun, SweepConfig
 
 
-def series_points(config: dict[str, Any], series: dict[str, Any]) -> list[dict[str, Any]]:
-    """The points of one series; each checked as the launcher would (``result`` if invalid)."""
+def series_points(config: SweepConfig, series: Series) -> list[EvaluatedPoint]:
+    """The points of one series; each checked as the launcher would (a ``result`` if invalid)."""
     points = []
-    for i, r in enumerate(config["replicas"]):
-        k = series["ipus_per_replica"]
-        point: dict[str, Any] = {
-            "replicas": r,
-            "instances": series["instances"][i],
-            "ipus_per_replica": k,
-            "global_batch": config["global_batch"][i] if config["global_batch"] else None,
-        }
+    for i, replicas in enumerate(config.replicas):
+        point = SweepPoint(
+            replicas=replicas,
+            instances=series.instances[i],
+            ipus_per_replica=series.ipus_per_replica,
+            system=series.system,
+            global_batch=config.global_batch[i] if config.global_batch else None,
+        )
         try:
-            hardware.ReplicaLayout(
-                num_replicas=r, num_instances=point["instances"], ipus_per_replica=k
+            point.layout()
+            point = dataclasses.replace(
+                point, system=system_name(series.ipu, series.system, point.num_ipus)
             )
-            point["system"] = system_name(series["ipu"], series["system"], r * k)
-            hardware.select_system(point["system"], r * k)
+            hardware.select_system(point.system, point.num_ipus)
         except (ValueError, hardware.SystemSelectionError) as error:
-            point.setdefault("system", series["system"])
-            point["result"] = {"status": "invalid", "reason": str(error).splitlines()[0]}
-        points.append(point)
+            reason = str(error).splitlines()[0]
+            points.append(EvaluatedPoint(point, {"status": "invalid", "reason": reason}))
+            continue
+        points.append(EvaluatedPoint(point))
     return points
 
 
-def _launch_command(config: dict, series: dict, point: dict) -> list[str]:
+def _launch_command(config: SweepConfig, series: Series, point: SweepPoint) -> list[str]:
     return [
         sys.executable, "-m", "launch", "--offline-mode", "--offline-representative",
-        "--num-replicas", str(point["replicas"]),
-        "--num-instances", str(point["instances"]),
-        "--ipus-per-replica", str(point["ipus_per_replica"]),
-        "--system", point["system"],
-        config["program"], *series["program_args"],
+        "--num-replicas", str(point.replicas),
+        "--num-instances", str(point.instances),
+        "--ipus-per-replica", str(point.ipus_per_replica),
+        "--system", point.system,
+        config.program, *series.program_args,
     ]  # fmt: skip
 
 
@@ -78,60 +80,63 @@ def _stop(process: subprocess.Popen) -> int:
         return process.wait(timeout=30)
 
 
-def run_series(config: dict, series: dict, log_path: str, tick: Any = None) -> dict[str, Any]:
-    """Compiles the series' program once and evaluates all its points; fills ``result``s.
+def run_series(
+    config: SweepConfig, series: Series, log_path: str, tick: Callable[[], object] | None = None
+) -> SeriesRun:
+    """Compiles the series' program once and evaluates all its points.
 
     ``tick()`` is called about once a second while the program runs.
     """
     points = series_points(config, series)
-    todo = [p for p in points if "result" not in p]
-    info: dict[str, Any] = {
-        "command": None,
-        "exit_code": None,
-        "compile_seconds": None,
-        "error": "",
-        "model": None,
-    }
+    todo = [p.point for p in points if p.result is None]
     if not todo:
-        return {**info, "points": points}
+        return SeriesRun(tuple(points))
+    error = ""
     with tempfile.TemporaryDirectory(prefix="poprun-emu-scaling-") as tmp:
         request = os.path.join(tmp, "request.json")
         result = os.path.join(tmp, "result.json")
-        fields = ("replicas", "instances", "ipus_per_replica", "system", "global_batch")
-        write_atomically(
-            request,
-            json.dumps({"points": [{k: p[k] for k in fields} for p in todo], "result": result}),
-        )
+        write_request(request, todo, result)
         command = _launch_command(config, series, todo[0])
-        info["command"] = shlex.join(["poprun-emu", *command[3:]])
         env = {**os.environ, REQUEST_VARIABLE: request}
         start = time.perf_counter()
+        exit_code: int | None = None
         with open(log_path, "w") as log:
             process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
-            deadline = time.monotonic() + config["timeout"]
-            while info["exit_code"] is None:
+            deadline = time.monotonic() + config.timeout
+            while exit_code is None:
                 try:
-                    info["exit_code"] = process.wait(timeout=1.0)
+                    exit_code = process.wait(timeout=1.0)
                 except subprocess.TimeoutExpired:
                     if tick is not None:
                         tick()  # the progress bar's elapsed time moves while it compiles
                     if time.monotonic() > deadline:
-                        info["exit_code"] = _stop(process)
-                        info["error"] = f"the program ran past --timeout {config['timeout']:g} s"
-        info["compile_seconds"] = time.perf_counter() - start
+                        exit_code = _stop(process)
+                        error = f"the program ran past --timeout {config.timeout:g} s"
+        seconds = time.perf_counter() - start
+        answers: dict[SweepPoint, dict] = {}
+        model = None
         if os.path.exists(result):
             with open(result) as f:
                 answer = json.load(f)
-            for point, evaluated in zip(todo, answer["points"], strict=True):
-                point["result"] = evaluated
-            info["model"] = {k: v for k, v in answer.items() if k != "points"}
+            answers = dict(zip(todo, answer["points"], strict=True))
+            model = {k: v for k, v in answer.items() if k != "points"}
         else:
-            info["error"] = info["error"] or (
-                f"the program exited with {info['exit_code']} before popdist_emu.simulate "
+            error = error or (
+                f"the program exited with {exit_code} before popdist_emu.simulate "
                 f"(log {log_path}): {_last_line(log_path)}"
             )
-            for point in todo:
-                point["result"] = {"status": "invalid", "reason": info["error"]}
-    return {**info, "points": points}
+    failed = {"status": "invalid", "reason": error}
+    evaluated = tuple(
+        p if p.result is not None else EvaluatedPoint(p.point, answers.get(p.point, failed))
+        for p in points
+    )
+    return SeriesRun(
+        evaluated,
+        command=shlex.join(["poprun-emu", *command[3:]]),
+        exit_code=exit_code,
+        compile_seconds=seconds,
+        error=error,
+        model=model,
+    )

@@ -12,8 +12,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from popdist_emu._sweep import COLLECTIVE_PHASES
 from popdist_emu.scaling import _analysis as analysis
-from popdist_emu.sim import COLLECTIVE_PHASES
+from popdist_emu.scaling._config import EvaluatedPoint
 
 TIER_NAMES = {"ipu_links": "collectives over IPU-Links", "gw_links": "collectives over GW-Links"}
 
@@ -38,40 +39,47 @@ def _finite(value: float) -> float | None:
     return None if value is None or not math.isfinite(value) else float(value)
 
 
-def series_rows(series: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per point of ``series`` (as ``_scaling_cli`` gathers it), speed-ups included."""
+def series_rows(label: str, points: Sequence[EvaluatedPoint]) -> list[dict[str, Any]]:
+    """One row per point of the series ``label``, speed-ups included.
+
+    A row's keys that ``summary.json`` also has carry the summary's value under its name
+    (``memory_per_ipu`` is the dict of categories, ``memory_per_ipu_total`` their sum); the
+    others are the layout and what is derived from the series (speed-up, efficiency,
+    Karp-Flatt).
+    """
     rows = []
-    for point in series["points"]:
-        result = point.get("result") or {"status": "invalid", "reason": "not evaluated"}
+    for evaluated in points:
+        point = evaluated.point
+        result = evaluated.result or {"status": "invalid", "reason": "not evaluated"}
         s = result.get("summary")
         row: dict[str, Any] = {
-            "series": series["label"],
+            "series": label,
             "status": result["status"],
             "reason": result.get("reason", ""),
-            "system": s["system"] if s else point.get("system", ""),
-            "replicas": int(point["replicas"]),
-            "instances": int(point["instances"]),
-            "ipus_per_replica": int(point["ipus_per_replica"]),
-            "ipus": int(point["replicas"]) * int(point["ipus_per_replica"]),
+            "system": s["system"] if s else point.system,
+            "replicas": point.replicas,
+            "instances": point.instances,
+            "ipus_per_replica": point.ipus_per_replica,
+            "ipus": point.num_ipus,
             "micro_batch_size": s["micro_batch_size"] if s else None,
             "gradient_accumulation": s["gradient_accumulation"] if s else None,
             "device_iterations": s["device_iterations"] if s else None,
             "global_batch": (
                 s["replicas"] * s["micro_batch_size"] * s["gradient_accumulation"]
                 if s
-                else point.get("global_batch")
+                else point.global_batch
             ),
-            "step_seconds": s["simulated_step_seconds"] if s else None,
-            "throughput": s["samples_per_second"] if s else None,
+            "simulated_step_seconds": s["simulated_step_seconds"] if s else None,
+            "samples_per_second": s["samples_per_second"] if s else None,
             "speedup": None,
             "efficiency": None,
             "karp_flatt": None,
             "phases": dict(s["phases"]) if s else {},
             "link_tiers": dict(result.get("link_tiers", {})),
-            "memory_per_ipu": s["memory_per_ipu_total"] if s else None,
-            "memory_categories": dict(s["memory_per_ipu"]) if s else {},
-            "memory_capacity": s["memory_capacity_per_ipu"] if s else None,
-            "fits": s["fits_in_memory"] if s else None,
+            "memory_per_ipu": dict(s["memory_per_ipu"]) if s else {},
+            "memory_per_ipu_total": s["memory_per_ipu_total"] if s else None,
+            "memory_capacity_per_ipu": s["memory_capacity_per_ipu"] if s else None,
+            "fits_in_memory": s["fits_in_memory"] if s else None,
             "evaluation_seconds": result.get("evaluation_seconds"),
             # The point's summary.json, as a single run writes it (model parameters aside:
             # they are the sweep's, once, in scaling.json).
@@ -82,7 +90,7 @@ def series_rows(series: Mapping[str, Any]) -> list[dict[str, Any]]:
     if good:
         n = [r["replicas"] for r in good]
         p = analysis.relative_size(n)
-        speed = analysis.speedups(n, [r["throughput"] for r in good])
+        speed = analysis.speedups(n, [r["samples_per_second"] for r in good])
         eff = analysis.efficiency(p, speed)
         kf = analysis.karp_flatt(p, speed)
         for r, sp, e, k in zip(good, speed, eff, kf, strict=True):
@@ -127,14 +135,14 @@ def analyse_series(rows: Sequence[Mapping[str, Any]], law: str) -> dict[str, Any
         plotted_phases({"summary": {"phases": r["phases"]}, "link_tiers": r["link_tiers"]})
         for r in good
     ]
-    slopes = analysis.phase_share_slopes(n, phases, [r["step_seconds"] for r in good])
+    slopes = analysis.phase_share_slopes(n, phases, [r["simulated_step_seconds"] for r in good])
     result["phase_share_slopes"] = slopes
     result["fastest_growing_phase"] = analysis.fastest_growing_phase(slopes)
     if result["fastest_growing_phase"]:
         name = result["fastest_growing_phase"]
         result["fastest_growing_share"] = {
-            "first": phases[0].get(name, 0.0) / good[0]["step_seconds"],
-            "last": phases[-1].get(name, 0.0) / good[-1]["step_seconds"],
+            "first": phases[0].get(name, 0.0) / good[0]["simulated_step_seconds"],
+            "last": phases[-1].get(name, 0.0) / good[-1]["simulated_step_seconds"],
         }
     return result
 
@@ -152,14 +160,14 @@ CSV_FIELDS = (
     "gradient_accumulation",
     "device_iterations",
     "global_batch",
-    "step_seconds",
-    "throughput",
+    "simulated_step_seconds",
+    "samples_per_second",
     "speedup",
     "efficiency",
     "karp_flatt",
-    "memory_per_ipu",
-    "memory_capacity",
-    "fits",
+    "memory_per_ipu_total",
+    "memory_capacity_per_ipu",
+    "fits_in_memory",
     "evaluation_seconds",
 )
 

@@ -24,6 +24,7 @@ from typing import Any
 import jax
 
 import hardware
+from popdist_emu._sweep import REQUEST_VARIABLE
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.pipeline import Pipeline, check_gradient_accumulation, stage_vjp
 from popdist_emu.programs import (
@@ -39,7 +40,7 @@ from popdist_emu.programs import (
     xla_cost,
 )
 from popdist_emu.runtime import Trainer
-from popdist_emu.sim._point import REQUEST_VARIABLE, answer_request, trainer_relayout
+from popdist_emu.sim._point import answer_request, trainer_relayout
 
 
 def _stage_residual_bytes(fn: Any, p: Any, x: Any) -> int:

@@ -2,7 +2,8 @@
 
 ``poprun-emu-scaling`` runs the program once per series, as ``poprun-emu --offline-mode`` of
 the series' first valid point, with ``POPDIST_EMU_SCALING_REQUEST`` naming a JSON request
-file that lists every point. When the program reaches ``popdist_emu.simulate`` (or
+file that lists every point (the contract in ``popdist_emu._sweep``, shared with the CLI).
+When the program reaches ``popdist_emu.simulate`` (or
 ``simulate_profile``), :func:`answer_request` evaluates all the points in-process from the
 one profile and writes the results atomically to the file the request names; the program
 then goes on with its own run as usual. The per-replica program does not change with the
@@ -36,13 +37,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import hardware
-from popdist_emu._environment import ENV_SCALING_REQUEST
 from popdist_emu._files import write_atomically
+from popdist_emu._sweep import REQUEST_VARIABLE, SweepPoint, read_request
+from popdist_emu.reports import summary
 from popdist_emu.runtime import Trainer
 
-REQUEST_VARIABLE = ENV_SCALING_REQUEST
-# The phases (``hardware.PHASES`` names) that are collectives, split by link tier per point.
-COLLECTIVE_PHASES = ("allreduce", "reduce_scatter", "all_gather", "broadcast")
 TIER_TRACKS = {"ipu_links": "IPU-Links", "gw_links": "GW-Links"}
 
 Relayout = Callable[[hardware.ReplicaLayout], dict[str, Any]]
@@ -80,18 +79,6 @@ def _link_tiers(simulation: hardware.StepSimulation) -> dict[str, float]:
     }
 
 
-def system_name(ipu: str, system: str, num_ipus: int) -> str:
-    """The ``--system`` a point runs on: the one given, else the smallest POD of ``ipu``.
-
-    Raises:
-        hardware.SystemSelectionError: no POD is large enough.
-    """
-    if system:
-        return system
-    name = hardware.default_system(num_ipus).name
-    return name if ipu == "mk2" else f"{ipu}-{name}"
-
-
 def accumulation_for(global_batch: int, replicas: int, micro_batch_size: int) -> int:
     """Gradient accumulation giving ``global_batch = replicas x micro_batch x accumulation``.
 
@@ -109,7 +96,7 @@ def accumulation_for(global_batch: int, replicas: int, micro_batch_size: int) ->
 
 def evaluate_point(
     profile: hardware.StepProfile,
-    point: Mapping[str, Any],
+    point: SweepPoint,
     *,
     prefetch_depth: int | None = None,
     relayout: Relayout | None = None,
@@ -119,9 +106,8 @@ def evaluate_point(
 
     Args:
         profile: the compiled per-replica step (of the program's own layout).
-        point: ``replicas``, ``instances``, ``ipus_per_replica``, ``system`` (a ``--system``
-            name) and ``global_batch`` (strong scaling: the accumulation follows from it;
-            None keeps the profile's accumulation).
+        point: the layout, its system and, for strong scaling, its global batch (the
+            accumulation follows from it; None keeps the profile's accumulation).
         prefetch_depth: the infeed's prefetch depth (None: the hardware model's default).
         relayout: layout-dependent profile fields (see :func:`trainer_relayout`).
         simulator: how a layout's step is simulated; default ``hardware.simulate_step``
@@ -131,19 +117,13 @@ def evaluate_point(
         ``{"status": "ok" | "out_of_memory" | "invalid", "reason": str, "summary": dict,
         "link_tiers": dict}``; ``summary`` is absent for an invalid point.
     """
-    from popdist_emu.reports import summary
-
     try:
-        layout = hardware.ReplicaLayout(
-            num_replicas=int(point["replicas"]),
-            num_instances=int(point["instances"]),
-            ipus_per_replica=int(point["ipus_per_replica"]),
-        )
-        spec = hardware.select_system(point.get("system") or "", layout.num_ipus)
+        layout = point.layout()
+        spec = hardware.select_system(point.system, layout.num_ipus)
         changes = dict(relayout(layout)) if relayout is not None else {}
-        if point.get("global_batch"):
+        if point.global_batch:
             changes["gradient_accumulation"] = accumulation_for(
-                int(point["global_batch"]), layout.num_replicas, profile.micro_batch_size
+                point.global_batch, layout.num_replicas, profile.micro_batch_size
             )
         point_profile = profile.replace(**changes) if changes else profile
         depth = hardware.DEFAULT_PREFETCH_DEPTH if prefetch_depth is None else prefetch_depth
@@ -186,10 +166,9 @@ def answer_request(
     if not path or path in _ANSWERED:
         return
     _ANSWERED.add(path)
-    with open(path) as f:
-        request = json.load(f)
+    todo, result_path = read_request(path)
     points = []
-    for point in request["points"]:
+    for point in todo:
         start = time.perf_counter()
         result = evaluate_point(
             profile, point, prefetch_depth=prefetch_depth, relayout=relayout, simulator=simulator
@@ -203,7 +182,7 @@ def answer_request(
         "device_iterations": profile.device_iterations,
         "points": points,
     }
-    write_atomically(request["result"], json.dumps(answer) + "\n")
+    write_atomically(result_path, json.dumps(answer) + "\n")
 
 
 _ANSWERED: set[str] = set()

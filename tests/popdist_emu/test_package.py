@@ -128,6 +128,7 @@ def test_no_module_is_over_the_size_limit():
     [
         "import popdist_emu",
         "import popdist_emu.popdist",
+        "from popdist_emu.scaling import main",  # poprun-emu-scaling refuses bad input at once
         "import popdist, popdist.poptorch, popdist.popart, popdist.tensorflow",
         "import popdist_emu.arguments",
     ],

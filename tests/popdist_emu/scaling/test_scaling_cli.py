@@ -119,6 +119,11 @@ def test_sweep_of_train_py_writes_every_output_and_equals_single_runs(tmp_path):
     assert [r["gradient_accumulation"] for r in rows[:2]] == [4, 2]
     assert rows[0]["speedup"] == 1.0 and rows[0]["karp_flatt"] is None
     assert rows[1]["efficiency"] == pytest.approx(rows[1]["speedup"] / 2)
+    # One meaning per key: a row's key that summary.json also has holds the same value.
+    for row in rows[:2]:
+        shared = set(row) & set(row["summary"])
+        assert {"memory_per_ipu", "memory_per_ipu_total", "samples_per_second"} <= shared
+        assert all(row[key] == row["summary"][key] for key in shared), shared
     assert doc["max_point_evaluation_seconds"] >= 0  # recorded; the time is a benchmark figure
 
     with open(out / "scaling.csv", newline="") as f:
@@ -127,7 +132,7 @@ def test_sweep_of_train_py_writes_every_output_and_equals_single_runs(tmp_path):
     for row, record in zip(rows, table, strict=True):
         assert record["status"] == row["status"] and record["reason"] == row["reason"]
         assert int(record["replicas"]) == row["replicas"]
-        for key in ("throughput", "step_seconds", "efficiency"):
+        for key in ("samples_per_second", "simulated_step_seconds", "efficiency"):
             assert (float(record[key]) if record[key] else None) == row[key]
         for phase, seconds in row["phases"].items():
             assert float(record[f"phase_{phase}_seconds"]) == seconds

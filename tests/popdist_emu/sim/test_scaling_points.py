@@ -1,4 +1,4 @@
-"""popdist_emu.sim._point: every layout of a sweep from one profile, in-process.
+"""popdist_emu.sim._point and the request (popdist_emu._sweep): a sweep from one profile.
 
 Each point must equal what ``popdist_emu.simulate`` reports for a trainer built for that
 layout (what a single offline run computes), RTS included; invalid and out-of-memory points
@@ -18,7 +18,16 @@ import pytest
 import hardware
 import popdist_emu
 from popdist_emu._environment import ENV_OFFLINE, layout_environment
-from popdist_emu.reports._summary import summary
+from popdist_emu._sweep import (
+    COLLECTIVE_PHASES,
+    REQUEST_VARIABLE,
+    SweepPoint,
+    read_request,
+    system_name,
+    write_request,
+)
+from popdist_emu.reports import summary
+from popdist_emu.scaling._config import EvaluatedPoint
 from popdist_emu.sim import _point as points
 
 
@@ -63,24 +72,10 @@ def test_every_point_equals_a_single_run_of_its_layout(tmp_path, rts):
     layouts = [(2, 1, 64), (8, 2, 64), (16, 4, 64)]
     request = tmp_path / "request.json"
     result = tmp_path / "result.json"
-    request.write_text(
-        json.dumps(
-            {
-                "points": [
-                    {
-                        "replicas": r,
-                        "instances": n,
-                        "ipus_per_replica": 1,
-                        "system": "pod16",
-                        "global_batch": b,
-                    }
-                    for r, n, b in layouts
-                ],
-                "result": str(result),
-            }
-        )
-    )
-    env = {**environment(2, 1), points.REQUEST_VARIABLE: str(request)}
+    asked = [SweepPoint(r, n, 1, "pod16", b) for r, n, b in layouts]
+    write_request(str(request), asked, str(result))
+    assert read_request(str(request)) == (asked, str(result))
+    env = {**environment(2, 1), REQUEST_VARIABLE: str(request)}
     with mock.patch.dict(os.environ, env):
         trainer, batch = trainer_and_batch(1, rts)  # the program's own accumulation: 1
         popdist_emu.simulate(trainer, batch, environ=env)
@@ -92,7 +87,7 @@ def test_every_point_equals_a_single_run_of_its_layout(tmp_path, rts):
         expected = single_run(r, n, b // (r * MICRO), rts)
         assert point["summary"] == expected
         # The tiers split exactly the collectives' time.
-        collectives = sum(expected["phases"][k] for k in points.COLLECTIVE_PHASES)
+        collectives = sum(expected["phases"][k] for k in COLLECTIVE_PHASES)
         assert sum(point["link_tiers"].values()) == pytest.approx(collectives, rel=1e-12)
     if rts:  # the sharding domain follows the layout (local replicas by default)
         assert [p["summary"]["memory_per_ipu"]["optimizer_state"] for p in answer["points"]] != [
@@ -114,8 +109,7 @@ PROFILE = hardware.StepProfile(
 
 
 def point(replicas, instances=1, system="", global_batch=None):
-    return {"replicas": replicas, "instances": instances, "ipus_per_replica": 1,
-            "system": system, "global_batch": global_batch}  # fmt: skip
+    return SweepPoint(replicas, instances, 1, system, global_batch)
 
 
 def test_invalid_points_carry_their_reason():
@@ -143,11 +137,11 @@ def test_out_of_memory_point_is_kept_with_its_simulation():
 
 
 def test_system_name_follows_the_ipu():
-    assert points.system_name("mk2", "", 64) == "pod64"
-    assert points.system_name("bow", "", 100) == "bow-pod128"
-    assert points.system_name("bow", "pod256", 100) == "pod256"
+    assert system_name("mk2", "", 64) == "pod64"
+    assert system_name("bow", "", 100) == "bow-pod128"
+    assert system_name("bow", "pod256", 100) == "pod256"
     with pytest.raises(hardware.SystemSelectionError):
-        points.system_name("mk2", "", 10**9)
+        system_name("mk2", "", 10**9)
 
 
 def test_no_request_no_work(tmp_path):
@@ -157,9 +151,8 @@ def test_no_request_no_work(tmp_path):
 
 def test_a_bow_point_equals_a_single_run_on_that_system(tmp_path):
     request, result = tmp_path / "request.json", tmp_path / "result.json"
-    bow = {"replicas": 8, "instances": 2, "ipus_per_replica": 1, "system": "bow-pod16"}
-    request.write_text(json.dumps({"points": [bow], "result": str(result)}))
-    env = {**environment(2, 1), points.REQUEST_VARIABLE: str(request)}
+    write_request(str(request), [SweepPoint(8, 2, 1, "bow-pod16")], str(result))
+    env = {**environment(2, 1), REQUEST_VARIABLE: str(request)}
     with mock.patch.dict(os.environ, env):
         trainer, batch = trainer_and_batch(1, False)
         popdist_emu.simulate(trainer, batch, environ=env)
@@ -178,12 +171,12 @@ def test_invalid_and_out_of_memory_points_are_reported_not_fatal(tmp_path):
     big = PROFILE.replace(activation_bytes=2 * 10**9)
     specs = [point(16), point(64), point(12), point(256)]
     evaluated = [
-        {**p, "result": points.evaluate_point(big if p["replicas"] == 256 else PROFILE, p)}
+        EvaluatedPoint(p, points.evaluate_point(big if p.replicas == 256 else PROFILE, p))
         for p in specs
     ]
-    rows = series_rows({"label": "synthetic", "points": evaluated})
+    rows = series_rows("synthetic", evaluated)
     assert [r["status"] for r in rows] == ["ok", "ok", "invalid", "out_of_memory"]
-    assert rows[3]["fits"] is False and rows[3]["speedup"] is None
+    assert rows[3]["fits_in_memory"] is False and rows[3]["speedup"] is None
     series = {"label": "synthetic", "rows": rows, "analysis": analyse_series(rows, "amdahl"),
               "error": ""}  # fmt: skip
     lines = narrative(series)
