@@ -116,7 +116,8 @@ def narrative(series: Mapping[str, Any]) -> list[str]:
     if len(good) > 1:
         lines.append(
             f"From {first['replicas']:,} to {last['replicas']:,} replicas the simulated "
-            f"throughput grows from {first['samples_per_second']:,.0f} to {last['samples_per_second']:,.0f} "
+            f"throughput grows from {first['samples_per_second']:,.0f} to "
+            f"{last['samples_per_second']:,.0f} "
             f"samples/s: a speed-up of {last['speedup']:.2f} on "
             f"{last['replicas'] / first['replicas']:g}x the replicas, a parallel efficiency "
             f"of {100 * last['efficiency']:.1f} %."
