@@ -1,4 +1,4 @@
-"""``import popdist`` outside ``poprun-emu``: PopDist's single-process view, never in the way.
+"""``import popdist`` and ``import poptorch`` outside ``poprun-emu``: never in the way.
 
 Real PopDist, imported in a process PopRun did not start, answers for one instance with one
 replica (``isPopdistEnvSet()`` is false), so a script runs plainly while it is written. The
@@ -24,23 +24,33 @@ import os
 import sys
 from importlib.machinery import ModuleSpec
 
-SHIM_PACKAGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim", "popdist")
+_HERE = os.path.dirname(os.path.abspath(__file__))
+SHIM_PACKAGE = os.path.join(_HERE, "_shim", "popdist")
+# The top-level modules the emulator provides when nothing else does, and where. ``_shim`` is
+# also on PYTHONPATH inside poprun-emu instances (popdist must be the emulator's there);
+# ``_fallback`` is only ever reached through this finder, so a Poplar SDK's real ``poptorch``
+# wins inside poprun-emu as well as outside.
+SHIM_PACKAGES = {
+    "popdist": SHIM_PACKAGE,
+    "poptorch": os.path.join(_HERE, "_fallback", "poptorch"),
+}
 
 
 class PopDistFallbackFinder:
-    """Finds ``popdist`` (the emulator's shim) when nothing else on the path provides it."""
+    """Finds ``popdist`` and ``poptorch`` (the emulator's shims) when nothing else provides them."""
 
     @classmethod
     def find_spec(
         cls, fullname: str, path: object = None, target: object = None
     ) -> ModuleSpec | None:
-        if fullname != "popdist":
+        package = SHIM_PACKAGES.get(fullname)
+        if package is None:
             return None  # popdist.poptorch etc. come from the package's __path__
-        init = os.path.join(SHIM_PACKAGE, "__init__.py")
+        init = os.path.join(package, "__init__.py")
         if not os.path.isfile(init):
             return None
         return importlib.util.spec_from_file_location(
-            "popdist", init, submodule_search_locations=[SHIM_PACKAGE]
+            fullname, init, submodule_search_locations=[package]
         )
 
 

@@ -1,0 +1,26 @@
+"""``poptorch`` where no Poplar SDK provides it: the emulator's (``popdist_emu.poptorch``).
+
+Found only by the meta-path finder asked last (``launch/_popdist_finder``), inside and outside
+``poprun-emu``, so an installed real ``poptorch`` always wins.
+
+References:
+    PopTorch User Guide, "Reference".
+"""
+
+import sys as _sys
+
+try:
+    import popdist_emu.poptorch as _emu
+except ImportError as _error:  # a program run with another interpreter than poprun-emu's
+    raise ImportError(
+        f"poptorch (popdist-emu's) needs the popdist_emu package, which this interpreter "
+        f"({_sys.executable}) cannot import: pip install popdist-emu here."
+    ) from _error
+
+from popdist_emu.poptorch import *  # noqa: F403  (the face is popdist_emu.poptorch.__all__)
+
+__all__ = list(_emu.__all__)
+
+
+def __getattr__(name: str):
+    return getattr(_emu, name)

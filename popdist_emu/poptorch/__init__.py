@@ -1,0 +1,49 @@
+"""PopTorch's Python API on the emulator: ``import poptorch`` where no Poplar SDK is installed.
+
+A PopTorch program builds ``poptorch.Options``, wraps its ``torch.nn.Module`` with
+``poptorch.trainingModel``/``inferenceModel`` and feeds it from ``poptorch.DataLoader``. This
+sub-package gives those names; ``launch/_fallback/poptorch`` re-exports them as the top-level
+``poptorch`` module, found by the meta-path finder asked last, so a real ``poptorch`` always
+wins. Names PopTorch has and the emulator does not are refused in one line naming the call.
+
+``Options`` is ``popdist.poptorch.Options`` itself: one mapping of PopTorch's option methods
+onto :class:`popdist_emu.Options` (outside ``poprun-emu`` it describes one instance with one
+replica, as PopTorch's own ``Options()`` does).
+
+References:
+    PopTorch User Guide, "Reference" (``poptorch.Options``, ``poptorch.OutputMode``,
+    ``poptorch.identity_loss``, ``poptorch.TensorLocationSettings``); PopRun/PopDist User
+    Guide, "Python API" (``popdist.poptorch.Options``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from popdist_emu.popdist import PopTorchOptions as Options
+from popdist_emu.popdist import TensorLocationSettings
+from popdist_emu.poptorch._api import (
+    DataLoaderMode,
+    ExecutionStrategy,
+    OutputMode,
+    ReductionType,
+    identity_loss,
+    refused,
+)
+
+__all__ = [
+    "DataLoaderMode",
+    "ExecutionStrategy",
+    "Options",
+    "OutputMode",
+    "ReductionType",
+    "TensorLocationSettings",
+    "identity_loss",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """PopTorch names the emulator does not provide: one line saying so (AttributeError)."""
+    if name.startswith("__"):
+        raise AttributeError(name)
+    raise refused(name)

@@ -1,0 +1,52 @@
+"""``import poptorch`` without a Poplar SDK, its Options and its one-line refusals (no torch)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import popdist_emu.poptorch as poptorch
+from launch import _popdist_finder
+from popdist_emu.popdist import PopTorchOptions
+
+
+def test_finder_provides_poptorch_from_the_fallback_package() -> None:
+    spec = _popdist_finder.PopDistFallbackFinder.find_spec("poptorch")
+    assert spec is not None and spec.origin is not None
+    assert os.path.join("_fallback", "poptorch") in spec.origin
+    assert _popdist_finder.PopDistFallbackFinder.find_spec("poptorch.optim") is None
+
+
+def test_poptorch_outside_poprun_emu_is_the_emulators() -> None:
+    code = (
+        "import sys; sys.meta_path.append(__import__('launch._popdist_finder', "
+        "fromlist=['x']).PopDistFallbackFinder); import poptorch, popdist.poptorch; "
+        "print(poptorch.Options is popdist.poptorch.Options)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "True"
+
+
+def test_options_are_popdists_mapping() -> None:
+    assert poptorch.Options is PopTorchOptions
+    opts = poptorch.Options().deviceIterations(2).randomSeed(3)
+    opts.Training.gradientAccumulation(4)
+    opts.outputMode(poptorch.OutputMode.All)
+    emu = opts.to_options()
+    assert (emu.device_iterations, emu.gradient_accumulation, emu.output_mode) == (2, 4, "all")
+    assert opts.random_seed == 3
+
+
+def test_unsupported_name_is_refused_in_one_line() -> None:
+    with pytest.raises(AttributeError) as info:
+        poptorch.custom_op  # noqa: B018
+    message = str(info.value)
+    assert "poptorch.custom_op is not supported" in message and "\n" not in message
+
+
+def test_all_is_static_and_complete() -> None:
+    for name in poptorch.__all__:
+        assert getattr(poptorch, name) is not None
