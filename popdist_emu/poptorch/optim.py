@@ -1,0 +1,156 @@
+"""``poptorch.optim``: PopTorch's optimisers, and their mapping onto optax for the emulator.
+
+PopTorch's ``SGD``, ``Adam`` and ``AdamW`` are ``torch.optim`` optimisers with extra IPU
+arguments (``loss_scaling``, ``velocity_scaling``, ``accum_type``, ...). Here they are the
+``torch.optim`` classes with those arguments accepted: loss and velocity scaling cancel out
+mathematically (in float32 they only move the last bits), and the accumulator types are
+float32 in the emulator. :func:`to_optax` turns any of them, or the plain ``torch.optim``
+ones, into the optax transformation that makes the same update:
+
+- SGD: ``buf = momentum * buf + (g + wd * p)``; ``p -= lr * buf`` (Nesterov:
+  ``p -= lr * (g' + momentum * buf)``);
+- Adam: L2 weight decay added to the gradient, then Adam with bias correction;
+- AdamW: decoupled weight decay ``p -= lr * wd * p`` beside the Adam step.
+
+The learning rate is an injected hyper-parameter (``optax.inject_hyperparams``), so
+``model.setOptimizer`` can change it between steps without losing the optimiser state, as
+PopTorch does.
+
+References:
+    PopTorch User Guide, "Optimizers" (``poptorch.optim.SGD``, ``Adam``, ``AdamW``: defaults,
+    ``loss_scaling``, ``velocity_scaling``); PyTorch documentation, ``torch.optim.SGD``,
+    ``torch.optim.Adam``, ``torch.optim.AdamW`` (the update rules above); optax documentation,
+    ``optax.sgd``, ``optax.adam``, ``optax.adamw``, ``optax.inject_hyperparams``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import optax
+import torch
+
+__all__ = ["SGD", "Adam", "AdamW", "optimiser_hyperparams", "to_optax"]
+
+# PopTorch-only arguments that change no number of the emulator's float32 update.
+_IPU_ARGUMENTS = (
+    "loss_scaling",
+    "velocity_scaling",
+    "use_combined_accum",
+    "accum_type",
+    "first_order_momentum_accum_type",
+    "second_order_momentum_accum_type",
+    "max_grad_norm",
+)
+
+
+def _pop_ipu_arguments(kwargs: dict[str, Any], name: str) -> None:
+    for key in _IPU_ARGUMENTS:
+        value = kwargs.pop(key, None)
+        if key == "max_grad_norm" and value not in (None, float("inf")):
+            raise ValueError(
+                f"poptorch.optim.{name}(max_grad_norm={value}): gradient clipping is not "
+                f"supported by popdist-emu yet; remove it."
+            )
+
+
+class SGD(torch.optim.SGD):
+    """``poptorch.optim.SGD``: ``torch.optim.SGD`` plus PopTorch's IPU arguments (accepted)."""
+
+    def __init__(self, params: Any, lr: float, **kwargs: Any) -> None:
+        _pop_ipu_arguments(kwargs, "SGD")
+        super().__init__(params, lr=lr, **kwargs)
+
+
+class Adam(torch.optim.Adam):
+    """``poptorch.optim.Adam``: ``torch.optim.Adam`` plus PopTorch's IPU arguments."""
+
+    def __init__(self, params: Any, lr: float = 1e-3, **kwargs: Any) -> None:
+        _pop_ipu_arguments(kwargs, "Adam")
+        kwargs.pop("bias_correction", None)  # PopTorch's default (True) is torch's
+        super().__init__(params, lr=lr, **kwargs)
+
+
+class AdamW(torch.optim.AdamW):
+    """``poptorch.optim.AdamW``: ``torch.optim.AdamW`` (weight decay 0.01) plus IPU arguments."""
+
+    def __init__(self, params: Any, lr: float = 1e-3, **kwargs: Any) -> None:
+        _pop_ipu_arguments(kwargs, "AdamW")
+        kwargs.pop("bias_correction", None)
+        super().__init__(params, lr=lr, **kwargs)
+
+
+def optimiser_hyperparams(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """The single parameter group's hyper-parameters, checked to be ones the mapping knows.
+
+    Args:
+        optimizer: a ``torch.optim`` (or ``poptorch.optim``) SGD, Adam or AdamW.
+
+    Returns:
+        The group's settings (``lr``, ``momentum``, ``betas``, ...), without ``params``.
+
+    Raises:
+        ValueError: several parameter groups, or a setting the mapping cannot honour.
+    """
+    if len(optimizer.param_groups) != 1:
+        raise ValueError(
+            f"{type(optimizer).__name__} with {len(optimizer.param_groups)} parameter groups: "
+            f"popdist-emu maps one group only so far; pass model.parameters()."
+        )
+    group = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+    for flag in ("amsgrad", "maximize"):
+        if group.get(flag):
+            raise ValueError(
+                f"{type(optimizer).__name__}({flag}=True): not supported by popdist-emu; remove it."
+            )
+    return group
+
+
+def to_optax(optimizer: torch.optim.Optimizer) -> optax.GradientTransformation:
+    """The optax transformation making ``optimizer``'s update, learning rate injected.
+
+    Args:
+        optimizer: ``torch.optim.SGD``/``Adam``/``AdamW`` or PopTorch's.
+
+    Returns:
+        An ``optax.inject_hyperparams`` transformation whose ``learning_rate`` can be changed.
+
+    Raises:
+        ValueError: another optimiser, or settings the mapping cannot honour.
+    """
+    group = optimiser_hyperparams(optimizer)
+    lr, wd = float(group["lr"]), float(group.get("weight_decay", 0.0))
+    if isinstance(optimizer, torch.optim.SGD):
+        momentum, dampening = float(group["momentum"]), float(group["dampening"])
+        nesterov = bool(group["nesterov"])
+        if dampening:
+            # torch skips dampening on the first step (the buffer starts as the gradient).
+            raise ValueError(
+                f"SGD(dampening={dampening}): not supported by popdist-emu yet; remove it."
+            )
+
+        def sgd(learning_rate: Any) -> optax.GradientTransformation:
+            parts = [optax.add_decayed_weights(wd)] if wd else []
+            if momentum:
+                parts.append(optax.trace(decay=momentum, nesterov=nesterov))
+            parts.append(optax.scale_by_learning_rate(learning_rate))
+            return optax.chain(*parts)
+
+        return optax.inject_hyperparams(sgd)(learning_rate=lr)
+    if isinstance(optimizer, torch.optim.AdamW | torch.optim.Adam):
+        b1, b2 = (float(b) for b in group["betas"])
+        eps = float(group["eps"])
+        decoupled = isinstance(optimizer, torch.optim.AdamW)
+
+        def adam(learning_rate: Any) -> optax.GradientTransformation:
+            if decoupled:
+                return optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=wd)
+            parts = [optax.add_decayed_weights(wd)] if wd else []
+            parts.append(optax.adam(learning_rate, b1=b1, b2=b2, eps=eps))
+            return optax.chain(*parts)
+
+        return optax.inject_hyperparams(adam)(learning_rate=lr)
+    raise ValueError(
+        f"{type(optimizer).__name__}: popdist-emu maps SGD, Adam and AdamW (torch.optim or "
+        f"poptorch.optim) so far; use one of those."
+    )
