@@ -18,7 +18,8 @@ References:
 
 from __future__ import annotations
 
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from popdist_emu.popdist import PopTorchOptions as Options
 from popdist_emu.popdist import TensorLocationSettings
@@ -31,7 +32,15 @@ from popdist_emu.poptorch._api import (
     refused,
 )
 
+if TYPE_CHECKING:
+    from popdist_emu.poptorch import optim as optim
+    from popdist_emu.poptorch._data import DataLoader as DataLoader
+    from popdist_emu.poptorch._model import PoplarExecutor as PoplarExecutor
+    from popdist_emu.poptorch._model import inferenceModel as inferenceModel
+    from popdist_emu.poptorch._model import trainingModel as trainingModel
+
 __all__ = [
+    "DataLoader",
     "DataLoaderMode",
     "ExecutionStrategy",
     "Options",
@@ -39,11 +48,27 @@ __all__ = [
     "ReductionType",
     "TensorLocationSettings",
     "identity_loss",
+    "inferenceModel",
+    "optim",
+    "trainingModel",
 ]
+
+# Torch-backed names, imported on first use: ``import poptorch`` (and popdist_emu's import
+# tests) need no torch; a program that wraps a model has it.
+_LAZY = {
+    "DataLoader": "popdist_emu.poptorch._data",
+    "PoplarExecutor": "popdist_emu.poptorch._model",
+    "trainingModel": "popdist_emu.poptorch._model",
+    "inferenceModel": "popdist_emu.poptorch._model",
+}
 
 
 def __getattr__(name: str) -> Any:
     """PopTorch names the emulator does not provide: one line saying so (AttributeError)."""
     if name.startswith("__"):
         raise AttributeError(name)
+    if name == "optim":
+        return importlib.import_module("popdist_emu.poptorch.optim")
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise refused(name)

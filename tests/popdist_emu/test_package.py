@@ -30,6 +30,7 @@ ALLOWED = {
     "runtime": {"pipeline", "programs", "popdist"},
     "sim": {"data", "pipeline", "programs", "reports", "runtime"},
     "scaling": {"reports", "sim"},
+    "poptorch": {"data", "pipeline", "popdist", "runtime", "sim"},
 }
 MAX_LINES = 450
 

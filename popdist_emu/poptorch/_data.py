@@ -1,0 +1,131 @@
+"""``poptorch.DataLoader``: combined batches, each instance its share of the job's data.
+
+One call of a PopTorch model takes the combined batch ``batch_size x device_iterations x
+gradient_accumulation x local replicas``. Here every instance draws the job's global combined
+batch (over all replicas) from the same sample order, seen as ``[device_iterations,
+accumulation, total replicas, batch_size]``, and keeps its own replicas' slice: replica ``r``
+sees the same samples whatever the instance layout, so the training's numbers do not depend on
+it (PopTorch partitions the dataset by process instead, which changes the data order with the
+layout). Shuffling draws one permutation per epoch from ``torch.Generator`` seeded with the
+options' ``randomSeed`` (0 when unset) and the epoch, the same on every instance.
+
+References:
+    PopTorch User Guide, "Efficient data batching" (``poptorch.DataLoader``, combined batch
+    size, ``drop_last``, ``DataLoaderMode``) and "Distributed execution" (each process its
+    part of the data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.data
+
+from popdist_emu.popdist import PopTorchOptions
+
+
+class _CombinedBatchSampler(torch.utils.data.Sampler[list[int]]):
+    """Index lists of this instance's part of each global combined batch."""
+
+    def __init__(self, size: int, options: PopTorchOptions, batch_size: int, shuffle: bool) -> None:
+        emu = options.to_options()
+        self.shape = (
+            emu.device_iterations,
+            emu.gradient_accumulation,
+            emu.num_total_replicas,
+            batch_size,
+        )
+        self.local = slice(emu.replica_offset, emu.replica_offset + emu.replication_factor)
+        self.global_size = int(np.prod(self.shape))
+        self.size, self.shuffle = size, shuffle
+        self.seed = options.random_seed or 0
+        self.epoch = 0
+        self.batches = size // self.global_size
+
+    def __len__(self) -> int:
+        return self.batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            order = torch.randperm(self.size, generator=generator).numpy()
+        else:
+            order = np.arange(self.size)
+        self.epoch += 1
+        for b in range(self.batches):
+            chunk = order[b * self.global_size : (b + 1) * self.global_size]
+            yield chunk.reshape(self.shape)[:, :, self.local].ravel().tolist()
+
+
+class DataLoader(torch.utils.data.DataLoader):
+    """``poptorch.DataLoader(options, dataset, batch_size=1, shuffle=False, ...)``.
+
+    Args:
+        options: the ``poptorch.Options`` the model runs with.
+        dataset: a map-style ``torch.utils.data.Dataset``.
+        batch_size: the micro-batch of one replica.
+        shuffle: a new sample order every epoch (the same on every instance).
+        num_workers: worker processes, as ``torch.utils.data.DataLoader``'s.
+        drop_last: drop the samples that do not fill a global combined batch; False is
+            accepted only when they fill it exactly.
+        persistent_workers: as torch's (None: True when there are workers).
+        auto_distributed_partitioning: must be True (each instance its share).
+        mode: ``poptorch.DataLoaderMode``; every mode loads synchronously here.
+        async_options: accepted (no effect).
+        rebatched_worker_size: accepted (no effect).
+        **kwargs: passed to ``torch.utils.data.DataLoader`` (``collate_fn``, ...).
+
+    Raises:
+        ValueError: the dataset holds less than one global combined batch, or does not
+            divide into them while ``drop_last`` is False.
+    """
+
+    def __init__(
+        self,
+        options: PopTorchOptions,
+        dataset: torch.utils.data.Dataset,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        num_workers: int = 0,
+        drop_last: bool = True,
+        persistent_workers: bool | None = None,
+        auto_distributed_partitioning: bool = True,
+        mode: Any = None,
+        async_options: Any = None,
+        rebatched_worker_size: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if not auto_distributed_partitioning:
+            raise ValueError(
+                "poptorch.DataLoader(auto_distributed_partitioning=False): popdist-emu gives "
+                "each instance its share itself; leave it True."
+            )
+        size = len(dataset)  # type: ignore[arg-type]
+        sampler = _CombinedBatchSampler(size, options, int(batch_size), bool(shuffle))
+        if sampler.batches == 0 or (not drop_last and size % sampler.global_size):
+            raise ValueError(
+                f"poptorch.DataLoader: {size} samples do not make whole global combined "
+                f"batches of {sampler.global_size} (batch size x device iterations x gradient "
+                f"accumulation x replicas); change the sizes, or pass drop_last=True."
+            )
+        self.options = options
+        self._combined_batch_size = (
+            sampler.global_size // sampler.shape[2] * (sampler.local.stop - sampler.local.start)
+        )
+        super().__init__(
+            dataset,
+            batch_sampler=sampler,
+            num_workers=num_workers,
+            persistent_workers=bool(num_workers)
+            if persistent_workers is None
+            else persistent_workers,
+            **kwargs,
+        )
+
+    @property
+    def combinedBatchSize(self) -> int:  # noqa: N802
+        """Samples of one call on this instance (PopTorch's ``combinedBatchSize``)."""
+        return self._combined_batch_size

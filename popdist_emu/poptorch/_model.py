@@ -1,0 +1,238 @@
+"""``poptorch.trainingModel`` and ``inferenceModel``: a torch module run on the JAX core.
+
+The module is turned into a pure JAX function of its weights with torchax
+(``torchax.extract_jax``); training runs through :class:`popdist_emu.Trainer` (this
+instance's replicas, gradient accumulation, device iterations, gcl all-reduce), so the
+numbers are the emulator's and do not depend on the instance layout.
+
+Decisions (PopTorch documents the behaviour, not every detail of its host side):
+
+- the combined batch's first dimension is ``device_iterations x gradient_accumulation x
+  local replicas x micro-batch``, split in that order (outermost first);
+- the loss is the forward's output if it returns one tensor, else its last output (the
+  tutorial's ``return output, loss``); PopTorch finds it through ``identity_loss`` or the
+  loss function, which is the same tensor for such programs;
+- the returned loss is the Trainer's global mean over replicas and micro-batches (a scalar
+  for output mode Final/Default, ``[device_iterations]`` for All); other outputs are computed
+  by one forward pass over the combined batch with the weights the call started from (exact
+  for one device iteration; later iterations' outputs use those weights too);
+- after every call the torch module's parameters hold the trained values (PopTorch copies
+  weights back to the host when they are read); buffers are constants (no BatchNorm
+  statistics updates yet).
+
+References:
+    PopTorch User Guide, "Model wrapping functions" (``trainingModel``, ``inferenceModel``,
+    ``setOptimizer``, ``copyWeightsToHost``, ``detachFromDevice``, ``compile``), "Efficient
+    data batching" (combined batch size) and "Options" (``outputMode``: Final is the default
+    in training, All in inference); torchax documentation (``torchax.extract_jax``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+import torchax
+
+import popdist_emu
+from popdist_emu.popdist import PopTorchOptions
+from popdist_emu.poptorch import optim
+
+
+def _to_jax_array(tensor: Any) -> np.ndarray:
+    """A host array of ``tensor`` in JAX's default precision (int64 -> int32, f64 -> f32)."""
+    array = (
+        tensor.detach().cpu().numpy() if isinstance(tensor, torch.Tensor) else np.asarray(tensor)
+    )
+    if array.dtype == np.int64:
+        return array.astype(np.int32)
+    if array.dtype == np.float64:
+        return array.astype(np.float32)
+    return array
+
+
+def _to_torch(value: Any) -> Any:
+    """JAX arrays (in any nesting of tuples and lists) as torch tensors."""
+    if isinstance(value, tuple | list):
+        return type(value)(_to_torch(v) for v in value)
+    return torch.from_numpy(np.array(value))
+
+
+class PoplarExecutor:
+    """What ``trainingModel``/``inferenceModel`` return: call it with the combined batch.
+
+    Args:
+        model: the ``torch.nn.Module``; its forward returns the loss (training) or outputs.
+        options: ``poptorch.Options`` (None: PopTorch's defaults for one replica).
+        optimizer: a ``torch.optim``/``poptorch.optim`` SGD, Adam or AdamW (None: PopTorch's
+            default, SGD with learning rate 0.01).
+        training: train (True) or only run the forward (False).
+    """
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        options: PopTorchOptions | None,
+        optimizer: torch.optim.Optimizer | None,
+        training: bool,
+    ) -> None:
+        self._user_model = model
+        self.options = options if options is not None else PopTorchOptions()
+        self.training = training
+        self._optimizer = optimizer
+        if training and optimizer is None:
+            self._optimizer = optim.SGD(model.parameters(), lr=0.01)
+        self._mode_fields = self.options.to_options()
+        if self._mode_fields.execution_strategy is not None:
+            raise ValueError(
+                "setExecutionStrategy: pipelined and sharded PopTorch models are not "
+                "supported by popdist-emu yet; run the model on one IPU per replica."
+            )
+        model.train(training)
+        weights, self._fn = torchax.extract_jax(model)
+        trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+        self._names = [name for name in weights if name in trainable]
+        self._constants = {k: v for k, v in weights.items() if k not in trainable}
+        self._trainer: Any = None
+        self._forward = jax.jit(lambda w, args: self._fn(w, args))
+        self._attached = True
+
+    # --------------------------------------------------------------------- helpers
+    def _weights(self) -> dict[str, Any]:
+        """The module's current weights by torchax's names (parameters and buffers)."""
+        state = dict(self._user_model.state_dict(keep_vars=True))
+        names = [*self._names, *self._constants]
+        return {n: jax.numpy.asarray(_to_jax_array(state[n])) for n in names}
+
+    def _loss(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
+        out = self._fn({**params, **self._constants}, micro_batch)
+        return out[-1] if isinstance(out, tuple | list) else out
+
+    def _layout(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The combined batch reshaped ``[device_iterations, accumulation, replicas, micro]``."""
+        opts = self._mode_fields
+        d, ga, r = opts.device_iterations, opts.gradient_accumulation, opts.replication_factor
+        if not self.training:
+            ga = 1
+        arrays = tuple(_to_jax_array(a) for a in args)
+        size = arrays[0].shape[0]
+        per_call = d * ga * r
+        if size % per_call or any(a.shape[0] != size for a in arrays):
+            raise ValueError(
+                f"poptorch model called with a batch of {size}: the combined batch must be a "
+                f"multiple of device iterations x gradient accumulation x replicas = {per_call} "
+                f"in every input (use poptorch.DataLoader with the same options)."
+            )
+        return tuple(a.reshape(d, ga, r, size // per_call, *a.shape[1:]) for a in arrays)
+
+    def _make_trainer(self) -> Any:
+        if self._trainer is None:
+            params = {n: v for n, v in self._weights().items() if n in self._names}
+            transform = optim.to_optax(self._optimizer)
+            self._trainer = popdist_emu.Trainer(self._loss, transform, params, self.options)
+        return self._trainer
+
+    # ------------------------------------------------------------ PopTorch's calls
+    def __call__(self, *args: Any) -> Any:
+        """Runs one call (``device_iterations`` steps in training) on the combined batch."""
+        self._attached = True
+        mode = self._mode_fields.output_mode
+        if not self.training:
+            out = self._forward(self._weights(), tuple(_to_jax_array(a) for a in args))
+            return _to_torch(out)
+        batch = self._layout(args)
+        trainer = self._make_trainer()
+        self._user_model.train(True)
+        # A host copy: the step donates (reuses) the parameter buffers.
+        before = {**jax.tree.map(np.array, trainer.params), **self._constants}
+        losses = trainer.step(batch)
+        self.copyWeightsToHost()
+        loss = torch.tensor(np.asarray(losses, dtype=np.float32))
+        out_shape = jax.eval_shape(self._fn, before, tuple(a[0, 0, 0] for a in batch))
+        if not isinstance(out_shape, tuple | list) or len(out_shape) == 1:
+            return loss
+        outputs = list(_to_torch(self._forward(before, tuple(_to_jax_array(a) for a in args))))
+        if mode != "all":
+            size = outputs[0].shape[0] // self._mode_fields.device_iterations
+            outputs = [o[-size:] if o.ndim else o for o in outputs]
+        outputs[-1] = loss
+        return type(out_shape)(outputs)
+
+    def copyWeightsToHost(self) -> None:  # noqa: N802
+        """Copies the trained parameters into the torch module (PopTorch's weight copy)."""
+        if self._trainer is None:
+            return
+        params = self._trainer.params
+        named = dict(self._user_model.named_parameters())
+        with torch.no_grad():
+            for name in self._names:
+                named[name].copy_(torch.from_numpy(np.array(params[name])))
+
+    def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:  # noqa: N802
+        """Changes the learning rate from the next call on, keeping the optimiser state.
+
+        Raises:
+            ValueError: another optimiser class or a change other than the learning rate.
+        """
+        old, new = self._optimizer, optimizer
+        old_group, new_group = optim.optimiser_hyperparams(old), optim.optimiser_hyperparams(new)
+        same = {k: v for k, v in old_group.items() if k not in ("lr", "initial_lr")}
+        if type(old) is not type(new) or same != {
+            k: v for k, v in new_group.items() if k not in ("lr", "initial_lr")
+        }:
+            raise ValueError(
+                "setOptimizer: popdist-emu changes the learning rate only so far; keep the "
+                "optimiser's class and its other settings."
+            )
+        self._optimizer = new
+        if self._trainer is not None:
+            state = self._trainer.state
+            opt_state = state.opt_state
+            if not hasattr(opt_state, "hyperparams"):
+                raise ValueError(
+                    "setOptimizer: the optimiser state is sharded or offloaded here; "
+                    "changing the learning rate there is not supported yet."
+                )
+            lr = opt_state.hyperparams["learning_rate"]
+            opt_state.hyperparams["learning_rate"] = jax.numpy.asarray(
+                float(new_group["lr"]), dtype=lr.dtype
+            )
+            self._trainer.state = state._replace(opt_state=opt_state)
+
+    def compile(self, *args: Any) -> None:
+        """Compiles the step for this combined batch's shapes without running it."""
+        if self.training:
+            self._make_trainer().compile(self._layout(args))
+        else:
+            self._forward.lower(self._weights(), tuple(_to_jax_array(a) for a in args))
+
+    def detachFromDevice(self) -> None:  # noqa: N802
+        """Releases the (simulated) IPUs; the next call attaches again."""
+        self._attached = False
+
+    def isAttachedToDevice(self) -> bool:  # noqa: N802
+        """Whether the model holds its IPUs."""
+        return self._attached
+
+    def destroy(self) -> None:
+        """Drops the compiled step and its state (the module keeps the trained weights)."""
+        self.copyWeightsToHost()
+        self._trainer = None
+
+
+def trainingModel(  # noqa: N802
+    model: torch.nn.Module,
+    options: PopTorchOptions | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+) -> PoplarExecutor:
+    """``poptorch.trainingModel``: ``model`` trained by each call on the combined batch."""
+    return PoplarExecutor(model, options, optimizer, training=True)
+
+
+def inferenceModel(  # noqa: N802
+    model: torch.nn.Module, options: PopTorchOptions | None = None
+) -> PoplarExecutor:
+    """``poptorch.inferenceModel``: ``model``'s forward on the combined batch."""
+    return PoplarExecutor(model, options, None, training=False)

@@ -1,0 +1,96 @@
+"""A PopTorch program trains on the emulator as plain PyTorch does, layout-independently.
+
+Needs torch and torchax (``pip install -e .[poptorch]``); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
+pytest.importorskip("torchax", reason="torchax is not installed (pip install -e .[poptorch])")
+
+PROGRAM = Path(__file__).with_name("tutorial_program.py")
+STEPS = 20
+
+
+def _run(tmp_path: Path, launcher: list[str], *extra: str) -> tuple[list[float], dict]:
+    """Runs the program under ``launcher``; its losses and saved parameters."""
+    save = tmp_path / f"run{len(list(tmp_path.iterdir()))}.npz"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    words = [str(PROGRAM), "--steps", str(STEPS), "--lr", "0.05", "--save", str(save), *extra]
+    out = subprocess.run([*launcher, *words], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    losses = json.loads(out.stdout.strip().splitlines()[-1])["losses"]
+    return losses, dict(np.load(save))
+
+
+def _poprun(instances: int) -> list[str]:
+    launcher = shutil.which("poprun-emu", path=str(Path(sys.executable).parent))
+    assert launcher is not None, "poprun-emu is not installed beside this Python"
+    return [
+        launcher,
+        "--num-replicas",
+        "2",
+        "--num-instances",
+        str(instances),
+        "--only-output-from-instance",
+        "0",
+    ]
+
+
+def test_matches_plain_pytorch_and_is_layout_independent(tmp_path: Path) -> None:
+    """Tens of steps: within float tolerance of PyTorch; bit-identical on 1 and 2 instances."""
+    ref_losses, ref = _run(tmp_path, [sys.executable], "--reference", "2")
+    one_losses, one = _run(tmp_path, _poprun(1))
+    two_losses, two = _run(tmp_path, _poprun(2))
+    assert len(one_losses) == STEPS
+    np.testing.assert_allclose(one_losses, ref_losses, rtol=1e-5, atol=1e-5)
+    for name, value in ref.items():
+        np.testing.assert_allclose(one[name], value, rtol=1e-3, atol=1e-4, err_msg=name)
+        assert np.array_equal(one[name], two[name]), name
+    assert one_losses == two_losses
+
+
+def test_bad_combined_batch_refused_in_one_line() -> None:
+    """A call whose batch is not a whole combined batch is refused in one line."""
+    import torch
+
+    import popdist_emu.poptorch as poptorch
+
+    opts = poptorch.Options().deviceIterations(3)
+    model = poptorch.trainingModel(_Loss(), opts, torch.optim.SGD(_Loss().parameters(), lr=0.1))
+    with pytest.raises(ValueError, match="multiple of device iterations") as info:
+        model(torch.zeros(4, 2), torch.zeros(4, dtype=torch.long))
+    assert "\n" not in str(info.value)
+
+
+def test_pipelined_model_refused_in_one_line() -> None:
+    import popdist_emu.poptorch as poptorch
+
+    opts = poptorch.Options().setExecutionStrategy("pipelined")
+    with pytest.raises(ValueError, match="not supported by popdist-emu yet"):
+        poptorch.trainingModel(_Loss(), opts)
+
+
+def _Loss():  # noqa: N802
+    import torch
+
+    class Loss(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(2, 3)
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.cross_entropy(self.linear(x), y)
+
+    torch.manual_seed(0)
+    return Loss()
