@@ -31,6 +31,16 @@ from popdist_emu.poptorch._api import (
     identity_loss,
     refused,
 )
+from popdist_emu.poptorch._blocks import (
+    AutoStage,
+    BeginBlock,
+    Block,
+    PipelinedExecution,
+    ShardedExecution,
+    Stage,
+    recomputationCheckpoint,
+    set_available_memory,
+)
 
 if TYPE_CHECKING:
     from popdist_emu.poptorch import optim as optim
@@ -40,16 +50,24 @@ if TYPE_CHECKING:
     from popdist_emu.poptorch._model import trainingModel as trainingModel
 
 __all__ = [
+    "AutoStage",
+    "BeginBlock",
+    "Block",
     "DataLoader",
     "DataLoaderMode",
     "ExecutionStrategy",
     "Options",
     "OutputMode",
+    "PipelinedExecution",
     "ReductionType",
+    "ShardedExecution",
+    "Stage",
     "TensorLocationSettings",
     "identity_loss",
     "inferenceModel",
     "optim",
+    "recomputationCheckpoint",
+    "set_available_memory",
     "trainingModel",
 ]
 

@@ -39,6 +39,7 @@ import torchax
 import popdist_emu
 from popdist_emu.popdist import PopTorchOptions
 from popdist_emu.poptorch import optim
+from popdist_emu.poptorch._blocks import check_single_ipu
 
 
 def _to_jax_array(tensor: Any) -> np.ndarray:
@@ -85,11 +86,7 @@ class PoplarExecutor:
         if training and optimizer is None:
             self._optimizer = optim.SGD(model.parameters(), lr=0.01)
         self._mode_fields = self.options.to_options()
-        if self._mode_fields.execution_strategy is not None:
-            raise ValueError(
-                "setExecutionStrategy: pipelined and sharded PopTorch models are not "
-                "supported by popdist-emu yet; run the model on one IPU per replica."
-            )
+        check_single_ipu(model, self._mode_fields.execution_strategy)
         model.train(training)
         weights, self._fn = torchax.extract_jax(model)
         trainable = {name for name, p in model.named_parameters() if p.requires_grad}

@@ -81,6 +81,16 @@ def test_pipelined_model_refused_in_one_line() -> None:
         poptorch.trainingModel(_Loss(), opts)
 
 
+def test_block_on_a_second_ipu_refused_in_one_line() -> None:
+    import popdist_emu.poptorch as poptorch
+
+    model = _Loss()
+    model.linear = poptorch.BeginBlock(model.linear, "B2", ipu_id=1)
+    with pytest.raises(ValueError, match="several IPUs per replica") as info:
+        poptorch.trainingModel(model, poptorch.Options())
+    assert "\n" not in str(info.value)
+
+
 def _Loss():  # noqa: N802
     import torch
 

@@ -61,7 +61,15 @@ class Network(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.layer2(self.layer1(x))
         x = self.layer3_act(self.layer3(x.flatten(1)))
-        return self.softmax(self.layer4(x))
+        with poptorch.Block("B4"):
+            return self.softmax(self.layer4(x))
+
+
+def annotate(model: Network) -> None:
+    """The tutorial's blocks (here all on IPU 0: one IPU per replica)."""
+    model.layer1 = poptorch.BeginBlock(model.layer1, "B1")
+    model.layer2 = poptorch.BeginBlock(model.layer2, "B2")
+    model.layer3 = poptorch.BeginBlock(model.layer3, "B3", ipu_id=0)
 
 
 class TrainingModelWithLoss(torch.nn.Module):
@@ -99,6 +107,7 @@ def train(steps: int, lr: float) -> tuple[list[float], dict[str, np.ndarray], fl
     """The PopTorch program: ``steps`` optimiser steps, then the test accuracy."""
     torch.manual_seed(0)
     model = TrainingModelWithLoss(Network())
+    annotate(model.model)
     opts = popdist.poptorch.Options()
     opts.deviceIterations(ITERATIONS)
     opts.Training.gradientAccumulation(ACCUMULATION)
