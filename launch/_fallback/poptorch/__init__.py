@@ -17,10 +17,14 @@ except ImportError as _error:  # a program run with another interpreter than pop
         f"({_sys.executable}) cannot import: pip install popdist-emu here."
     ) from _error
 
-from popdist_emu.poptorch import *  # noqa: F403  (the face is popdist_emu.poptorch.__all__)
-
+# Every name is looked up in popdist_emu.poptorch when first asked for, so the torch-backed
+# ones (trainingModel, DataLoader, optim) import torch only when a program uses them.
 __all__ = list(_emu.__all__)
 
 
 def __getattr__(name: str):
     return getattr(_emu, name)
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

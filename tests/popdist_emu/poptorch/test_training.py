@@ -104,3 +104,32 @@ def _Loss():  # noqa: N802
 
     torch.manual_seed(0)
     return Loss()
+
+
+def test_set_optimizer_changes_the_learning_rate_as_pytorch_does() -> None:
+    """``setOptimizer`` keeps Adam's state and takes the new rate, as torch.optim does."""
+    import torch
+
+    import popdist_emu.poptorch as poptorch
+
+    x = torch.linspace(-1, 1, 16).reshape(8, 2)
+    y = torch.arange(8) % 3
+    model, reference = _Loss(), _Loss()
+    torch_opt = torch.optim.Adam(reference.parameters(), lr=0.1)
+    wrapped = poptorch.trainingModel(
+        model, poptorch.Options(), poptorch.optim.Adam(model.parameters(), lr=0.1)
+    )
+    for step in range(6):
+        if step == 3:
+            wrapped.setOptimizer(poptorch.optim.Adam(model.parameters(), lr=0.01))
+            torch_opt.param_groups[0]["lr"] = 0.01
+        loss = wrapped(x, y)
+        torch_opt.zero_grad()
+        expected = reference(x, y)
+        expected.backward()
+        torch_opt.step()
+        assert abs(float(loss) - float(expected)) < 1e-5
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), atol=1e-5)
+    with pytest.raises(ValueError, match="learning rate only"):
+        wrapped.setOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
