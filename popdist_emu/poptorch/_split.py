@@ -1,0 +1,155 @@
+"""The traced program cut into blocks: each equation belongs to the block active when it ran.
+
+The torch module is traced with ``jax.named_scope(block)`` entered whenever a block begins
+(``BeginBlock``'s forward pre-hook, or ``poptorch.Block``); every equation of the jaxpr then
+carries its block as the first component of its name stack. :func:`split_blocks` cuts the
+jaxpr into contiguous runs of one block and gives a :class:`popdist_emu.BlockModel` whose
+blocks pass on, as a tuple, exactly the values later blocks (or the loss) use. Equations
+before the first block belong to the first block.
+
+Not wired into ``trainingModel`` yet (the next step: map ``PipelinedExecution``/
+``ShardedExecution`` onto the emulator's strategies with these blocks).
+
+References:
+    JAX documentation, "Understanding jaxprs" and "Writing custom Jaxpr interpreters"
+    (evaluating equations with ``primitive.bind``); ``jax.named_scope``; PopTorch User
+    Guide, "Multi-IPU execution strategies" (an operation belongs to the block it ran in).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import jax
+from jax.extend import core as jcore
+
+import popdist_emu
+
+
+def _block_of(eqn: Any, names: Sequence[str], current: str) -> str:
+    stack = str(eqn.source_info.name_stack)
+    head = stack.split("/", 1)[0] if stack else ""
+    return head if head in names else current
+
+
+def _read(env: dict[Any, Any], var: Any) -> Any:
+    return var.val if isinstance(var, jcore.Literal) else env[var]
+
+
+def split_blocks(
+    fn: Callable[[dict[str, Any], Any], Any],
+    params: dict[str, Any],
+    micro_batch: Any,
+    names: Sequence[str],
+) -> popdist_emu.BlockModel:
+    """``fn(params, micro_batch) -> loss`` as a BlockModel of the blocks ``names``.
+
+    Args:
+        fn: the loss function, traced with ``jax.named_scope(name)`` around each block.
+        params: the weights by name (arrays or shapes).
+        micro_batch: one micro-batch (arrays or shapes), a pytree.
+        names: the block names, in model order.
+
+    Returns:
+        The BlockModel; each block owns the weights its equations read.
+
+    Raises:
+        ValueError: a block runs in two separate places, or a weight is read by two blocks.
+    """
+    closed = jax.make_jaxpr(fn)(params, micro_batch)
+    jaxpr = closed.jaxpr
+    weight_names = list(params)
+    n_weights = len(jax.tree.leaves(params))
+    weight_vars = dict(zip(jaxpr.invars[:n_weights], sorted(weight_names), strict=True))
+    batch_vars = jaxpr.invars[n_weights:]
+    runs: list[tuple[str, list[Any]]] = []
+    current = names[0]
+    for eqn in jaxpr.eqns:
+        current = _block_of(eqn, names, current)
+        if not runs or runs[-1][0] != current:
+            if any(name == current for name, _ in runs):
+                raise ValueError(
+                    f"block {current!r} runs in two separate parts of the forward; a block "
+                    f"must be one contiguous part."
+                )
+            runs.append((current, []))
+        runs[-1][1].append(eqn)
+    owners: dict[Any, str] = {}
+    for name, eqns in runs:
+        for eqn in eqns:
+            for var in eqn.invars:
+                if isinstance(var, jcore.Literal):
+                    continue
+                if var in weight_vars and owners.setdefault(var, name) != name:
+                    raise ValueError(
+                        f"weight {weight_vars[var]!r} is read by blocks {owners[var]!r} and "
+                        f"{name!r}; PopTorch places a weight in one block."
+                    )
+    constants = dict(zip(jaxpr.constvars, closed.consts, strict=True))
+    blocks = []
+    for k, (name, eqns) in enumerate(runs):
+        later = [e for _, es in runs[k + 1 :] for e in es]
+        needed = {v for e in later for v in e.invars if not isinstance(v, jcore.Literal)}
+        needed |= {v for v in jaxpr.outvars if not isinstance(v, jcore.Literal)}
+        defined = [v for e in eqns for v in e.outvars]
+        carried_in = batch_vars if k == 0 else blocks[-1][2]
+        out_vars = [v for v in (*carried_in, *defined) if v in needed and v not in weight_vars]
+        own = tuple(sorted({weight_vars[v] for v in owners if owners[v] == name}))
+        last = k == len(runs) - 1
+        outs = list(jaxpr.outvars) if last else out_vars
+        run = _runner(eqns, list(carried_in), outs, own, weight_vars, constants, last)
+        blocks.append((name, run, out_vars, own))
+    return popdist_emu.BlockModel(
+        [popdist_emu.Block(name, run, own) for name, run, _, own in blocks]
+    )
+
+
+def _runner(
+    eqns: list[Any],
+    in_vars: list[Any],
+    out_vars: list[Any],
+    own: tuple[str, ...],
+    weight_vars: dict[Any, str],
+    constants: dict[Any, Any],
+    last: bool,
+) -> Callable[[dict[str, Any], Any], Any]:
+    """One block's function: its equations evaluated on the carry and its own weights; the
+    last block returns the program's last output (the loss), the others the carry on."""
+    by_name = {n: v for v, n in weight_vars.items()}
+
+    def run(block_params: dict[str, Any], carry: Any) -> Any:
+        env: dict[Any, Any] = dict(constants)
+        leaves = jax.tree.leaves(carry)
+        env.update(zip(in_vars, leaves, strict=True))
+        env.update({by_name[n]: block_params[n] for n in own})
+        for eqn in eqns:
+            # As jax's own eval_jaxpr: get_bind_params gives the bind keywords (JAX 0.10), or
+            # sub-functions and keywords (older JAX).
+            bound = eqn.primitive.get_bind_params(eqn.params)
+            subfuns, bind_params = bound if isinstance(bound, tuple) else ((), bound)
+            invals = (_read(env, v) for v in eqn.invars)
+            with eqn.ctx.manager:
+                outs = eqn.primitive.bind(*subfuns, *invals, **bind_params)
+            outs = outs if eqn.primitive.multiple_results else [outs]
+            env.update(zip(eqn.outvars, outs, strict=True))
+        values = [_read(env, v) for v in out_vars]
+        return values[-1] if last else tuple(values)
+
+    return run
+
+
+@contextlib.contextmanager
+def block_scopes() -> Iterator[Callable[[str], None]]:
+    """A switch that closes the active block's ``jax.named_scope`` and opens the next."""
+    stack = contextlib.ExitStack()
+
+    def begin(name: str) -> None:
+        stack.close()
+        stack.enter_context(jax.named_scope(name))
+
+    try:
+        yield begin
+    finally:
+        stack.close()
