@@ -1,10 +1,11 @@
 """PopTorch's model-parallel annotations: ``BeginBlock``, ``Block``, stages and strategies.
 
-First slice: the annotations are accepted and recorded (each module's block name and IPU),
-and a model whose blocks all sit on IPU 0 (one IPU per replica) runs as one program, which
-is exactly what PopTorch runs for it. Placing blocks on several IPUs (an ``ipu_id`` above 0,
-or an execution strategy) is refused in one line until the blocks of the traced program
-become :class:`popdist_emu.BlockModel` stages.
+``BeginBlock`` annotates a module; when a training model has an execution strategy or a
+block on an IPU above 0, the forward is traced with each block's name scope (the module's
+forward pre-hook switches it) and cut into :class:`popdist_emu.BlockModel` blocks
+(``_split``), run by the emulator's ``PipelinedExecution``/``ShardedExecution``. Without a
+strategy PopTorch's default applies: pipelined, one stage per run of blocks on one IPU.
+``poptorch.Block`` as a context manager is accepted on IPU 0 only so far.
 
 References:
     PopTorch User Guide, "Multi-IPU execution strategies" (``poptorch.BeginBlock(module,
@@ -71,7 +72,11 @@ def BeginBlock(  # noqa: N802
 @contextlib.contextmanager
 def Block(user_id: str | None = None, ipu_id: int | None = None) -> Iterator[None]:  # noqa: N802
     """``with poptorch.Block(user_id, ipu_id):``: operations in the body form a block."""
-    _check_ipu(f"poptorch.Block({user_id!r}, ipu_id={ipu_id})", ipu_id)
+    if ipu_id not in (None, 0):
+        raise ValueError(
+            f"poptorch.Block({user_id!r}, ipu_id={ipu_id}): only BeginBlock places blocks on "
+            f"IPUs in popdist-emu so far; annotate the block's first module with BeginBlock."
+        )
     _ACTIVE.append((user_id, ipu_id))
     try:
         yield
@@ -95,30 +100,86 @@ def set_available_memory(tensor: Any, available_memory_proportion: float) -> Any
     return tensor
 
 
-def _check_ipu(call: str, ipu_id: int | None) -> None:
-    if ipu_id not in (None, 0):
-        raise ValueError(
-            f"{call}: blocks on several IPUs per replica are not supported "
-            f"by popdist-emu's PopTorch yet; put every block on IPU 0 (one IPU per replica)."
-        )
+_SWITCH: list[Any] = []  # the active block_scopes switch while a model is traced
 
 
-def check_single_ipu(model: Any, strategy: Any) -> None:
-    """Refuses, in one line, a model placed on more than one IPU per replica.
+def block_names(model: Any) -> list[tuple[str, int | None]]:
+    """``(name, ipu_id)`` of every ``BeginBlock`` in module order; hooks switch the scope.
+
+    Each annotated module gets a forward pre-hook (once) that, while a model is traced under
+    :func:`tracing_blocks`, closes the active block's name scope and opens its own.
+    """
+    found = []
+    for k, (_, module) in enumerate(model.named_modules()):
+        annotation = getattr(module, _BLOCK_ATTRIBUTE, None)
+        if annotation is None:
+            continue
+        user_id, ipu_id = annotation
+        name = user_id or f"block{k}"
+        if not getattr(module, "_popdist_emu_hooked", False):
+            module.register_forward_pre_hook(_switch_hook(name))
+            module._popdist_emu_hooked = True
+        found.append((name, ipu_id))
+    return found
+
+
+def _switch_hook(name: str) -> Any:
+    """A forward pre-hook entering block ``name`` while tracing; it returns None (a hook's
+    non-None result would replace the module's inputs)."""
+
+    def hook(*_: Any) -> None:
+        if _SWITCH:
+            _SWITCH[-1](name)
+
+    return hook
+
+
+@contextlib.contextmanager
+def tracing_blocks(begin: Any) -> Iterator[None]:
+    """Makes ``begin`` (a ``block_scopes`` switch) the one BeginBlock's hooks call."""
+    _SWITCH.append(begin)
+    try:
+        yield
+    finally:
+        _SWITCH.pop()
+
+
+def emulator_strategy(strategy: Any, blocks: list[tuple[str, int | None]]) -> Any:
+    """The ``popdist_emu`` strategy for PopTorch's (None: the blocks' IPUs, pipelined).
 
     Args:
-        model: the ``torch.nn.Module`` being wrapped.
-        strategy: what ``Options.setExecutionStrategy`` set (None: not set).
+        strategy: ``poptorch.PipelinedExecution``/``ShardedExecution`` or None.
+        blocks: ``(name, ipu_id)`` of the model's blocks, in order.
 
-    Raises:
-        ValueError: a block with an ``ipu_id`` above 0, or an execution strategy.
+    Returns:
+        ``popdist_emu.PipelinedExecution`` or ``ShardedExecution`` of ``popdist_emu.Stage``s.
     """
-    for name, module in model.named_modules():
-        user_id, ipu_id = getattr(module, _BLOCK_ATTRIBUTE, (None, None))
-        _check_ipu(f"poptorch.BeginBlock({name or 'model'}, {user_id!r}, ipu_id={ipu_id})", ipu_id)
-    if strategy is not None:
+    import popdist_emu
+
+    if strategy is None:  # PopTorch's default: pipelined, one stage per run of one IPU
+        stages: list[Any] = []
+        for name, ipu in blocks:
+            if stages and stages[-1][1] == (ipu or 0):
+                stages[-1][0].append(name)
+            else:
+                stages.append(([name], ipu or 0))
+        emu = [popdist_emu.Stage(*names, ipu=ipu) for names, ipu in stages]
+        return popdist_emu.PipelinedExecution(*emu)
+    if not isinstance(strategy, _Strategy):
         raise ValueError(
-            f"setExecutionStrategy({type(strategy).__name__}): pipelined and sharded "
-            f"PopTorch models are not supported by popdist-emu yet; run the model on one "
-            f"IPU per replica."
+            f"setExecutionStrategy({strategy!r}): pass poptorch.PipelinedExecution(...) or "
+            f"poptorch.ShardedExecution(...)."
         )
+    ipu_of = dict(blocks)
+    emu = []
+    for stage in strategy.stages:
+        if isinstance(stage, Stage):
+            emu.append(popdist_emu.Stage(*stage.blocks, ipu=stage.ipu_id))
+        else:
+            emu.append(popdist_emu.Stage(str(stage), ipu=ipu_of.get(str(stage))))
+    cls = (
+        popdist_emu.ShardedExecution
+        if isinstance(strategy, ShardedExecution)
+        else popdist_emu.PipelinedExecution
+    )
+    return cls(*emu)

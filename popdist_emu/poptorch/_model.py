@@ -29,6 +29,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import jax
@@ -39,7 +40,12 @@ import torchax
 import popdist_emu
 from popdist_emu.popdist import PopTorchOptions
 from popdist_emu.poptorch import optim
-from popdist_emu.poptorch._blocks import check_single_ipu
+from popdist_emu.poptorch._blocks import (
+    block_names,
+    emulator_strategy,
+    tracing_blocks,
+)
+from popdist_emu.poptorch._split import block_scopes, split_blocks
 
 
 def _to_jax_array(tensor: Any) -> np.ndarray:
@@ -86,7 +92,12 @@ class PoplarExecutor:
         if training and optimizer is None:
             self._optimizer = optim.SGD(model.parameters(), lr=0.01)
         self._mode_fields = self.options.to_options()
-        check_single_ipu(model, self._mode_fields.execution_strategy)
+        self._blocks = block_names(model)
+        strategy = self._mode_fields.execution_strategy
+        self._strategy = None
+        if training and (strategy is not None or any(ipu for _, ipu in self._blocks)):
+            # Inference runs the forward as one program: the same numbers, whatever the IPUs.
+            self._strategy = emulator_strategy(strategy, self._blocks)
         model.train(training)
         weights, self._fn = torchax.extract_jax(model)
         trainable = {name for name, p in model.named_parameters() if p.requires_grad}
@@ -124,11 +135,23 @@ class PoplarExecutor:
             )
         return tuple(a.reshape(d, ga, r, size // per_call, *a.shape[1:]) for a in arrays)
 
-    def _make_trainer(self) -> Any:
+    def _make_trainer(self, batch: tuple[Any, ...]) -> Any:
         if self._trainer is None:
             params = {n: v for n, v in self._weights().items() if n in self._names}
             transform = optim.to_optax(self._optimizer)
-            self._trainer = popdist_emu.Trainer(self._loss, transform, params, self.options)
+            loss: Any = self._loss
+            options: Any = self.options
+            if self._strategy is not None:
+                # The blocks become the emulator's: trace with each block's name scope.
+                micro_batch = tuple(a[0, 0, 0] for a in batch)
+                with block_scopes() as begin, tracing_blocks(begin):
+                    loss = split_blocks(
+                        self._loss, params, micro_batch, [n for n, _ in self._blocks]
+                    )
+                options = dataclasses.replace(
+                    self.options.to_options(), execution_strategy=self._strategy
+                )
+            self._trainer = popdist_emu.Trainer(loss, transform, params, options)
         return self._trainer
 
     # ------------------------------------------------------------ PopTorch's calls
@@ -140,7 +163,7 @@ class PoplarExecutor:
             out = self._forward(self._weights(), tuple(_to_jax_array(a) for a in args))
             return _to_torch(out)
         batch = self._layout(args)
-        trainer = self._make_trainer()
+        trainer = self._make_trainer(batch)
         self._user_model.train(True)
         # A host copy: the step donates (reuses) the parameter buffers.
         before = {**jax.tree.map(np.array, trainer.params), **self._constants}
@@ -201,7 +224,8 @@ class PoplarExecutor:
     def compile(self, *args: Any) -> None:
         """Compiles the step for this combined batch's shapes without running it."""
         if self.training:
-            self._make_trainer().compile(self._layout(args))
+            batch = self._layout(args)
+            self._make_trainer(batch).compile(batch)
         else:
             self._forward.lower(self._weights(), tuple(_to_jax_array(a) for a in args))
 

@@ -22,7 +22,7 @@ import torch
 
 import poptorch
 
-BATCH, ACCUMULATION, ITERATIONS = 2, 2, 2
+BATCH, ACCUMULATION, ITERATIONS = 1, 8, 2  # accumulation >= 2 x 4 - 1 pipeline stages
 
 
 def make_dataset(n: int = 512) -> torch.utils.data.TensorDataset:
@@ -61,15 +61,15 @@ class Network(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.layer2(self.layer1(x))
         x = self.layer3_act(self.layer3(x.flatten(1)))
-        with poptorch.Block("B4"):
-            return self.softmax(self.layer4(x))
+        return self.softmax(self.layer4(x))
 
 
-def annotate(model: Network) -> None:
-    """The tutorial's blocks (here all on IPU 0: one IPU per replica)."""
-    model.layer1 = poptorch.BeginBlock(model.layer1, "B1")
-    model.layer2 = poptorch.BeginBlock(model.layer2, "B2")
-    model.layer3 = poptorch.BeginBlock(model.layer3, "B3", ipu_id=0)
+def annotate(model: Network, ipus: int) -> None:
+    """The tutorial's blocks, block k on IPU k % ipus (the tutorial's layout for 4 IPUs)."""
+    model.layer1 = poptorch.BeginBlock(model.layer1, "B1", ipu_id=0)
+    model.layer2 = poptorch.BeginBlock(model.layer2, "B2", ipu_id=1 % ipus)
+    model.layer3 = poptorch.BeginBlock(model.layer3, "B3", ipu_id=2 % ipus)
+    model.layer4 = poptorch.BeginBlock(model.layer4, "B4", ipu_id=3 % ipus)
 
 
 class TrainingModelWithLoss(torch.nn.Module):
@@ -103,12 +103,18 @@ def reference(steps: int, replicas: int, lr: float) -> tuple[list[float], dict[s
     return losses, {k: v.detach().numpy() for k, v in model.named_parameters()}
 
 
-def train(steps: int, lr: float) -> tuple[list[float], dict[str, np.ndarray], float]:
+def train(
+    steps: int, lr: float, strategy: str = ""
+) -> tuple[list[float], dict[str, np.ndarray], float]:
     """The PopTorch program: ``steps`` optimiser steps, then the test accuracy."""
     torch.manual_seed(0)
     model = TrainingModelWithLoss(Network())
-    annotate(model.model)
+    ipus = popdist.getNumIpusPerReplica()
+    annotate(model.model, ipus)
     opts = popdist.poptorch.Options()
+    if strategy and ipus > 1:
+        cls = poptorch.PipelinedExecution if strategy == "pipelined" else poptorch.ShardedExecution
+        opts.setExecutionStrategy(cls("B1", "B2", "B3", "B4"))
     opts.deviceIterations(ITERATIONS)
     opts.Training.gradientAccumulation(ACCUMULATION)
     opts.outputMode(poptorch.OutputMode.All)
@@ -133,13 +139,14 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--lr", type=float, default=0.01)
     parser.add_argument("--save")
+    parser.add_argument("--strategy", default="", help="pipelined|sharded (several IPUs)")
     parser.add_argument("--reference", type=int, default=0, help="plain PyTorch, N replicas")
     args = parser.parse_args()
     if args.reference:
         losses, params = reference(args.steps, args.reference, args.lr)
         accuracy = float("nan")
     else:
-        losses, params, accuracy = train(args.steps, args.lr)
+        losses, params, accuracy = train(args.steps, args.lr, args.strategy)
     if args.save and popdist.getInstanceIndex() == 0:
         np.savez(args.save, **params)
     if popdist.getInstanceIndex() == 0:
