@@ -88,9 +88,8 @@ class PoplarExecutor:
         self._user_model = model
         self.options = options if options is not None else PopTorchOptions()
         self.training = training
-        self._optimizer = optimizer
-        if training and optimizer is None:
-            self._optimizer = optim.SGD(model.parameters(), lr=0.01)
+        # PopTorch's default optimiser: SGD, learning rate 0.01.
+        self._optimizer: torch.optim.Optimizer = optimizer or optim.SGD(model.parameters(), lr=0.01)
         self._mode_fields = self.options.to_options()
         self._blocks = block_names(model)
         strategy = self._mode_fields.execution_strategy

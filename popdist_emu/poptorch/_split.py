@@ -88,7 +88,7 @@ def split_blocks(
                         f"{name!r}; PopTorch places a weight in one block."
                     )
     constants = dict(zip(jaxpr.constvars, closed.consts, strict=True))
-    blocks = []
+    blocks: list[tuple[str, Callable[[dict[str, Any], Any], Any], list[Any], tuple[str, ...]]] = []
     for k, (name, eqns) in enumerate(runs):
         later = [e for _, es in runs[k + 1 :] for e in es]
         needed = {v for e in later for v in e.invars if not isinstance(v, jcore.Literal)}
