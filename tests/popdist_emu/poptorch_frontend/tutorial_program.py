@@ -18,9 +18,8 @@ import json
 import numpy as np
 import popdist
 import popdist.poptorch
-import torch
-
 import poptorch
+import torch
 
 BATCH, ACCUMULATION, ITERATIONS = 1, 8, 2  # accumulation >= 2 x 4 - 1 pipeline stages
 
