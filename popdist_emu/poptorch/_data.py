@@ -17,8 +17,8 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Sized
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -103,7 +103,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 "poptorch.DataLoader(auto_distributed_partitioning=False): popdist-emu gives "
                 "each instance its share itself; leave it True."
             )
-        size = len(dataset)  # type: ignore[arg-type]
+        size = len(cast(Sized, dataset))  # a map-style dataset has a length
         sampler = _CombinedBatchSampler(size, options, int(batch_size), bool(shuffle))
         if sampler.batches == 0 or (not drop_last and size % sampler.global_size):
             raise ValueError(
