@@ -86,7 +86,21 @@ def __getattr__(name: str) -> Any:
     if name.startswith("__"):
         raise AttributeError(name)
     if name == "optim":
-        return importlib.import_module("popdist_emu.poptorch.optim")
+        return _torch_backed("popdist_emu.poptorch.optim", name)
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(_torch_backed(_LAZY[name], name), name)
     raise refused(name)
+
+
+def _torch_backed(module: str, name: str) -> Any:
+    """``module``, or one line naming the install when torch or torchax is missing."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        if error.name not in ("torch", "torchax"):
+            raise
+        raise ModuleNotFoundError(
+            f"poptorch.{name} runs the model with PyTorch on JAX and needs {error.name}, which "
+            "this interpreter lacks: pip install 'popdist-emu[poptorch]'.",
+            name=error.name,
+        ) from None

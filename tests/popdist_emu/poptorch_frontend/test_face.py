@@ -47,6 +47,22 @@ def test_unsupported_name_is_refused_in_one_line() -> None:
     assert "poptorch.custom_op is not supported" in message and "\n" not in message
 
 
+@pytest.mark.parametrize("name", ["trainingModel", "DataLoader", "optim"])
+def test_torch_backed_names_without_torch_name_the_install(name: str) -> None:
+    # ``None`` in sys.modules makes ``import torch`` fail as an absent torch does.
+    code = (
+        "import sys; sys.modules['torch'] = None; import popdist_emu.poptorch as p\n"
+        f"try:\n    p.{name}\nexcept ModuleNotFoundError as e:\n    print(e)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert out.stdout.strip() == (
+        f"poptorch.{name} runs the model with PyTorch on JAX and needs torch, which this "
+        "interpreter lacks: pip install 'popdist-emu[poptorch]'."
+    )
+
+
 def test_all_is_static_and_complete() -> None:
     torch_backed = {"DataLoader", "inferenceModel", "optim", "trainingModel"}
     for name in set(poptorch.__all__) - torch_backed:
