@@ -18,7 +18,13 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
   for one device iteration; later iterations' outputs use those weights too);
 - after every call the torch module's parameters hold the trained values (PopTorch copies
   weights back to the host when they are read); buffers are constants (no BatchNorm
-  statistics updates yet).
+  statistics updates yet);
+- under ``poprun-emu --offline-mode`` (PopTorch's offline IPU target: a program compiles but
+  nothing runs) ``compile`` and the first call of a training model compile the step from
+  the batch's shapes, simulate it and report it as every offline run does (instance 0
+  prints the summary; ``--report-dir`` gets ``summary.json``, ``trace.json``,
+  ``report.html``; ``poprun-emu-scaling`` gets its sweep); the call then ends the program
+  with exit code 0, since returning made-up outputs to its loop would be worse.
 
 References:
     PopTorch User Guide, "Model wrapping functions" (``trainingModel``, ``inferenceModel``,
@@ -30,6 +36,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import sys
 from typing import Any
 
 import jax
@@ -103,6 +110,7 @@ class PoplarExecutor:
         self._names = [name for name in weights if name in trainable]
         self._constants = {k: v for k, v in weights.items() if k not in trainable}
         self._trainer: Any = None
+        self._simulated = False
         self._forward = jax.jit(lambda w, args: self._fn(w, args))
         self._attached = True
 
@@ -163,6 +171,16 @@ class PoplarExecutor:
             return _to_torch(out)
         batch = self._layout(args)
         trainer = self._make_trainer(batch)
+        if trainer.offline:
+            self._simulate(batch)
+            if self._mode_fields.instance_index == 0:
+                print(
+                    "[popdist-emu] offline mode: the step was compiled and simulated (above); "
+                    "nothing runs on an offline target, so the program ends here.",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            raise SystemExit(0)
         self._user_model.train(True)
         # A host copy: the step donates (reuses) the parameter buffers.
         before = {**jax.tree.map(np.array, trainer.params), **self._constants}
@@ -224,9 +242,22 @@ class PoplarExecutor:
         """Compiles the step for this combined batch's shapes without running it."""
         if self.training:
             batch = self._layout(args)
-            self._make_trainer(batch).compile(batch)
+            trainer = self._make_trainer(batch)
+            if trainer.offline:
+                self._simulate(batch)
+            else:
+                trainer.compile(batch)
         else:
             self._forward.lower(self._weights(), tuple(_to_jax_array(a) for a in args))
+
+    def _simulate(self, batch: tuple[Any, ...]) -> None:
+        """Simulates one step on the job's IPU system and reports it (once)."""
+        if self._simulated:
+            return
+        name = type(self._user_model).__name__
+        simulation = popdist_emu.simulate(self._trainer, batch, name=name)
+        popdist_emu.report_simulation(simulation, instance_index=self._mode_fields.instance_index)
+        self._simulated = True
 
     def detachFromDevice(self) -> None:  # noqa: N802
         """Releases the (simulated) IPUs; the next call attaches again."""
