@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed (pip install -e .[poptorch])")
 
-PROGRAM = Path(__file__).with_name("tutorial_program.py")
+PROGRAM = Path(__file__).parents[3] / "examples" / "poptorch_tutorial.py"
 
 
 def test_offline_run_reports_the_pipeline_memory_per_ipu_and_throughput(tmp_path: Path) -> None:

@@ -1,18 +1,25 @@
-"""A PopTorch program in the pipelining tutorial's style, on a small locally made dataset.
+"""A PopTorch program in the pipelining tutorial's style, on the digits shipped with the project.
 
-Run as ``poprun-emu ... tutorial_program.py --steps N --save PATH`` (or plainly): its network,
-a loss wrapper, ``poptorch.Options`` from PopDist, ``poptorch.DataLoader`` and the training
-loop, then an inference pass. ``--reference`` trains the same network in plain PyTorch on
-the CPU instead, same initial weights, data order and optimiser.
+The structure and calls of Graphcore's PopTorch pipelining tutorial (its network in
+``poptorch.BeginBlock`` blocks, a loss wrapper, ``poptorch.Options`` from PopDist,
+``poptorch.DataLoader``, a training loop, then an inference pass over the test set), with the
+8x8 digits (1,797 images, 10 classes, shipped with scikit-learn) in place of the MNIST
+download. Run it under the launcher, one IPU or the tutorial's four:
+
+    poprun-emu --num-replicas 1 --ipus-per-replica 4 examples/poptorch_tutorial.py
+    poprun-emu --num-replicas 4 --num-instances 2 examples/poptorch_tutorial.py
+
+It prints one JSON line: the loss of every device iteration and the test accuracy.
+``--reference N`` trains the same network in plain PyTorch on the CPU instead (same initial
+weights, data order and optimiser, N replicas' worth of samples per step).
 
 References:
     Graphcore tutorials, "PopTorch pipelining" (the network and program structure; our own
-    code written in its style).
+    code written in its style); scikit-learn, ``sklearn.datasets.load_digits``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 
 import numpy as np
@@ -21,15 +28,19 @@ import popdist.poptorch
 import poptorch
 import torch
 
+from popdist_emu import arguments, load_digits_split
+
 BATCH, ACCUMULATION, ITERATIONS = 1, 8, 2  # accumulation >= 2 x 4 - 1 pipeline stages
 
 
-def make_dataset(n: int = 512) -> torch.utils.data.TensorDataset:
-    """8x8 one-channel images whose label is the brightest of 4 bands of two rows (learnable)."""
-    generator = torch.Generator().manual_seed(1234)
-    images = torch.rand(n, 1, 8, 8, generator=generator)
-    labels = images.reshape(n, 4, 16).sum(-1).argmax(-1)
-    return torch.utils.data.TensorDataset(images, labels)
+def make_dataset(train: bool = True) -> torch.utils.data.TensorDataset:
+    """The digits' training (1,437) or test (360) split as ``[n, 1, 8, 8]`` images and labels."""
+    split = load_digits_split()
+    images = split.train_images if train else split.test_images
+    labels = split.train_labels if train else split.test_labels
+    return torch.utils.data.TensorDataset(
+        torch.from_numpy(images.transpose(0, 3, 1, 2).copy()), torch.from_numpy(labels).long()
+    )
 
 
 class ConvLayer(torch.nn.Module):
@@ -50,11 +61,11 @@ class Network(torch.nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.layer1 = ConvLayer(1, 4)
-        self.layer2 = ConvLayer(4, 8)
-        self.layer3 = torch.nn.Linear(8 * 2 * 2, 32)
+        self.layer1 = ConvLayer(1, 16)
+        self.layer2 = ConvLayer(16, 32)
+        self.layer3 = torch.nn.Linear(32 * 2 * 2, 64)
         self.layer3_act = torch.nn.ReLU()
-        self.layer4 = torch.nn.Linear(32, 4)
+        self.layer4 = torch.nn.Linear(64, 10)
         self.softmax = torch.nn.LogSoftmax(1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -91,9 +102,11 @@ def reference(steps: int, replicas: int, lr: float) -> tuple[list[float], dict[s
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     images, labels = make_dataset().tensors
     per_step = BATCH * ACCUMULATION * replicas
+    per_epoch = len(labels) // per_step  # the last incomplete batch dropped, as PopTorch does
     losses = []
     for step in range(steps):
-        x, y = (t[step * per_step : (step + 1) * per_step] for t in (images, labels))
+        start = (step % per_epoch) * per_step
+        x, y = (t[start : start + per_step] for t in (images, labels))
         optimizer.zero_grad()
         _, loss = model(x, y)
         loss.backward()
@@ -103,9 +116,10 @@ def reference(steps: int, replicas: int, lr: float) -> tuple[list[float], dict[s
 
 
 def train(
-    steps: int, lr: float, strategy: str = ""
+    epochs: int, steps: int, lr: float, strategy: str = ""
 ) -> tuple[list[float], dict[str, np.ndarray], float]:
-    """The PopTorch program: ``steps`` optimiser steps, then the test accuracy."""
+    """The PopTorch program: ``epochs`` over the data (at most ``steps`` optimiser steps when
+    ``steps`` is not 0), then the test accuracy."""
     torch.manual_seed(0)
     model = TrainingModelWithLoss(Network())
     ipus = popdist.getNumIpusPerReplica()
@@ -121,31 +135,50 @@ def train(
     loader = poptorch.DataLoader(opts, make_dataset(), batch_size=BATCH, shuffle=False)
     training = poptorch.trainingModel(model, opts, optimizer)
     losses: list[float] = []
-    for x, y in loader:
-        _, loss = training(x, y)
-        losses.extend(loss.tolist())
-        if len(losses) >= steps:
+    for _ in range(epochs):
+        for x, y in loader:
+            _, loss = training(x, y)
+            losses.extend(loss.tolist())
+            if steps and len(losses) >= steps:
+                break
+        if steps and len(losses) >= steps:
             break
     training.detachFromDevice()
     inference = poptorch.inferenceModel(model.model, poptorch.Options())
-    images, labels = make_dataset().tensors
+    images, labels = make_dataset(train=False).tensors
     accuracy = float((inference(images).argmax(1) == labels).float().mean())
-    return losses[:steps], {k: v.detach().numpy() for k, v in model.named_parameters()}, accuracy
+    losses = losses[:steps] if steps else losses
+    return losses, {k: v.detach().numpy() for k, v in model.named_parameters()}, accuracy
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--save")
-    parser.add_argument("--strategy", default="", help="pipelined|sharded (several IPUs)")
-    parser.add_argument("--reference", type=int, default=0, help="plain PyTorch, N replicas")
+    parser = arguments.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--epochs", type=arguments.positive_int, default=2, help="(2)")
+    parser.add_argument(
+        "--steps", type=arguments.int_at_least(0), default=0, help="at most this many (0: all)"
+    )
+    parser.add_argument("--lr", type=arguments.positive_float, default=0.01, help="(0.01)")
+    parser.add_argument("--save", type=arguments.output_file, help="final parameters (.npz)")
+    parser.add_argument(
+        "--strategy",
+        choices=("pipelined", "sharded"),
+        default="",
+        help="run the blocks on several IPUs this way (--ipus-per-replica 2 or 4)",
+    )
+    parser.add_argument(
+        "--reference",
+        type=arguments.int_at_least(0),
+        default=0,
+        help="train in plain PyTorch instead, with N replicas' samples per step",
+    )
     args = parser.parse_args()
     if args.reference:
-        losses, params = reference(args.steps, args.reference, args.lr)
+        per_step = BATCH * ACCUMULATION * args.reference
+        steps = args.steps or args.epochs * (len(make_dataset()) // per_step)
+        losses, params = reference(steps, args.reference, args.lr)
         accuracy = float("nan")
     else:
-        losses, params, accuracy = train(args.steps, args.lr, args.strategy)
+        losses, params, accuracy = train(args.epochs, args.steps, args.lr, args.strategy)
     if args.save and popdist.getInstanceIndex() == 0:
         np.savez(args.save, **params)
     if popdist.getInstanceIndex() == 0:
