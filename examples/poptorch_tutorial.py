@@ -9,7 +9,8 @@ download. Run it under the launcher, one IPU or the tutorial's four:
     poprun-emu --num-replicas 1 --ipus-per-replica 4 examples/poptorch_tutorial.py
     poprun-emu --num-replicas 4 --num-instances 2 examples/poptorch_tutorial.py
 
-It prints one JSON line: the loss of every device iteration and the test accuracy.
+It prints one JSON line: the loss of every optimiser step (one per device iteration), the
+test accuracy, and the wall seconds per step after the first call (which compiles).
 ``--reference N`` trains the same network in plain PyTorch on the CPU instead (same initial
 weights, data order and optimiser, N replicas' worth of samples per step).
 
@@ -21,6 +22,8 @@ References:
 from __future__ import annotations
 
 import json
+import time
+from typing import NamedTuple
 
 import numpy as np
 import popdist
@@ -95,7 +98,22 @@ class TrainingModelWithLoss(torch.nn.Module):
         return output, self.loss(output, labels)
 
 
-def reference(steps: int, replicas: int, lr: float) -> tuple[list[float], dict[str, np.ndarray]]:
+class Run(NamedTuple):
+    """What a training run gives: a loss per optimiser step, the final parameters, the test
+    accuracy, and the wall seconds per step after the first call (which compiles)."""
+
+    losses: list[float]
+    params: dict[str, np.ndarray]
+    accuracy: float
+    seconds_per_step: float
+
+
+def _steady(start: float, steps: int) -> float:
+    """Seconds per step since ``start`` (the end of the first call) over ``steps`` steps."""
+    return (time.perf_counter() - start) / steps if steps > 0 else float("nan")
+
+
+def reference(steps: int, replicas: int, lr: float) -> Run:
     """The same training in plain PyTorch: one step per device iteration's samples."""
     torch.manual_seed(0)
     model = TrainingModelWithLoss(Network())
@@ -104,6 +122,7 @@ def reference(steps: int, replicas: int, lr: float) -> tuple[list[float], dict[s
     per_step = BATCH * ACCUMULATION * replicas
     per_epoch = len(labels) // per_step  # the last incomplete batch dropped, as PopTorch does
     losses = []
+    clock = 0.0
     for step in range(steps):
         start = (step % per_epoch) * per_step
         x, y = (t[start : start + per_step] for t in (images, labels))
@@ -112,12 +131,13 @@ def reference(steps: int, replicas: int, lr: float) -> tuple[list[float], dict[s
         loss.backward()
         optimizer.step()
         losses.append(float(loss))
-    return losses, {k: v.detach().numpy() for k, v in model.named_parameters()}
+        if step == 0:
+            clock = time.perf_counter()
+    params = {k: v.detach().numpy() for k, v in model.named_parameters()}
+    return Run(losses, params, float("nan"), _steady(clock, steps - 1))
 
 
-def train(
-    epochs: int, steps: int, lr: float, strategy: str = ""
-) -> tuple[list[float], dict[str, np.ndarray], float]:
+def train(epochs: int, steps: int, lr: float, strategy: str = "") -> Run:
     """The PopTorch program: ``epochs`` over the data (at most ``steps`` optimiser steps when
     ``steps`` is not 0), then the test accuracy."""
     torch.manual_seed(0)
@@ -135,20 +155,24 @@ def train(
     loader = poptorch.DataLoader(opts, make_dataset(), batch_size=BATCH, shuffle=False)
     training = poptorch.trainingModel(model, opts, optimizer)
     losses: list[float] = []
+    clock, first = 0.0, 0
     for _ in range(epochs):
         for x, y in loader:
             _, loss = training(x, y)
             losses.extend(loss.tolist())
+            if not first:
+                clock, first = time.perf_counter(), len(losses)
             if steps and len(losses) >= steps:
                 break
         if steps and len(losses) >= steps:
             break
+    seconds_per_step = _steady(clock, len(losses) - first)
     training.detachFromDevice()
     inference = poptorch.inferenceModel(model.model, poptorch.Options())
     images, labels = make_dataset(train=False).tensors
     accuracy = float((inference(images).argmax(1) == labels).float().mean())
-    losses = losses[:steps] if steps else losses
-    return losses, {k: v.detach().numpy() for k, v in model.named_parameters()}, accuracy
+    params = {k: v.detach().numpy() for k, v in model.named_parameters()}
+    return Run(losses[:steps] if steps else losses, params, accuracy, seconds_per_step)
 
 
 def main() -> None:
@@ -175,14 +199,14 @@ def main() -> None:
     if args.reference:
         per_step = BATCH * ACCUMULATION * args.reference
         steps = args.steps or args.epochs * (len(make_dataset()) // per_step)
-        losses, params = reference(steps, args.reference, args.lr)
-        accuracy = float("nan")
+        run = reference(steps, args.reference, args.lr)
     else:
-        losses, params, accuracy = train(args.epochs, args.steps, args.lr, args.strategy)
+        run = train(args.epochs, args.steps, args.lr, args.strategy)
     if args.save and popdist.getInstanceIndex() == 0:
-        np.savez(args.save, **params)
+        np.savez(args.save, **run.params)
     if popdist.getInstanceIndex() == 0:
-        print(json.dumps({"losses": losses, "accuracy": accuracy}))
+        line = {"losses": run.losses, "accuracy": run.accuracy}
+        print(json.dumps(line | {"seconds_per_step": run.seconds_per_step}))
 
 
 if __name__ == "__main__":

@@ -111,6 +111,7 @@ class PoplarExecutor:
         self._constants = {k: v for k, v in weights.items() if k not in trainable}
         self._trainer: Any = None
         self._simulated = False
+        self._out_shape: Any = None  # the forward's output structure, found at the first call
         self._forward = jax.jit(lambda w, args: self._fn(w, args))
         self._attached = True
 
@@ -125,13 +126,12 @@ class PoplarExecutor:
         out = self._fn({**params, **self._constants}, micro_batch)
         return out[-1] if isinstance(out, tuple | list) else out
 
-    def _layout(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _layout(self, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
         """The combined batch reshaped ``[device_iterations, accumulation, replicas, micro]``."""
         opts = self._mode_fields
         d, ga, r = opts.device_iterations, opts.gradient_accumulation, opts.replication_factor
         if not self.training:
             ga = 1
-        arrays = tuple(_to_jax_array(a) for a in args)
         size = arrays[0].shape[0]
         per_call = d * ga * r
         if size % per_call or any(a.shape[0] != size for a in arrays):
@@ -169,7 +169,8 @@ class PoplarExecutor:
         if not self.training:
             out = self._forward(self._weights(), tuple(_to_jax_array(a) for a in args))
             return _to_torch(out)
-        batch = self._layout(args)
+        arrays = tuple(_to_jax_array(a) for a in args)
+        batch = self._layout(arrays)
         trainer = self._make_trainer(batch)
         if trainer.offline:
             self._simulate(batch)
@@ -182,15 +183,21 @@ class PoplarExecutor:
                 )
             raise SystemExit(0)
         self._user_model.train(True)
-        # A host copy: the step donates (reuses) the parameter buffers.
-        before = {**jax.tree.map(np.array, trainer.params), **self._constants}
+        if self._out_shape is None:
+            weights = {**trainer.params, **self._constants}
+            self._out_shape = jax.eval_shape(self._fn, weights, tuple(a[0, 0, 0] for a in batch))
+        out_shape = self._out_shape
+        only_loss = not isinstance(out_shape, tuple | list) or len(out_shape) == 1
+        # A host copy for the outputs: the step donates (reuses) the parameter buffers.
+        before = (
+            None if only_loss else {**jax.tree.map(np.array, trainer.params), **self._constants}
+        )
         losses = trainer.step(batch)
         self.copyWeightsToHost()
         loss = torch.tensor(np.asarray(losses, dtype=np.float32))
-        out_shape = jax.eval_shape(self._fn, before, tuple(a[0, 0, 0] for a in batch))
-        if not isinstance(out_shape, tuple | list) or len(out_shape) == 1:
+        if before is None:
             return loss
-        outputs = list(_to_torch(self._forward(before, tuple(_to_jax_array(a) for a in args))))
+        outputs = list(_to_torch(self._forward(before, arrays)))
         if mode != "all":
             size = outputs[0].shape[0] // self._mode_fields.device_iterations
             outputs = [o[-size:] if o.ndim else o for o in outputs]
@@ -241,7 +248,7 @@ class PoplarExecutor:
     def compile(self, *args: Any) -> None:
         """Compiles the step for this combined batch's shapes without running it."""
         if self.training:
-            batch = self._layout(args)
+            batch = self._layout(tuple(_to_jax_array(a) for a in args))
             trainer = self._make_trainer(batch)
             if trainer.offline:
                 self._simulate(batch)
