@@ -20,16 +20,21 @@ pytest.importorskip("torchax", reason="torchax is not installed (pip install -e 
 PROGRAM = Path(__file__).parents[3] / "examples" / "poptorch_tutorial.py"
 
 
+def _run(script: str, *words: str) -> subprocess.CompletedProcess:
+    """Runs the console ``script`` installed beside this Python (its bin first on PATH)."""
+    bin_dir = Path(sys.executable).parent
+    path = shutil.which(script, path=str(bin_dir))
+    assert path is not None, f"{script} is not installed beside this Python"
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([path, *words], capture_output=True, text=True, env=env, timeout=600)
+
+
 def test_offline_run_reports_the_pipeline_memory_per_ipu_and_throughput(tmp_path: Path) -> None:
-    launcher = shutil.which("poprun-emu", path=str(Path(sys.executable).parent))
-    assert launcher is not None, "poprun-emu is not installed beside this Python"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    command = [
-        launcher, "--offline-mode", "--num-replicas", "2", "--num-instances", "2",
+    out = _run(
+        "poprun-emu", "--offline-mode", "--num-replicas", "2", "--num-instances", "2",
         "--ipus-per-replica", "4", "--report-dir", str(tmp_path / "report"),
         str(PROGRAM), "--steps", "4", "--strategy", "pipelined",
-    ]  # fmt: skip
-    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     # The program ends at its first training call: no losses are made up, none printed.
     assert "nothing runs on an offline target" in out.stderr
@@ -46,14 +51,10 @@ def test_offline_run_reports_the_pipeline_memory_per_ipu_and_throughput(tmp_path
 
 
 def test_scaling_sweeps_a_poptorch_program(tmp_path: Path) -> None:
-    sweeper = shutil.which("poprun-emu-scaling", path=str(Path(sys.executable).parent))
-    assert sweeper is not None, "poprun-emu-scaling is not installed beside this Python"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    command = [
-        sweeper, "--num-replicas", "1,2,4", "--ipus-per-replica", "4", "--out",
+    out = _run(
+        "poprun-emu-scaling", "--num-replicas", "1,2,4", "--ipus-per-replica", "4", "--out",
         str(tmp_path / "out"), str(PROGRAM), "--strategy", "pipelined",
-    ]  # fmt: skip
-    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
     doc = json.loads((tmp_path / "out" / "scaling.json").read_text())
     rows = doc["series"][0]["rows"]
