@@ -25,6 +25,7 @@ from launch._mpi import Flavour, adapt_mpi_args, find_mpiexec, mpi_flavour, mpie
 from launch._options import OPTIONS, LaunchOptions, parse_command_line
 from launch._placement import find_libmpi, hosts_argument, offline_capacity
 from launch._preflight import (
+    check_exec_size,
     check_memory,
     check_output_dir,
     collective_timeout,
@@ -272,6 +273,7 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
                 exported = {k: v for k, v in env.items() if os.environ.get(k) != v}
                 _log(f"instance {i} exports: {' '.join(f'{k}={v}' for k, v in exported.items())}")
         env = {**os.environ, ENV_BOOTSTRAP: config.to_json()}
+        check_exec_size(command, env)  # refused here, not as a traceback from exec
         return run_job(command, env=env, job_dir=job_dir, instances=instances)
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)

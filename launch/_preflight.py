@@ -17,6 +17,7 @@ import math
 import os
 
 from launch._errors import UsageError
+from popdist_emu._files import arg_max
 
 # Peak resident memory of one instance of examples/train.py (JAX on the CPU, optax, the
 # digits data set): 439 MiB measured (getrusage ru_maxrss) on the development machine; a
@@ -130,4 +131,22 @@ def check_memory(num_processes: int, available: int | None = None) -> None:
             f"{INSTANCE_BYTES // 2**20} MiB per instance) but this machine has "
             f"{available / 2**30:.1f} GiB: use fewer instances, or --offline-mode to compile "
             f"without running."
+        )
+
+
+def check_exec_size(command: list[str], env: dict[str, str]) -> None:
+    """Refuses a job whose command and environment the kernel would not exec (E2BIG).
+
+    Linux bounds each word at ``MAX_ARG_STRLEN`` (32 pages) and all of them together at
+    ``ARG_MAX``; the job's configuration (``-x`` exports included) travels in one variable.
+    """
+    words = [*command, *(f"{k}={v}" for k, v in env.items())]
+    longest = max(len(w.encode()) for w in words)
+    total = sum(len(w.encode()) + 1 + 8 for w in words)  # the word, its NUL and its pointer
+    per_word = 32 * os.sysconf("SC_PAGE_SIZE")
+    if longest >= per_word or total > arg_max():
+        raise UsageError(
+            f"the job's environment (-x exports included) needs {total} bytes, one word "
+            f"{longest}; the kernel execs at most {arg_max()} in all and {per_word - 1} per "
+            f"word: export fewer or shorter variables with -x."
         )

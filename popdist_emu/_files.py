@@ -91,3 +91,32 @@ def write_atomically(path: str | os.PathLike, data: bytes | str) -> None:
     """Writes ``data`` (bytes, or text as UTF-8) to ``path`` through :func:`atomic_write`."""
     with atomic_write(path, "w" if isinstance(data, str) else "wb") as f:
         f.write(data)
+
+
+class FileTooLargeError(ValueError):
+    """A file read through :func:`read_bounded` holds more than its bound."""
+
+
+def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
+    """``path``'s content, read without ever holding more than ``limit`` + 1 bytes.
+
+    A device (``/dev/zero``, ``/dev/urandom``) or a file of any size is refused after
+    ``limit`` + 1 bytes, so a wrong path cannot make the reader's memory grow without bound.
+
+    Raises:
+        OSError: the file cannot be opened or read.
+        FileTooLargeError: it holds more than ``limit`` bytes.
+    """
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise FileTooLargeError(f"holds more than {limit} bytes")
+    return data
+
+
+def arg_max() -> int:
+    """The kernel's limit on a command line plus its environment, in bytes (``ARG_MAX``)."""
+    try:
+        return int(os.sysconf("SC_ARG_MAX"))
+    except (ValueError, OSError):
+        return 131072  # POSIX's minimum for ARG_MAX is 4096; Linux's historic value
