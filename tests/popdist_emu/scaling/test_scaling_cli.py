@@ -53,9 +53,21 @@ def run(cwd, name, *words, timeout=300):
         (["--num-replicas", "16", "--out", "o", "missing.py"], "missing.py"),
         (["--num-replicas", "16", "--compare", "", "--out", "o", TRAIN], "--compare"),
         (["--num-replicas", "16", "--compare", "'--x", "--out", "o", TRAIN], "quotation"),
+        (["--num-replicas", "1_6", "--out", "o", TRAIN], "--num-replicas '1_6'"),
+        (["--num-replicas", "\uff11\uff16", "--out", "o", TRAIN], "--num-replicas"),
+        (["--num-replicas", "16", "--ipus-per-replica", "\u0664", "--out", "o", TRAIN], "ASCII"),
+        (["--num-replicas", "16", "--timeout", "nan", "--out", "o", TRAIN], "finite"),
+        (["--num-replicas", "16", "--timeout", "inf", "--out", "o", TRAIN], "finite"),
+        (["--num-replicas", "16", "--published", "/dev/urandom", "--out", "o", TRAIN], "holds"),
+        (["--num-replicas", "16", "--published", "/dev/zero", "--out", "o", TRAIN], "holds"),
+        (["--num-replicas", "16", "--published", "bin.csv", "--out", "o", TRAIN], "UTF-8"),
+        (["--num-replicas", "16", "--out", "file/o", TRAIN], "which is a file"),
+        (["--num-replicas", "16", "--out", "file", TRAIN], "is a file"),
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(tmp_path, words, needle):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "bin.csv").write_bytes(b"replicas,throughput,label\n\xff\xfe,1,x\n")
     result = run(tmp_path, "poprun-emu-scaling", *words, timeout=60)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
