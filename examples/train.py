@@ -48,6 +48,7 @@ from popdist_emu.arguments import (
     positive_float,
     positive_int,
     proportion,
+    refuse_batch_unless_it_fits,
     seed,
 )
 
@@ -299,6 +300,13 @@ def main(argv: list[str] | None = None) -> dict:
         execution_strategy=strategy,
         recomputation=args.recompute,
         available_memory_proportion=amp,
+    )
+    # Refused before any compile: a call's batch (x calls in flight) this host cannot hold.
+    refuse_batch_unless_it_fits(
+        "train.py",
+        f"--gradient-accumulation {args.gradient_accumulation}",
+        batch_shapes(options, args.micro_batch_size),
+        args.prefetch_depth,
     )
     try:
         trainer = popdist.Trainer(

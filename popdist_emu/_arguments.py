@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
@@ -26,10 +28,37 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def _integer(text: str) -> int:
+    # ASCII digits only: int() also reads 1_6 (16), full-width and other scripts' digits.
+    if not re.fullmatch(r"-?[0-9]{1,30}", text):
+        shown = repr(text if len(text) <= 40 else text[:37] + "...")
+        raise argparse.ArgumentTypeError(f"{shown} is not a whole number in ASCII digits")
+    return int(text)
+
+
+def available_host_memory() -> int:
+    """Bytes this machine can still give a process: ``MemAvailable`` (``proc(5)``)."""
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def refuse_unless_it_fits(prog: str, what: str, need: int, have: int, where: str, fix: str) -> None:
+    """Ends the program with one line and exit code 2 when ``need`` bytes exceed ``have``.
+
+    For sizes that cannot be compiled or fed (a batch larger than the host's memory, a
+    tensor larger than an IPU's), refused before any compile instead of an abort in XLA.
+    """
+    if need > have:
+        sys.stderr.write(
+            f"{prog}: error: {what} needs {need:,} bytes, more than the {have:,} bytes of "
+            f"{where}: {fix}\n"
+        )
+        raise SystemExit(2)
 
 
 def int_at_least(low: int) -> Callable[[str], int]:
@@ -138,3 +167,20 @@ def output_directory(text: str) -> str:
     else:
         _writable_directory(os.path.dirname(full), text)
     return text
+
+
+def refuse_batch_unless_it_fits(
+    prog: str, what: str, shapes: Sequence, prefetch_depth: int
+) -> None:
+    """Ends the program (one line, exit 2) when one call's batch (``shapes``, objects with
+    ``shape`` and ``dtype``) times the calls in flight (``prefetch_depth`` besides the one
+    computed) exceeds the memory this host has available."""
+    call = sum(math.prod(s.shape) * s.dtype.itemsize for s in shapes)
+    refuse_unless_it_fits(
+        prog,
+        f"{what} (one call's batch x {prefetch_depth + 1} in flight)",
+        call * (prefetch_depth + 1),
+        available_host_memory(),
+        "memory this host has available",
+        "lower --gradient-accumulation, --micro-batch-size or --device-iterations.",
+    )
