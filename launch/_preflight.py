@@ -17,7 +17,7 @@ import math
 import os
 
 from launch._errors import UsageError
-from popdist_emu._files import arg_max
+from popdist_emu._files import arg_max, output_problem
 
 # Peak resident memory of one instance of examples/train.py (JAX on the CPU, optax, the
 # digits data set): 439 MiB measured (getrusage ru_maxrss) on the development machine; a
@@ -71,29 +71,22 @@ def compute_device_exports(device: str) -> tuple[tuple[str, str], ...]:
 
 
 def check_output_dir(flag: str, path: str) -> None:
-    """``path`` can hold output: an existing writable directory, or a path whose nearest
-    existing ancestor is a writable directory (the program creates the rest).
+    """``path`` can safely hold output (popdist_emu._files.output_problem): not a symlink, in
+    a directory of this user (or root) that is not world-writable and takes a new file.
 
     Raises:
-        UsageError: a file where a directory is needed, or a directory not writable.
+        UsageError: a file where a directory is needed, a symlink, an unsafe directory or
+            one where nothing can be created (tried, so that root is refused under /proc).
     """
     if not path:
         return
     full = os.path.abspath(path)
-    if os.path.exists(full) and not os.path.isdir(full):
+    if os.path.isfile(full) and not os.path.islink(full):
         raise UsageError(f"{flag} {path!r} is a file, not a directory: give a directory path.")
-    existing = full
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
+    problem = output_problem(path, directory=True)
+    if problem:
         raise UsageError(
-            f"{flag} {path!r}: {existing!r} is a file, not a directory: give a path under a "
-            f"directory."
-        )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(
-            f"{flag} {path!r}: directory {existing!r} is not writable: pick a directory you "
-            f"can write to."
+            f"{flag} {path!r}: {problem}: pick a directory of your own that you can write to."
         )
 
 

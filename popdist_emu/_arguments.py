@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+from popdist_emu._files import output_problem
+
 # Seeds reach jax.random.PRNGKey (a 64-bit integer) and numpy's SeedSequence (non-negative).
 MAX_SEED = 2**63 - 1
 
@@ -141,9 +143,15 @@ def _writable_directory(directory: str, text: str) -> None:
             f"{text!r}: directory {directory!r} does not exist: create it first or pick "
             f"another path"
         )
-    if not os.access(directory, os.W_OK | os.X_OK):
+
+
+def _safe(text: str, directory: bool) -> None:
+    """Refuses a symlink, an unsafe directory, or one where nothing can be created (tried,
+    so root is refused under /proc), as popdist_emu._files.output_problem finds."""
+    problem = output_problem(text, directory)
+    if problem:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: directory {directory!r} is not writable: pick a directory you can write to"
+            f"{text!r}: {problem}: pick a path in a directory of your own that you can write"
         )
 
 
@@ -152,6 +160,7 @@ def output_file(text: str) -> str:
     if not text or text.endswith(os.sep) or os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text!r} is a directory: give a file path")
     _writable_directory(os.path.dirname(os.path.abspath(text)), text)
+    _safe(text, directory=False)
     return text
 
 
@@ -166,6 +175,7 @@ def output_directory(text: str) -> str:
         _writable_directory(full, text)
     else:
         _writable_directory(os.path.dirname(full), text)
+    _safe(text, directory=True)
     return text
 
 

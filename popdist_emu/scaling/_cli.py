@@ -37,7 +37,12 @@ from typing import Any
 from tqdm import tqdm
 
 import hardware
-from popdist_emu._files import FileTooLargeError, read_bounded
+from popdist_emu._files import (
+    FileTooLargeError,
+    make_directories,
+    output_problem,
+    read_bounded,
+)
 from popdist_emu.scaling import _run
 from popdist_emu.scaling._config import PublishedPoint, Series, SeriesRun, SweepConfig
 from popdist_emu.scaling._table import analyse_series, series_rows
@@ -82,13 +87,17 @@ MAX_PUBLISHED_BYTES = 256 * (2 + max(s.num_ipus for s in hardware.SYSTEMS.values
 
 
 def check_out(out: str) -> None:
-    """Refuses an ``--out`` that cannot become a directory (a file, or a path under one)."""
+    """Refuses an ``--out`` that cannot safely become a directory: a file or a path under
+    one, a symlink, an unsafe directory or one where nothing can be created (tried)."""
     path = os.path.abspath(out)
     while not os.path.lexists(path):
         path = os.path.dirname(path)
     if not os.path.isdir(path):
         where = "is" if path == os.path.abspath(out) else f"is under {path!r}, which is"
         raise UsageError(f"--out {out!r} {where} a file: name a directory.")
+    problem = output_problem(out, directory=True)
+    if problem:
+        raise UsageError(f"--out {out!r}: {problem}: name a directory of your own.")
 
 
 def _series_parser() -> _Parser:
@@ -295,6 +304,11 @@ def parse(argv: Sequence[str]) -> SweepConfig:
         sub, extra = _series_parser().parse_known_args(words)
         compared = _series(sub, dataclasses.replace(first, label=text), replicas)
         series.append(dataclasses.replace(compared, program_args=(*ns.args, *extra)))
+    for path in [os.path.join(ns.out, "logs")] + [
+        os.path.join(ns.out, "logs", f"series-{i}.log") for i in range(len(series))
+    ]:
+        if os.path.islink(path):
+            raise UsageError(f"--out {ns.out!r}: {path!r} is a symbolic link: remove it.")
     if len({s.label for s in series}) != len(series):
         raise UsageError("two series have the same label: give --label in --compare.")
     return SweepConfig(
@@ -319,7 +333,7 @@ def _model_parameters(run: SeriesRun) -> Any:
 def sweep(config: SweepConfig, argv: Sequence[str]) -> tuple[dict[str, Any], int]:
     """Runs every series and analyses it; returns the report's document and the exit code."""
     out = config.out
-    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    make_directories(os.path.join(out, "logs"), base=out)  # no symlinks on the way
     start = time.perf_counter()
     results: list[dict[str, Any]] = []
     parameters = None

@@ -195,3 +195,27 @@ def test_pipelined_sweep_has_a_bubble_phase_and_equals_a_single_run(tmp_path):
     summary = json.loads((tmp_path / "single" / "summary.json").read_text())
     summary.pop("model_parameters")
     assert rows[1]["summary"] == summary
+
+
+def test_out_is_never_a_symlink_nor_in_a_directory_others_can_write(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    for out, needle in (("link", "is a symbolic link"), ("shared/o", "is world-writable")):
+        result = run(tmp_path, "poprun-emu-scaling", "--num-replicas", "16", "--out", out, TRAIN)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and needle in result.stderr, result.stderr
+    assert list(target.iterdir()) == [] and list(shared.iterdir()) == []
+
+
+def test_series_logs_are_never_written_through_a_symlink(tmp_path):
+    (tmp_path / "o" / "logs").mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (tmp_path / "o" / "logs" / "series-0.log").symlink_to(victim)
+    result = run(tmp_path, "poprun-emu-scaling", "--num-replicas", "16", "--out", "o", TRAIN)
+    assert result.returncode == 2 and "series-0.log' is a symbolic link" in result.stderr
+    assert victim.read_text() == "keep\n"
