@@ -181,7 +181,8 @@ def save_params(path: str, arrays: dict[str, np.ndarray]) -> None:
 
 
 # What the data stream and the step depend on: a resumed run must use the same values.
-_RESUME_KEYS = ("seed", "micro_batch_size", "gradient_accumulation", "device_iterations")
+_RESUME_KEYS: tuple[str, ...] = ("seed", "micro_batch_size", "gradient_accumulation")
+_RESUME_KEYS += ("device_iterations", "learning_rate")  # and the optimiser's learning rate
 
 
 def check_resumable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -318,6 +319,12 @@ def main(argv: list[str] | None = None) -> dict:
     except (NotImplementedError, popdist.PipelineError) as err:
         print(f"train.py: {err}", file=sys.stderr)
         raise SystemExit(2) from None
+    if args.resume and not trainer.offline:
+        try:  # the checkpoint's shapes against the trainer's, before anything compiles
+            popdist.check_checkpoint(args.checkpoint_dir, trainer)
+        except popdist.CheckpointError as err:
+            print(f"train.py: error: --resume: {err}", file=sys.stderr)
+            raise SystemExit(2) from None
     report = {
         "replicas": options.num_total_replicas,
         "instances": options.num_instances,

@@ -23,6 +23,7 @@ References:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections.abc import Mapping
@@ -102,6 +103,99 @@ def full_opt_state(trainer: Trainer) -> Any:
     return state.treedef.unflatten(leaves)
 
 
+def _layout(leaves: list[Any]) -> list[list[Any]]:
+    """``[[dtype, shape], ...]`` of arrays or shape structs, in leaf order."""
+    return [[np.dtype(x.dtype).str, list(x.shape)] for x in leaves]
+
+
+def _checksum(arrays: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> str:
+    """SHA-256 of every array (name, dtype, shape, bytes) and of the metadata but the sum."""
+    digest = hashlib.sha256()
+    for key in sorted(k for k in arrays if k != _META):
+        x = np.ascontiguousarray(arrays[key])
+        digest.update(f"{key}:{x.dtype.str}:{list(x.shape)}:".encode())
+        digest.update(x.tobytes())
+    rest = {k: v for k, v in info.items() if k != "checksum"}
+    digest.update(json.dumps(rest, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _public(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata without the checkpoint's own records (its checksum and layout)."""
+    return {k: v for k, v in info.items() if k not in ("checksum", "layout")}
+
+
+def _damaged(path: str, why: str) -> CheckpointError:
+    return CheckpointError(
+        f"{path} is damaged ({why}): resume from an intact copy, or start again without --resume."
+    )
+
+
+def load_checkpoint(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict]:
+    """The checkpoint's metadata and arrays, verified whole before anything uses them.
+
+    Raises:
+        CheckpointError: no checkpoint; a truncated or corrupted file (its checksum, or the
+            archive itself); non-finite values (a run that diverged).
+    """
+    path = checkpoint_path(directory)
+    if not os.path.isfile(path):
+        raise CheckpointError(
+            f"no checkpoint at {path!r}: run with --checkpoint-dir {directory} first, or drop "
+            f"--resume."
+        )
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            arrays = {k: saved[k] for k in saved.files}
+        info = json.loads(arrays.pop(_META).tobytes().decode())
+    except Exception as error:  # whatever a damaged archive raises (BadZipFile,
+        # EOFError, KeyError, zlib.error, NotImplementedError for a flipped method byte...)
+        reason = str(error).splitlines()[0][:120] if str(error) else ""
+        raise _damaged(path, f"{type(error).__name__}: {reason}") from None
+    if not isinstance(info, dict) or "checksum" not in info:
+        raise _damaged(path, "it carries no checksum")
+    if _checksum(arrays, info) != info["checksum"]:
+        raise _damaged(path, "its checksum does not match its content")
+    for key in sorted(arrays):
+        x = arrays[key]
+        if x.dtype.kind in "fc" and not np.isfinite(x).all():
+            raise CheckpointError(
+                f"{path}: {key} holds non-finite values (NaN or inf), so the run that wrote "
+                f"it had diverged: resume from an earlier checkpoint, or start again."
+            )
+    return info, arrays
+
+
+def check_fits(directory: str | os.PathLike[str], trainer: Trainer) -> dict[str, Any]:
+    """Refuses, before any compile, a checkpoint whose shapes the trainer does not have.
+
+    Returns:
+        The checkpoint's metadata.
+
+    Raises:
+        CheckpointError: as :func:`load_checkpoint`, or another parameter or optimiser-state
+            layout (another model size or optimiser) than the trainer's.
+    """
+    info, _ = load_checkpoint(directory)
+    params_like, opt_like = _trainer_leaves(trainer)
+    path = checkpoint_path(directory)
+    for name, like in (("params", params_like), ("opt_state", opt_like)):
+        saved, have = info["layout"][name], _layout(like)
+        if saved != have:
+            first = next(
+                (i for i, (a, b) in enumerate(zip(saved, have, strict=False)) if a != b),
+                min(len(saved), len(have)),
+            )
+            raise CheckpointError(
+                f"{path}: {name} differ from the trainer's ({len(saved)} arrays, not "
+                f"{len(have)}; first difference at array {first}: "
+                f"{saved[first] if first < len(saved) else None} vs "
+                f"{have[first] if first < len(have) else None}): resume with the model and "
+                f"optimiser that wrote the checkpoint."
+            )
+    return _public(info)
+
+
 def save_checkpoint(
     directory: str | os.PathLike[str], trainer: Trainer, meta: Mapping[str, Any] | None = None
 ) -> str | None:
@@ -123,6 +217,10 @@ def save_checkpoint(
     arrays = {f"params/{i:05d}": x for i, x in enumerate(params)}
     arrays |= {f"opt_state/{i:05d}": np.asarray(x) for i, x in enumerate(opt)}
     info = {"step": trainer.steps_done, **dict(meta or {})}
+    # What shapes the checkpoint (checked before any compile on resume), and a checksum of
+    # all of it: a damaged file is refused rather than resumed.
+    info["layout"] = {"params": _layout(params), "opt_state": _layout(opt)}
+    info["checksum"] = _checksum(arrays, info)
     arrays[_META] = np.frombuffer(json.dumps(info).encode(), np.uint8)
     os.makedirs(directory, exist_ok=True)
     path = checkpoint_path(directory)
@@ -135,18 +233,11 @@ def save_checkpoint(
 
 def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The metadata of the checkpoint in ``directory`` (``step`` and the caller's)."""
-    path = checkpoint_path(directory)
-    if not os.path.isfile(path):
-        raise CheckpointError(
-            f"no checkpoint at {path!r}: run with --checkpoint-dir {directory} first, or drop "
-            f"--resume."
-        )
-    with np.load(path) as saved:
-        return json.loads(saved[_META].tobytes().decode())
+    return _public(load_checkpoint(directory)[0])
 
 
 def _restore_leaves(saved: Any, prefix: str, like: list[Any], path: str) -> list[np.ndarray]:
-    keys = sorted(k for k in saved.files if k.startswith(prefix + "/"))
+    keys = sorted(k for k in saved if k.startswith(prefix + "/"))
     if len(keys) != len(like):
         raise CheckpointError(
             f"{path}: {len(keys)} {prefix} arrays, the trainer has {len(like)}: resume with the "
@@ -164,6 +255,23 @@ def _restore_leaves(saved: Any, prefix: str, like: list[Any], path: str) -> list
     return out
 
 
+def _trainer_leaves(trainer: Trainer) -> tuple[list[Any], list[Any]]:
+    """The trainer's parameter and full optimiser-state leaves (arrays or shape structs)."""
+    state = _live_state(trainer, "checkpoint")
+    current = state.opt_state
+    opt_like: list[Any]
+    if isinstance(current, StreamingState):
+        opt_like = list(current.leaves)
+    elif isinstance(current, ShardedOptState):
+        opt_like = [
+            jax.ShapeDtypeStruct(s, x.dtype)
+            for s, x in zip(current.shapes, current.shards[0], strict=True)
+        ]
+    else:
+        opt_like = jax.tree_util.tree_leaves(current)
+    return jax.tree_util.tree_leaves(state.params), opt_like
+
+
 def restore_checkpoint(directory: str | os.PathLike[str], trainer: Trainer) -> dict[str, Any]:
     """Loads ``directory/checkpoint.npz`` into ``trainer`` (every instance reads it).
 
@@ -173,26 +281,19 @@ def restore_checkpoint(directory: str | os.PathLike[str], trainer: Trainer) -> d
     Returns:
         The checkpoint's metadata (``step`` and what the writer stored).
     """
-    meta = read_meta(directory)
+    meta, saved = load_checkpoint(directory)
     path = checkpoint_path(directory)
     state = _live_state(trainer, "restore_checkpoint")
-    params_like, params_def = jax.tree_util.tree_flatten(state.params)
+    params_def = jax.tree_util.tree_structure(state.params)
     current = state.opt_state
-    opt_like: list[Any]
-    if isinstance(current, StreamingState):
-        opt_def = current.treedef
-        opt_like = list(current.leaves)
-    elif isinstance(current, ShardedOptState):
-        opt_def = current.treedef
-        opt_like = [
-            jax.ShapeDtypeStruct(s, x.dtype)
-            for s, x in zip(current.shapes, current.shards[0], strict=True)
-        ]
-    else:
-        opt_like, opt_def = jax.tree_util.tree_flatten(current)
-    with np.load(path) as saved:
-        params = _restore_leaves(saved, "params", params_like, path)
-        opt = _restore_leaves(saved, "opt_state", opt_like, path)
+    params_like, opt_like = _trainer_leaves(trainer)
+    opt_def = (
+        current.treedef
+        if isinstance(current, StreamingState | ShardedOptState)
+        else jax.tree_util.tree_structure(current)
+    )
+    params = _restore_leaves(saved, "params", params_like, path)
+    opt = _restore_leaves(saved, "opt_state", opt_like, path)
     full = jax.tree_util.tree_unflatten(opt_def, opt)
     opt_state: Any
     if isinstance(current, StreamingState):
@@ -213,4 +314,4 @@ def restore_checkpoint(directory: str | os.PathLike[str], trainer: Trainer) -> d
     )
     trainer.state = TrainState(params_tree, opt_state)
     trainer.steps_done = int(meta["step"])
-    return meta
+    return _public(meta)

@@ -175,3 +175,23 @@ def test_bert_checks_pass_the_mlperf_configuration(monkeypatch):
         num_total_replicas = 4
 
     bert.check_sizes(args, Options(), 4, offline=True)  # returns: nothing refused
+
+
+def test_train_resume_refuses_damage_and_another_learning_rate_before_compile(tmp_path):
+    ckpt = tmp_path / "ck"
+    train = EXAMPLES / "train.py"
+    done = subprocess.run(
+        [sys.executable, str(train), "--steps", "2", "--checkpoint-dir", str(ckpt)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert done.returncode == 0, done.stderr
+    resume = (train, "--steps", "4", "--checkpoint-dir", ckpt, "--resume")
+    line = _refused_before_compile(*resume, "--learning-rate", "0.5")
+    assert "written with --learning-rate" in line and "not 0.5" in line
+    path = ckpt / "checkpoint.npz"
+    path.write_bytes(path.read_bytes()[:-100])
+    line = _refused_before_compile(*resume)
+    assert "checkpoint.npz is damaged" in line
