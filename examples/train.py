@@ -309,22 +309,21 @@ def main(argv: list[str] | None = None) -> dict:
         batch_shapes(options, args.micro_batch_size),
         args.prefetch_depth,
     )
-    try:
+    ckpt = args.checkpoint_dir if not popdist.is_offline_mode() else ""
+    try:  # the checkpoint directory claimed (one job per directory) before any compile
+        if ckpt:
+            popdist.claim_checkpoint_dir(ckpt)
         trainer = popdist.Trainer(
             loss_fn if strategy is None else BLOCK_MODEL,
             optax.adamw(args.learning_rate),
             init_params(args.seed),
             options,
         )
-    except (NotImplementedError, popdist.PipelineError) as err:
+        if ckpt and args.resume:  # its shapes against the trainer's, before the step compiles
+            popdist.check_checkpoint(ckpt, trainer)
+    except (NotImplementedError, popdist.PipelineError, popdist.CheckpointError) as err:
         print(f"train.py: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    if args.resume and not trainer.offline:
-        try:  # the checkpoint's shapes against the trainer's, before anything compiles
-            popdist.check_checkpoint(args.checkpoint_dir, trainer)
-        except popdist.CheckpointError as err:
-            print(f"train.py: error: --resume: {err}", file=sys.stderr)
-            raise SystemExit(2) from None
     report = {
         "replicas": options.num_total_replicas,
         "instances": options.num_instances,

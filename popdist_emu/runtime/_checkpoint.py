@@ -23,9 +23,13 @@ References:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
+import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -33,13 +37,17 @@ import jax
 import numpy as np
 
 import gcl
-from popdist_emu._files import atomic_write
+from popdist_emu._environment import ENV_JOB_DIR
+from popdist_emu._files import atomic_write, pid_alive, write_atomically
 from popdist_emu.runtime._offload import StreamingState, stream_out
 from popdist_emu.runtime._replica_step import TrainState
 from popdist_emu.runtime._sharded_update import ShardedOptState, shard_state, unshard_state
 from popdist_emu.runtime._trainer import Trainer
 
 CHECKPOINT_FILE = "checkpoint.npz"
+OWNER_FILE = ".checkpoint.owner"  # the job that writes and reads this directory
+_LOCK_FILE = ".checkpoint.lock"  # flock'd while the owner is read or changed
+_claimed: set[str] = set()
 _META = "__meta__"
 
 
@@ -196,6 +204,65 @@ def check_fits(directory: str | os.PathLike[str], trainer: Trainer) -> dict[str,
     return _public(info)
 
 
+def _job() -> dict[str, Any]:
+    """This job: the launcher's job directory (one per poprun-emu run, shared by its
+    instances), else this process; and who holds the claim (host, pid) to tell if it lives."""
+    job = os.environ.get(ENV_JOB_DIR) or f"process {os.getpid()}"
+    return {
+        "job": f"{socket.gethostname()}:{job}",
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+
+
+def claim_directory(directory: str | os.PathLike[str]) -> None:
+    """Makes this job the one job that writes and reads checkpoints in ``directory``.
+
+    Every instance calls it (``popdist_emu.claim_checkpoint_dir``, before compiling;
+    ``save_checkpoint`` and ``restore_checkpoint`` call it too); the first records the job
+    in ``OWNER_FILE`` under an exclusive ``flock``, the job's other instances find their own
+    job there. The record is removed
+    when its writer exits; one left by a process that died is taken over.
+
+    Raises:
+        CheckpointError: another job that is still running holds the directory.
+    """
+    directory = os.path.abspath(os.fspath(directory))
+    if directory in _claimed:
+        return
+    os.makedirs(directory, exist_ok=True)
+    me = _job()
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(os.path.join(directory, _LOCK_FILE), flags, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        owner_path = os.path.join(directory, OWNER_FILE)
+        owner: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError), open(owner_path) as f:
+            owner = json.load(f)
+        if owner and owner.get("job") != me["job"]:
+            alive = owner.get("host") != me["host"] or pid_alive(int(owner.get("pid", 0)))
+            if alive:
+                raise CheckpointError(
+                    f"{directory} is in use by another job ({owner.get('job')}, pid "
+                    f"{owner.get('pid')}): its checkpoints would interleave with this job's; "
+                    f"wait for it to end or give another --checkpoint-dir (remove "
+                    f"{owner_path} only if that job is gone)."
+                )
+        if owner.get("job") != me["job"]:
+            write_atomically(owner_path, json.dumps(me) + "\n")
+            atexit.register(_release, owner_path, me)
+        _claimed.add(directory)
+    finally:
+        os.close(fd)  # the flock goes with it
+
+
+def _release(owner_path: str, me: Mapping[str, Any]) -> None:
+    with contextlib.suppress(OSError, ValueError), open(owner_path) as f:
+        if json.load(f) == dict(me):
+            os.unlink(owner_path)
+
+
 def save_checkpoint(
     directory: str | os.PathLike[str], trainer: Trainer, meta: Mapping[str, Any] | None = None
 ) -> str | None:
@@ -211,6 +278,7 @@ def save_checkpoint(
     opt_state = full_opt_state(trainer)
     if trainer.options.instance_index != 0:
         return None
+    claim_directory(directory)
     state = _live_state(trainer, "save_checkpoint")
     params = [np.array(x) for x in jax.tree_util.tree_leaves(state.params)]
     opt = jax.tree_util.tree_leaves(opt_state)
@@ -281,6 +349,7 @@ def restore_checkpoint(directory: str | os.PathLike[str], trainer: Trainer) -> d
     Returns:
         The checkpoint's metadata (``step`` and what the writer stored).
     """
+    claim_directory(directory)  # no other job writes it while this one reads
     meta, saved = load_checkpoint(directory)
     path = checkpoint_path(directory)
     state = _live_state(trainer, "restore_checkpoint")

@@ -195,3 +195,30 @@ def test_train_resume_refuses_damage_and_another_learning_rate_before_compile(tm
     path.write_bytes(path.read_bytes()[:-100])
     line = _refused_before_compile(*resume)
     assert "checkpoint.npz is damaged" in line
+
+
+@pytest.mark.timeout(300)
+def test_train_refuses_a_checkpoint_directory_another_job_holds(tmp_path):
+    ckpt = tmp_path / "ck"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from popdist_emu.runtime._checkpoint import claim_directory\n"
+            "claim_directory(sys.argv[1]); print('claimed', flush=True); time.sleep(120)\n",
+            str(ckpt),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "POPDIST_EMU_JOB_DIR"},
+    )
+    try:
+        assert holder.stdout.readline() == "claimed\n"
+        train = EXAMPLES / "train.py"
+        line = _refused_before_compile(train, "--steps", "2", "--checkpoint-dir", ckpt)
+        assert "is in use by another job" in line and f"pid {holder.pid}" in line
+        assert not (ckpt / "checkpoint.npz").exists()
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)

@@ -19,8 +19,10 @@ from hypothesis import strategies as st
 from popdist_emu import Options, ReplicaLoader, Trainer
 from popdist_emu.runtime._checkpoint import (
     CHECKPOINT_FILE,
+    OWNER_FILE,
     CheckpointError,
     _checksum,
+    claim_directory,
     load_checkpoint,
     read_meta,
     restore_checkpoint,
@@ -114,7 +116,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch)
     with pytest.raises(OSError, match="No space"):
         save_checkpoint(tmp_path, trainer)
     assert (tmp_path / CHECKPOINT_FILE).read_bytes() == before
-    assert os.listdir(tmp_path) == [CHECKPOINT_FILE]
+    assert sorted(os.listdir(tmp_path)) == sorted([CHECKPOINT_FILE, OWNER_FILE, ".checkpoint.lock"])
     assert read_meta(tmp_path)["step"] == 1
 
 
@@ -239,3 +241,50 @@ def test_another_model_is_refused_before_any_compile(tmp_path):
         check_checkpoint(tmp_path, trainer)
     same, _ = trainer_for("plain")
     assert check_checkpoint(tmp_path, same) == {"step": 1, "seed": 3}
+
+
+HOLDER = (
+    "import sys, time\n"
+    "from popdist_emu.runtime._checkpoint import claim_directory\n"
+    "claim_directory(sys.argv[1])\n"
+    "print('claimed', flush=True)\n"
+    "time.sleep(float(sys.argv[2]))\n"
+)
+
+
+def _holder(directory, seconds):
+    env = {k: v for k, v in os.environ.items() if k != "POPDIST_EMU_JOB_DIR"}
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(directory), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert process.stdout.readline() == "claimed\n"
+    return process
+
+
+@pytest.mark.timeout(120)
+def test_another_running_job_is_refused_and_a_dead_ones_claim_taken_over(tmp_path):
+    other = _holder(tmp_path, 60)
+    try:
+        trainer, options = trainer_for("plain")
+        with pytest.raises(CheckpointError, match=f"in use by another job .*pid {other.pid}"):
+            claim_directory(tmp_path)
+        run(trainer, options, 0, 1)
+        with pytest.raises(CheckpointError, match="in use by another job"):
+            save_checkpoint(tmp_path, trainer)
+        assert not (tmp_path / CHECKPOINT_FILE).exists()
+    finally:
+        other.kill()  # SIGKILL: its record stays, naming a process that is gone
+        other.wait(timeout=30)
+    save_checkpoint(tmp_path, trainer)
+    assert read_meta(tmp_path)["step"] == 1
+    assert json.loads((tmp_path / OWNER_FILE).read_text())["pid"] == os.getpid()
+
+
+@pytest.mark.timeout(120)
+def test_a_job_that_ends_leaves_the_directory_free(tmp_path):
+    done = _holder(tmp_path, 0)
+    assert done.wait(timeout=30) == 0
+    assert not (tmp_path / OWNER_FILE).exists()
