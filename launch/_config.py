@@ -75,9 +75,12 @@ def export_config(path: str, options: list[tuple[str, str, str | None]], overwri
             f"--export-config {path!r}: directory {directory!r} does not exist: create it or "
             f"pick another file."
         )
+    # An option both imported and given keeps the command line's value (the last), so the
+    # file written is one --import-config reads back (it refuses an option given twice).
+    last = {dest: i for i, (dest, _, _) in enumerate(options) if dest not in ACCUMULATING}
     words = []
-    for dest, flag, value in options:
-        if dest in ("import_config", "export_config", "overwrite_config"):
+    for i, (dest, flag, value) in enumerate(options):
+        if dest in ("import_config", "export_config", "overwrite_config") or last.get(dest, i) != i:
             continue
         words.append(flag if value is None else f"{flag}={value}")
     try:

@@ -211,3 +211,13 @@ def test_export_config_into_a_missing_directory_is_refused(tmp_path):
     target = tmp_path / "missing" / "c.json"
     with pytest.raises(UsageError, match=r"directory .*missing' does not exist"):
         parse_command_line([f"--export-config={target}", "t.py"])
+
+
+def test_an_exported_config_of_an_overridden_import_reads_back(tmp_path):
+    first = _config(tmp_path, ["--num-replicas=2", "--num-instances=2", "-v"])
+    second = tmp_path / "second.json"
+    words = [f"--import-config={first}", "--num-replicas=4", "-v", f"--export-config={second}"]
+    parse_command_line([*words, "t.py"])
+    assert json.loads(second.read_text()) == ["--num-instances=2", "-v", "--num-replicas=4", "-v"]
+    again = parse_command_line([f"--import-config={second}", "t.py"])
+    assert (again.num_replicas, again.num_instances, again.verbosity) == (4, 2, 2)
