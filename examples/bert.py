@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 
@@ -224,6 +225,37 @@ def synthetic_data(model: str, seq: int, predictions: int, samples: int, seed: i
     return tokens, segments, mask, positions, labels, weights, nsp
 
 
+def check_sizes(args: argparse.Namespace, options, ipus: int, offline: bool) -> None:
+    """Refuses (exit 2, before any compile) sizes no IPU or host can hold.
+
+    One layer's attention scores for one micro-batch (micro x heads x seq^2) are live at
+    once on the IPU computing that layer, recomputation or not; training for real, the
+    host also holds a call's batch times the calls in flight (--prefetch-depth).
+    """
+    heads, seq, micro = CONFIGS[args.model][2], args.sequence_length, args.micro_batch_size
+    try:
+        system = os.environ.get("POPDIST_EMU_SYSTEM", "")
+        ipu = hardware.select_system(system, options.num_total_replicas * ipus).ipu
+    except hardware.SystemSelectionError:
+        return  # refused with its own message by simulate()
+    arguments.refuse_unless_it_fits(
+        "bert.py",
+        f"--sequence-length {seq} (one layer's attention scores: --micro-batch-size {micro} "
+        f"x {heads} heads x {seq}^2 in {args.precision})",
+        micro * heads * seq * seq * jnp.dtype(DTYPES[args.precision]).itemsize,
+        ipu.in_processor_memory,
+        f"an IPU's In-Processor Memory ({ipu.name})",
+        "lower --sequence-length or --micro-batch-size.",
+    )
+    if not offline:
+        arguments.refuse_batch_unless_it_fits(
+            "bert.py",
+            f"--sequence-length {seq}",
+            batch_shapes(options, micro, seq, args.max_predictions),
+            args.prefetch_depth,
+        )
+
+
 def batch_shapes(options, micro: int, seq: int, predictions: int) -> tuple:
     lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
     i32 = jnp.int32
@@ -322,6 +354,7 @@ def main(argv=None) -> dict:
     )
     dtype, seq = DTYPES[args.precision], args.sequence_length
     offline = popdist.is_offline_mode()
+    check_sizes(args, options, ipus, offline)
     if offline:
         params = _shapes(args.model, seq, dtype)  # shapes only: nothing is allocated
     else:

@@ -205,18 +205,13 @@ def profile(
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    from popdist_emu.arguments import ArgumentParser, output_file, positive_int, seed
+    from popdist_emu.arguments import ArgumentParser, positive_int
 
     # Every value is checked here, before any JAX work: one line and exit code 2 if bad.
     parser = ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=positive_int, default=1)
     parser.add_argument("--micro-batch-size", type=positive_int, default=20)
     parser.add_argument("--gradient-accumulation", type=positive_int, default=1)
     parser.add_argument("--device-iterations", type=positive_int, default=1)
-    parser.add_argument("--seed", type=seed, default=0)
-    parser.add_argument(
-        "--save", type=output_file, default=None, help="unused offline: nothing is trained"
-    )
     parser.add_argument("--precision", choices=("float16", "float32"), default="float16")
     parser.add_argument(
         "--no-recomputation",

@@ -48,6 +48,7 @@ from popdist_emu.arguments import (
     positive_float,
     positive_int,
     proportion,
+    refuse_batch_unless_it_fits,
     seed,
 )
 
@@ -180,7 +181,8 @@ def save_params(path: str, arrays: dict[str, np.ndarray]) -> None:
 
 
 # What the data stream and the step depend on: a resumed run must use the same values.
-_RESUME_KEYS = ("seed", "micro_batch_size", "gradient_accumulation", "device_iterations")
+_RESUME_KEYS: tuple[str, ...] = ("seed", "micro_batch_size", "gradient_accumulation")
+_RESUME_KEYS += ("device_iterations", "learning_rate")  # and the optimiser's learning rate
 
 
 def check_resumable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -300,14 +302,26 @@ def main(argv: list[str] | None = None) -> dict:
         recomputation=args.recompute,
         available_memory_proportion=amp,
     )
-    try:
+    # Refused before any compile: a call's batch (x calls in flight) this host cannot hold.
+    refuse_batch_unless_it_fits(
+        "train.py",
+        f"--gradient-accumulation {args.gradient_accumulation}",
+        batch_shapes(options, args.micro_batch_size),
+        args.prefetch_depth,
+    )
+    ckpt = args.checkpoint_dir if not popdist.is_offline_mode() else ""
+    try:  # the checkpoint directory claimed (one job per directory) before any compile
+        if ckpt:
+            popdist.claim_checkpoint_dir(ckpt)
         trainer = popdist.Trainer(
             loss_fn if strategy is None else BLOCK_MODEL,
             optax.adamw(args.learning_rate),
             init_params(args.seed),
             options,
         )
-    except (NotImplementedError, popdist.PipelineError) as err:
+        if ckpt and args.resume:  # its shapes against the trainer's, before the step compiles
+            popdist.check_checkpoint(ckpt, trainer)
+    except (NotImplementedError, popdist.PipelineError, popdist.CheckpointError) as err:
         print(f"train.py: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     report = {

@@ -167,6 +167,18 @@ def run_instance(program: list[str], config: JobConfig) -> int:
     # stderr always comes through a pipe, for its last lines; stdout when tagged or logged.
     stdout = subprocess.PIPE if tagged or output_dir else None if shown else subprocess.DEVNULL
     stderr = subprocess.PIPE
+    try:  # before the program starts: a log that cannot be opened ends nothing half-way
+        error_log = open_log(output_dir, instance, "stderr") if output_dir else None
+        log = open_log(output_dir, instance, "stdout") if output_dir else None
+    except OSError as error:
+        print(
+            f"[1,{instance}]<stderr>:poprun-emu: --output-filename {output_dir!r}: cannot open "
+            f"{error.filename!r} ({error.strerror}); remove it or pick another directory.",
+            file=sys.stderr,
+            flush=True,
+        )
+        write_atomically(status_path(job_dir, instance), "2\n")
+        return 2
     pmi_fd = os.environ.get("PMI_FD", "")
     try:
         child = subprocess.Popen(
@@ -195,7 +207,6 @@ def run_instance(program: list[str], config: JobConfig) -> int:
 
     tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
     tag = f"[1,{instance}]<stderr>:".encode() if tagged else b""
-    error_log = open_log(output_dir, instance, "stderr") if output_dir else None
     error_pump = threading.Thread(
         target=_pump,
         args=(child.stderr, sys.stderr.buffer if shown else None, tag, tail, error_log),
@@ -204,7 +215,6 @@ def run_instance(program: list[str], config: JobConfig) -> int:
     pumps = [error_pump]
     if tagged or output_dir:
         tag = f"[1,{instance}]<stdout>:".encode() if tagged else b""
-        log = open_log(output_dir, instance, "stdout") if output_dir else None
         sink = sys.stdout.buffer if shown else None
         pumps.append(
             threading.Thread(target=_pump, args=(child.stdout, sink, tag, None, log), daemon=True)

@@ -5,9 +5,10 @@ emulator's counterpart is JAX's persistent compilation cache, so a second identi
 XLA compilation. Without the option the cache lives in a per-user directory,
 ``$XDG_CACHE_HOME/popdist-emu/jax`` (``~/.cache/popdist-emu/jax``), created private (0700).
 
-Loading a compiled executable runs its code, so the cache must be the user's own: a
-world-writable directory owned by someone else (``/tmp`` itself, say) is refused, since anyone
-could plant executables there.
+Loading a compiled executable runs its code, so the cache must be the user's own: a symlink,
+a directory owned by someone else, or one writable by others (``/tmp`` itself, say, even as
+root) is refused, since anyone could plant executables, or symlinks where JAX writes its lock
+files, there (popdist_emu._files.directory_problem, private).
 
 References:
     PopRun/PopDist User Guide, ``--executable-cache-path``; JAX documentation, "Persistent
@@ -23,6 +24,7 @@ import stat
 from collections.abc import Mapping
 
 from launch._errors import UsageError
+from popdist_emu._files import directory_problem, probe_problem
 
 
 def default_cache_dir(environ: Mapping[str, str]) -> str:
@@ -55,10 +57,10 @@ def executable_cache_dir(requested: str | None, environ: Mapping[str, str] | Non
         ) from None
     if not stat.S_ISDIR(info.st_mode):
         raise UsageError(f"{option} {path} is not a directory; pass a directory.")
-    if info.st_mode & stat.S_IWOTH and info.st_uid != os.geteuid():
+    problem = directory_problem(path, private=True) or probe_problem(path)
+    if problem:
         raise UsageError(
-            f"{option} {path} is world-writable and owned by another user (uid "
-            f"{info.st_uid}): anyone could plant compiled code there; pass a directory you "
-            f"own, e.g. {option} ~/.cache/popdist-emu/jax."
+            f"{option} {path} {problem}: compiled code loaded from it runs here; pass a "
+            f"directory only you can write, e.g. {option} ~/.cache/popdist-emu/jax."
         )
     return path

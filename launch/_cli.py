@@ -23,8 +23,10 @@ from launch._errors import UsageError
 from launch._job import instance_environment
 from launch._mpi import Flavour, adapt_mpi_args, find_mpiexec, mpi_flavour, mpiexec_command
 from launch._options import OPTIONS, LaunchOptions, parse_command_line
+from launch._output import log_problem
 from launch._placement import find_libmpi, hosts_argument, offline_capacity
 from launch._preflight import (
+    check_exec_size,
     check_memory,
     check_output_dir,
     collective_timeout,
@@ -118,7 +120,16 @@ def validate(options: LaunchOptions) -> tuple[ReplicaLayout, list[str]]:
             f"an instance index below --num-instances {layout.num_instances}."
         )
     for words in (options.mpi_global_args, options.mpi_local_args):
-        adapt_mpi_args(words, "other", {})  # -x syntax, checked before anything is printed
+        # -x syntax and --output-filename's directory, checked before anything is printed
+        check_output_dir("--output-filename", adapt_mpi_args(words, "other", {}).output_dir)
+    for words in (options.mpi_global_args, options.mpi_local_args):
+        logs = adapt_mpi_args(words, "other", {}).output_dir
+        problem = log_problem(logs, layout.num_instances) if logs else None
+        if problem:
+            raise UsageError(
+                f"--output-filename {logs!r}: {problem}: logs are never written through a "
+                f"symlink; remove it or pick another directory."
+            )
     command = program_command(options.program, python=sys.executable)
     # Fail early: outputs, the timeout, the device and the memory, before anything starts.
     check_output_dir("--report-dir", options.report_dir)
@@ -272,6 +283,7 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
                 exported = {k: v for k, v in env.items() if os.environ.get(k) != v}
                 _log(f"instance {i} exports: {' '.join(f'{k}={v}' for k, v in exported.items())}")
         env = {**os.environ, ENV_BOOTSTRAP: config.to_json()}
+        check_exec_size(command, env)  # refused here, not as a traceback from exec
         return run_job(command, env=env, job_dir=job_dir, instances=instances)
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)

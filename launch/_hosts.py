@@ -10,13 +10,15 @@ import re
 
 from launch._errors import UsageError
 
-_RANGE_ITEM = re.compile(r"^(\d+)(?:-(\d+))?$")
+# ASCII digits (\d also matches other scripts' digits), at most 63: a host name's label is at
+# most 63 characters (RFC 1035, 2.3.4), so a longer number cannot be part of a host name.
+_RANGE_ITEM = re.compile(r"^([0-9]{1,63})(?:-([0-9]{1,63}))?$")
 # More host names than any IPU-POD has hosts (an IPU-POD256 has 64 hosts at most; even one
 # host per replica of 65,536 replicas stays below it).
 MAX_HOSTS = 65536
 
 
-def _short(text: str, limit: int = 60) -> str:
+def short(text: str, limit: int = 60) -> str:
     """``text`` quoted, cut to ``limit`` characters, so an error stays one short line."""
     return repr(text if len(text) <= limit else text[: limit - 3] + "...")
 
@@ -42,7 +44,7 @@ def _expand_item(item: str, text: str, room: int) -> list[str]:
     match = re.fullmatch(r"([^\[\]]*)\[([^\[\]]*)\]([^\[\]]*)", item)
     if match is None:
         raise UsageError(
-            f"--host {_short(text)}: cannot read {_short(item)}; write ranges as "
+            f"--host {short(text)}: cannot read {short(item)}; write ranges as "
             f"prefix[0-2,4] with one pair of brackets per host pattern."
         )
     prefix, body, suffix = match.groups()
@@ -51,18 +53,18 @@ def _expand_item(item: str, text: str, room: int) -> list[str]:
         bounds = _RANGE_ITEM.match(part.strip())
         if bounds is None:
             raise UsageError(
-                f"--host {_short(text)}: range item {_short(part)} is not N or N-M; write "
-                f"ranges such as host[0-2,4]."
+                f"--host {short(text)}: range item {short(part)} is not N or N-M (ASCII digits, "
+                f"at most 63); write ranges such as host[0-2,4]."
             )
         first, last = bounds.group(1), bounds.group(2) or bounds.group(1)
         if int(last) < int(first):
             raise UsageError(
-                f"--host {_short(text)}: range {_short(part)} runs backwards; write it as "
+                f"--host {short(text)}: range {short(part)} runs backwards; write it as "
                 f"{last}-{first}."
             )
         if int(last) - int(first) + 1 > room - len(names):
             raise UsageError(
-                f"--host {_short(text)} names more than {MAX_HOSTS} hosts; give at most one "
+                f"--host {short(text)} names more than {MAX_HOSTS} hosts; give at most one "
                 f"host per instance."
             )
         # Zero-padded bounds (node[01-12]) keep their width, as cluster host lists do.
@@ -89,13 +91,13 @@ def parse_hosts(text: str) -> tuple[str, ...]:
         item = item.strip()
         if not item:
             raise UsageError(
-                f"--host {_short(text)} has an empty host name; separate host names with "
+                f"--host {short(text)} has an empty host name; separate host names with "
                 f"single commas, e.g. -H host0,host1."
             )
         names.extend(_expand_item(item, text, MAX_HOSTS - len(names)))
         if len(names) > MAX_HOSTS:
             raise UsageError(
-                f"--host {_short(text)} names more than {MAX_HOSTS} hosts; give at most one "
+                f"--host {short(text)} names more than {MAX_HOSTS} hosts; give at most one "
                 f"host per instance."
             )
     seen: set[str] = set()
@@ -108,7 +110,7 @@ def parse_hosts(text: str) -> tuple[str, ...]:
         shown = sorted(duplicates)[:5]
         more = f" (and {len(duplicates) - 5} others)" if len(duplicates) > 5 else ""
         raise UsageError(
-            f"--host {_short(text)} names {', '.join(shown)}{more} more than once; list each "
+            f"--host {short(text)} names {', '.join(shown)}{more} more than once; list each "
             f"host once (instances are divided evenly among the hosts)."
         )
     return tuple(names)

@@ -16,12 +16,10 @@ import shlex
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
-from launch._config import export_config, read_config
+from launch._config import export_config, read_config, refuse_repeats
 from launch._errors import UsageError
-from launch._hosts import parse_hosts
-
-_TRUE = ("1", "yes", "true", "on")
-_FALSE = ("0", "no", "false", "off")
+from launch._hosts import parse_hosts, short
+from launch._values import FALSE, TRUE, parse_bool, parse_int
 
 Kind = Literal["int", "str", "bool", "count", "flag", "choice"]
 
@@ -310,27 +308,9 @@ class LaunchOptions:
     program: tuple[str, ...] = ()
 
 
-def parse_bool(flag: str, text: str) -> bool:
-    """Reads PopRun's boolean spellings: yes/no, 1/0, true/false, on/off (any case)."""
-    value = text.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise UsageError(
-        f"{flag}={text!r} is not a yes/no value: write {flag}=yes or {flag}=no "
-        f"(1/0, true/false and on/off also work)."
-    )
-
-
 def _convert(spec: OptionSpec, flag: str, text: str) -> object:
     if spec.kind == "int":
-        try:
-            return int(text)
-        except ValueError:
-            raise UsageError(
-                f"{flag} expects a whole number, got {text!r}: write e.g. {flag} 4."
-            ) from None
+        return parse_int(flag, text)
     if spec.kind == "bool":
         return parse_bool(flag, text)
     if spec.kind == "choice" and text not in spec.choices:
@@ -386,7 +366,7 @@ def split_command_line(argv: Sequence[str]) -> tuple[list[tuple[str, str, str | 
         elif spec.kind == "bool":
             # PopRun writes booleans as --numa-aware=yes, --numa-aware 1 or bare --numa-aware;
             # the next word is a value only when it is a boolean spelling.
-            if not has_value and i + 1 < len(argv) and argv[i + 1].lower() in _TRUE + _FALSE:
+            if not has_value and i + 1 < len(argv) and argv[i + 1].lower() in TRUE + FALSE:
                 value, has_value = argv[i + 1], "="
                 i += 1
             options.append((spec.dest, flag, value if has_value else None))
@@ -401,17 +381,25 @@ def split_command_line(argv: Sequence[str]) -> tuple[list[tuple[str, str, str | 
 def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
     """Parses ``poprun-emu`` arguments (without the command name) into LaunchOptions.
 
-    Only the syntax is checked here; the layout rules are ReplicaLayout's. Options given more
-    than once keep the last value, except ``--mpi-global-args``/``--mpi-local-args``, whose
-    words accumulate (real scripts give ``--mpi-global-args`` once per MPI option).
+    Only the syntax is checked here; the layout rules are ReplicaLayout's. An option given
+    twice on the command line (or twice in a config file) is refused, except ``-v`` and
+    ``--mpi-global-args``/``--mpi-local-args``, whose words accumulate (real scripts give
+    ``--mpi-global-args`` once per MPI option); the command line overrides a config file.
 
     Raises:
         UsageError: an unknown option, a missing or malformed value.
     """
     options, program = split_command_line(argv)
+    refuse_repeats(options, "")
     imported = [text for dest, _, text in options if dest == "import_config"]
     if imported and imported[-1]:
-        config_options, _ = split_command_line([*read_config(imported[-1]), "--"])
+        config_options, rest = split_command_line([*read_config(imported[-1]), "--"])
+        if rest:
+            raise UsageError(
+                f"--import-config {short(imported[-1])}: {short(rest[0])} is not an option, so "
+                f"the words after it would be dropped: write the file with --export-config."
+            )
+        refuse_repeats(config_options, f"--import-config {short(imported[-1])}: ")
         options = config_options + options
     values: dict[str, object] = {"program": tuple(program)}
     counts: dict[str, int] = {}

@@ -17,6 +17,7 @@ import math
 import os
 
 from launch._errors import UsageError
+from popdist_emu._files import arg_max, output_problem
 
 # Peak resident memory of one instance of examples/train.py (JAX on the CPU, optax, the
 # digits data set): 439 MiB measured (getrusage ru_maxrss) on the development machine; a
@@ -70,29 +71,22 @@ def compute_device_exports(device: str) -> tuple[tuple[str, str], ...]:
 
 
 def check_output_dir(flag: str, path: str) -> None:
-    """``path`` can hold output: an existing writable directory, or a path whose nearest
-    existing ancestor is a writable directory (the program creates the rest).
+    """``path`` can safely hold output (popdist_emu._files.output_problem): not a symlink, in
+    a directory of this user (or root) that is not world-writable and takes a new file.
 
     Raises:
-        UsageError: a file where a directory is needed, or a directory not writable.
+        UsageError: a file where a directory is needed, a symlink, an unsafe directory or
+            one where nothing can be created (tried, so that root is refused under /proc).
     """
     if not path:
         return
     full = os.path.abspath(path)
-    if os.path.exists(full) and not os.path.isdir(full):
+    if os.path.isfile(full) and not os.path.islink(full):
         raise UsageError(f"{flag} {path!r} is a file, not a directory: give a directory path.")
-    existing = full
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
-    if not os.path.isdir(existing):
+    problem = output_problem(path, directory=True)
+    if problem:
         raise UsageError(
-            f"{flag} {path!r}: {existing!r} is a file, not a directory: give a path under a "
-            f"directory."
-        )
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(
-            f"{flag} {path!r}: directory {existing!r} is not writable: pick a directory you "
-            f"can write to."
+            f"{flag} {path!r}: {problem}: pick a directory of your own that you can write to."
         )
 
 
@@ -130,4 +124,22 @@ def check_memory(num_processes: int, available: int | None = None) -> None:
             f"{INSTANCE_BYTES // 2**20} MiB per instance) but this machine has "
             f"{available / 2**30:.1f} GiB: use fewer instances, or --offline-mode to compile "
             f"without running."
+        )
+
+
+def check_exec_size(command: list[str], env: dict[str, str]) -> None:
+    """Refuses a job whose command and environment the kernel would not exec (E2BIG).
+
+    Linux bounds each word at ``MAX_ARG_STRLEN`` (32 pages) and all of them together at
+    ``ARG_MAX``; the job's configuration (``-x`` exports included) travels in one variable.
+    """
+    words = [*command, *(f"{k}={v}" for k, v in env.items())]
+    longest = max(len(w.encode()) for w in words)
+    total = sum(len(w.encode()) + 1 + 8 for w in words)  # the word, its NUL and its pointer
+    per_word = 32 * os.sysconf("SC_PAGE_SIZE")
+    if longest >= per_word or total > arg_max():
+        raise UsageError(
+            f"the job's environment (-x exports included) needs {total} bytes, one word "
+            f"{longest}; the kernel execs at most {arg_max()} in all and {per_word - 1} per "
+            f"word: export fewer or shorter variables with -x."
         )

@@ -72,6 +72,8 @@ if TYPE_CHECKING:
     from popdist_emu.runtime import StreamingState as StreamingState
     from popdist_emu.runtime import Trainer as Trainer
     from popdist_emu.runtime import TrainState as TrainState
+    from popdist_emu.runtime import check_checkpoint as check_checkpoint
+    from popdist_emu.runtime import claim_checkpoint_dir as claim_checkpoint_dir
     from popdist_emu.runtime import read_checkpoint_meta as read_checkpoint_meta
     from popdist_emu.runtime import restore_checkpoint as restore_checkpoint
     from popdist_emu.runtime import save_checkpoint as save_checkpoint
@@ -128,6 +130,8 @@ _LAZY: dict[str, str] = {
     "save_checkpoint": "popdist_emu.runtime",
     "restore_checkpoint": "popdist_emu.runtime",
     "read_checkpoint_meta": "popdist_emu.runtime",
+    "check_checkpoint": "popdist_emu.runtime",
+    "claim_checkpoint_dir": "popdist_emu.runtime",
     # compiled programs and their profiles
     "Program": "popdist_emu.programs",
     "compile_program": "popdist_emu.programs",
@@ -174,6 +178,8 @@ __all__ = [
     "Trainer",
     "atomic_write",
     "checkNumIpusPerReplica",
+    "check_checkpoint",
+    "claim_checkpoint_dir",
     "compile_program",
     "compress",
     "decompress",

@@ -11,8 +11,12 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
+import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
+
+from popdist_emu._files import output_problem
 
 # Seeds reach jax.random.PRNGKey (a 64-bit integer) and numpy's SeedSequence (non-negative).
 MAX_SEED = 2**63 - 1
@@ -26,10 +30,37 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def _integer(text: str) -> int:
+    # ASCII digits only: int() also reads 1_6 (16), full-width and other scripts' digits.
+    if not re.fullmatch(r"-?[0-9]{1,30}", text):
+        shown = repr(text if len(text) <= 40 else text[:37] + "...")
+        raise argparse.ArgumentTypeError(f"{shown} is not a whole number in ASCII digits")
+    return int(text)
+
+
+def available_host_memory() -> int:
+    """Bytes this machine can still give a process: ``MemAvailable`` (``proc(5)``)."""
     try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def refuse_unless_it_fits(prog: str, what: str, need: int, have: int, where: str, fix: str) -> None:
+    """Ends the program with one line and exit code 2 when ``need`` bytes exceed ``have``.
+
+    For sizes that cannot be compiled or fed (a batch larger than the host's memory, a
+    tensor larger than an IPU's), refused before any compile instead of an abort in XLA.
+    """
+    if need > have:
+        sys.stderr.write(
+            f"{prog}: error: {what} needs {need:,} bytes, more than the {have:,} bytes of "
+            f"{where}: {fix}\n"
+        )
+        raise SystemExit(2)
 
 
 def int_at_least(low: int) -> Callable[[str], int]:
@@ -112,9 +143,15 @@ def _writable_directory(directory: str, text: str) -> None:
             f"{text!r}: directory {directory!r} does not exist: create it first or pick "
             f"another path"
         )
-    if not os.access(directory, os.W_OK | os.X_OK):
+
+
+def _safe(text: str, directory: bool) -> None:
+    """Refuses a symlink, an unsafe directory, or one where nothing can be created (tried,
+    so root is refused under /proc), as popdist_emu._files.output_problem finds."""
+    problem = output_problem(text, directory)
+    if problem:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: directory {directory!r} is not writable: pick a directory you can write to"
+            f"{text!r}: {problem}: pick a path in a directory of your own that you can write"
         )
 
 
@@ -123,6 +160,7 @@ def output_file(text: str) -> str:
     if not text or text.endswith(os.sep) or os.path.isdir(text):
         raise argparse.ArgumentTypeError(f"{text!r} is a directory: give a file path")
     _writable_directory(os.path.dirname(os.path.abspath(text)), text)
+    _safe(text, directory=False)
     return text
 
 
@@ -137,4 +175,22 @@ def output_directory(text: str) -> str:
         _writable_directory(full, text)
     else:
         _writable_directory(os.path.dirname(full), text)
+    _safe(text, directory=True)
     return text
+
+
+def refuse_batch_unless_it_fits(
+    prog: str, what: str, shapes: Sequence, prefetch_depth: int
+) -> None:
+    """Ends the program (one line, exit 2) when one call's batch (``shapes``, objects with
+    ``shape`` and ``dtype``) times the calls in flight (``prefetch_depth`` besides the one
+    computed) exceeds the memory this host has available."""
+    call = sum(math.prod(s.shape) * s.dtype.itemsize for s in shapes)
+    refuse_unless_it_fits(
+        prog,
+        f"{what} (one call's batch x {prefetch_depth + 1} in flight)",
+        call * (prefetch_depth + 1),
+        available_host_memory(),
+        "memory this host has available",
+        "lower --gradient-accumulation, --micro-batch-size or --device-iterations.",
+    )

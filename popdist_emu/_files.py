@@ -17,10 +17,12 @@ References:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
-from typing import IO
+from typing import IO, BinaryIO
 
 
 def _umask() -> int:
@@ -91,3 +93,135 @@ def write_atomically(path: str | os.PathLike, data: bytes | str) -> None:
     """Writes ``data`` (bytes, or text as UTF-8) to ``path`` through :func:`atomic_write`."""
     with atomic_write(path, "w" if isinstance(data, str) else "wb") as f:
         f.write(data)
+
+
+class FileTooLargeError(ValueError):
+    """A file read through :func:`read_bounded` holds more than its bound."""
+
+
+def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
+    """``path``'s content, read without ever holding more than ``limit`` + 1 bytes.
+
+    A device (``/dev/zero``, ``/dev/urandom``) or a file of any size is refused after
+    ``limit`` + 1 bytes, so a wrong path cannot make the reader's memory grow without bound.
+
+    Raises:
+        OSError: the file cannot be opened or read.
+        FileTooLargeError: it holds more than ``limit`` bytes.
+    """
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise FileTooLargeError(f"holds more than {limit} bytes")
+    return data
+
+
+def arg_max() -> int:
+    """The kernel's limit on a command line plus its environment, in bytes (``ARG_MAX``)."""
+    try:
+        return int(os.sysconf("SC_ARG_MAX"))
+    except (ValueError, OSError):
+        return 131072  # POSIX's minimum for ARG_MAX is 4096; Linux's historic value
+
+
+# --- Where the project may write: one owner for the checks on paths -----------------------
+#
+# A path written or locked is refused when it is a symbolic link (the write would land on its
+# target), or when the directory it is created in is owned by another user or writable by
+# everyone (anyone could put a symlink there first). Whether a directory can take a new file
+# is found by trying (create and remove a probe file): permission bits say yes to root even
+# where nothing can be created (/proc, a read-only mount).
+
+
+def _owner_trusted(uid: int) -> bool:
+    return uid in (os.geteuid(), 0)
+
+
+def directory_problem(path: str | os.PathLike, private: bool = False) -> str | None:
+    """Why files must not be created in the existing directory ``path``, or None.
+
+    Args:
+        path: a directory that exists (a symlink to one counts as a symlink).
+        private: also refuse a group-writable directory or one owned by root when this user
+            is not root (for directories whose content is executed, such as a cache).
+    """
+    try:
+        info = os.lstat(path)
+    except OSError as error:
+        return f"cannot be examined ({error.strerror})"
+    if stat.S_ISLNK(info.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(info.st_mode):
+        return "is not a directory"
+    if not _owner_trusted(info.st_uid) or (private and info.st_uid != os.geteuid()):
+        return f"is owned by another user (uid {info.st_uid})"
+    if info.st_mode & stat.S_IWOTH or (private and info.st_mode & stat.S_IWGRP):
+        return "is writable by other users" if private else "is world-writable"
+    return None
+
+
+def probe_problem(directory: str | os.PathLike) -> str | None:
+    """Why a file cannot be created in ``directory`` (tried: a probe file made and removed)."""
+    probe = os.path.join(directory, f".popdist-emu-probe.{os.getpid()}")
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except OSError as error:
+        return f"cannot take a new file ({error.strerror})"
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+    return None
+
+
+def output_problem(path: str | os.PathLike, directory: bool) -> str | None:
+    """Why ``path`` cannot safely be written (``directory``: a directory to write into, made
+    if missing; else a file), or None.
+
+    Refused: ``path`` a symlink, a file where a directory is needed or the reverse, and a
+    nearest existing directory (``path`` itself, or the ancestor its missing parts are made
+    in) that is unsafe (:func:`directory_problem`) or cannot take a new file (tried).
+    """
+    full = os.path.abspath(os.fspath(path))
+    if os.path.islink(full):
+        return f"{full!r} is a symbolic link"
+    if os.path.lexists(full) and os.path.isdir(full) != directory:
+        return f"{full!r} is {'a file, not a directory' if directory else 'a directory'}"
+    existing = full if directory else os.path.dirname(full)
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        return f"{existing!r} is a file, not a directory"
+    if os.path.islink(existing) and existing != full:
+        existing = os.path.realpath(existing)  # a symlinked ancestor (/var -> /private/var)
+    problem = directory_problem(existing) or probe_problem(existing)
+    return None if problem is None else f"directory {existing!r} {problem}"
+
+
+def open_for_appending_lines(path: str | os.PathLike) -> BinaryIO:
+    """Opens ``path`` for a stream of output (a log), truncated, unbuffered, never through a
+    symlink (``O_NOFOLLOW``: a symlink there is refused with ``ELOOP``)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+    return os.fdopen(os.open(path, flags, 0o666), "wb", buffering=0)
+
+
+def make_directories(path: str | os.PathLike, base: str | os.PathLike) -> None:
+    """``os.makedirs(path, exist_ok=True)`` with every part from ``base`` (included) down to
+    ``path`` checked once it exists: no symlink, a trusted owner, not world-writable.
+
+    Raises:
+        OSError: a part cannot be made, or is unsafe (``EPERM`` naming the part and why).
+    """
+    top = os.path.abspath(os.fspath(base))
+    full = os.path.abspath(os.fspath(path))
+    relative = os.path.relpath(full, top)
+    parts = [top] + [
+        os.path.join(top, *relative.split(os.sep)[: i + 1])
+        for i in range(len(relative.split(os.sep)))
+        if relative != os.curdir
+    ]
+    for part in parts:
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(part)
+        problem = directory_problem(part)
+        if problem:
+            raise PermissionError(errno.EPERM, f"{part!r} {problem}")

@@ -23,8 +23,13 @@ References:
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import fcntl
+import hashlib
 import json
 import os
+import socket
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,13 +37,17 @@ import jax
 import numpy as np
 
 import gcl
-from popdist_emu._files import atomic_write
+from popdist_emu._environment import ENV_JOB_DIR
+from popdist_emu._files import atomic_write, pid_alive, write_atomically
 from popdist_emu.runtime._offload import StreamingState, stream_out
 from popdist_emu.runtime._replica_step import TrainState
 from popdist_emu.runtime._sharded_update import ShardedOptState, shard_state, unshard_state
 from popdist_emu.runtime._trainer import Trainer
 
 CHECKPOINT_FILE = "checkpoint.npz"
+OWNER_FILE = ".checkpoint.owner"  # the job that writes and reads this directory
+_LOCK_FILE = ".checkpoint.lock"  # flock'd while the owner is read or changed
+_claimed: set[str] = set()
 _META = "__meta__"
 
 
@@ -102,6 +111,158 @@ def full_opt_state(trainer: Trainer) -> Any:
     return state.treedef.unflatten(leaves)
 
 
+def _layout(leaves: list[Any]) -> list[list[Any]]:
+    """``[[dtype, shape], ...]`` of arrays or shape structs, in leaf order."""
+    return [[np.dtype(x.dtype).str, list(x.shape)] for x in leaves]
+
+
+def _checksum(arrays: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> str:
+    """SHA-256 of every array (name, dtype, shape, bytes) and of the metadata but the sum."""
+    digest = hashlib.sha256()
+    for key in sorted(k for k in arrays if k != _META):
+        x = np.ascontiguousarray(arrays[key])
+        digest.update(f"{key}:{x.dtype.str}:{list(x.shape)}:".encode())
+        digest.update(x.tobytes())
+    rest = {k: v for k, v in info.items() if k != "checksum"}
+    digest.update(json.dumps(rest, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _public(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The metadata without the checkpoint's own records (its checksum and layout)."""
+    return {k: v for k, v in info.items() if k not in ("checksum", "layout")}
+
+
+def _damaged(path: str, why: str) -> CheckpointError:
+    return CheckpointError(
+        f"{path} is damaged ({why}): resume from an intact copy, or start again without --resume."
+    )
+
+
+def load_checkpoint(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict]:
+    """The checkpoint's metadata and arrays, verified whole before anything uses them.
+
+    Raises:
+        CheckpointError: no checkpoint; a truncated or corrupted file (its checksum, or the
+            archive itself); non-finite values (a run that diverged).
+    """
+    path = checkpoint_path(directory)
+    if not os.path.isfile(path):
+        raise CheckpointError(
+            f"no checkpoint at {path!r}: run with --checkpoint-dir {directory} first, or drop "
+            f"--resume."
+        )
+    try:
+        with np.load(path, allow_pickle=False) as saved:
+            arrays = {k: saved[k] for k in saved.files}
+        info = json.loads(arrays.pop(_META).tobytes().decode())
+    except Exception as error:  # whatever a damaged archive raises (BadZipFile,
+        # EOFError, KeyError, zlib.error, NotImplementedError for a flipped method byte...)
+        reason = str(error).splitlines()[0][:120] if str(error) else ""
+        raise _damaged(path, f"{type(error).__name__}: {reason}") from None
+    if not isinstance(info, dict) or "checksum" not in info:
+        raise _damaged(path, "it carries no checksum")
+    if _checksum(arrays, info) != info["checksum"]:
+        raise _damaged(path, "its checksum does not match its content")
+    for key in sorted(arrays):
+        x = arrays[key]
+        if x.dtype.kind in "fc" and not np.isfinite(x).all():
+            raise CheckpointError(
+                f"{path}: {key} holds non-finite values (NaN or inf), so the run that wrote "
+                f"it had diverged: resume from an earlier checkpoint, or start again."
+            )
+    return info, arrays
+
+
+def check_fits(directory: str | os.PathLike[str], trainer: Trainer) -> dict[str, Any]:
+    """Refuses, before any compile, a checkpoint whose shapes the trainer does not have.
+
+    Returns:
+        The checkpoint's metadata.
+
+    Raises:
+        CheckpointError: as :func:`load_checkpoint`, or another parameter or optimiser-state
+            layout (another model size or optimiser) than the trainer's.
+    """
+    info, _ = load_checkpoint(directory)
+    params_like, opt_like = _trainer_leaves(trainer)
+    path = checkpoint_path(directory)
+    for name, like in (("params", params_like), ("opt_state", opt_like)):
+        saved, have = info["layout"][name], _layout(like)
+        if saved != have:
+            first = next(
+                (i for i, (a, b) in enumerate(zip(saved, have, strict=False)) if a != b),
+                min(len(saved), len(have)),
+            )
+            raise CheckpointError(
+                f"{path}: {name} differ from the trainer's ({len(saved)} arrays, not "
+                f"{len(have)}; first difference at array {first}: "
+                f"{saved[first] if first < len(saved) else None} vs "
+                f"{have[first] if first < len(have) else None}): resume with the model and "
+                f"optimiser that wrote the checkpoint."
+            )
+    return _public(info)
+
+
+def _job() -> dict[str, Any]:
+    """This job: the launcher's job directory (one per poprun-emu run, shared by its
+    instances), else this process; and who holds the claim (host, pid) to tell if it lives."""
+    job = os.environ.get(ENV_JOB_DIR) or f"process {os.getpid()}"
+    return {
+        "job": f"{socket.gethostname()}:{job}",
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+    }
+
+
+def claim_directory(directory: str | os.PathLike[str]) -> None:
+    """Makes this job the one job that writes and reads checkpoints in ``directory``.
+
+    Every instance calls it (``popdist_emu.claim_checkpoint_dir``, before compiling;
+    ``save_checkpoint`` and ``restore_checkpoint`` call it too); the first records the job
+    in ``OWNER_FILE`` under an exclusive ``flock``, the job's other instances find their own
+    job there. The record is removed
+    when its writer exits; one left by a process that died is taken over.
+
+    Raises:
+        CheckpointError: another job that is still running holds the directory.
+    """
+    directory = os.path.abspath(os.fspath(directory))
+    if directory in _claimed:
+        return
+    os.makedirs(directory, exist_ok=True)
+    me = _job()
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(os.path.join(directory, _LOCK_FILE), flags, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        owner_path = os.path.join(directory, OWNER_FILE)
+        owner: dict[str, Any] = {}
+        with contextlib.suppress(OSError, ValueError), open(owner_path) as f:
+            owner = json.load(f)
+        if owner and owner.get("job") != me["job"]:
+            alive = owner.get("host") != me["host"] or pid_alive(int(owner.get("pid", 0)))
+            if alive:
+                raise CheckpointError(
+                    f"{directory} is in use by another job ({owner.get('job')}, pid "
+                    f"{owner.get('pid')}): its checkpoints would interleave with this job's; "
+                    f"wait for it to end or give another --checkpoint-dir (remove "
+                    f"{owner_path} only if that job is gone)."
+                )
+        if owner.get("job") != me["job"]:
+            write_atomically(owner_path, json.dumps(me) + "\n")
+            atexit.register(_release, owner_path, me)
+        _claimed.add(directory)
+    finally:
+        os.close(fd)  # the flock goes with it
+
+
+def _release(owner_path: str, me: Mapping[str, Any]) -> None:
+    with contextlib.suppress(OSError, ValueError), open(owner_path) as f:
+        if json.load(f) == dict(me):
+            os.unlink(owner_path)
+
+
 def save_checkpoint(
     directory: str | os.PathLike[str], trainer: Trainer, meta: Mapping[str, Any] | None = None
 ) -> str | None:
@@ -117,12 +278,17 @@ def save_checkpoint(
     opt_state = full_opt_state(trainer)
     if trainer.options.instance_index != 0:
         return None
+    claim_directory(directory)
     state = _live_state(trainer, "save_checkpoint")
     params = [np.array(x) for x in jax.tree_util.tree_leaves(state.params)]
     opt = jax.tree_util.tree_leaves(opt_state)
     arrays = {f"params/{i:05d}": x for i, x in enumerate(params)}
     arrays |= {f"opt_state/{i:05d}": np.asarray(x) for i, x in enumerate(opt)}
     info = {"step": trainer.steps_done, **dict(meta or {})}
+    # What shapes the checkpoint (checked before any compile on resume), and a checksum of
+    # all of it: a damaged file is refused rather than resumed.
+    info["layout"] = {"params": _layout(params), "opt_state": _layout(opt)}
+    info["checksum"] = _checksum(arrays, info)
     arrays[_META] = np.frombuffer(json.dumps(info).encode(), np.uint8)
     os.makedirs(directory, exist_ok=True)
     path = checkpoint_path(directory)
@@ -135,18 +301,11 @@ def save_checkpoint(
 
 def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
     """The metadata of the checkpoint in ``directory`` (``step`` and the caller's)."""
-    path = checkpoint_path(directory)
-    if not os.path.isfile(path):
-        raise CheckpointError(
-            f"no checkpoint at {path!r}: run with --checkpoint-dir {directory} first, or drop "
-            f"--resume."
-        )
-    with np.load(path) as saved:
-        return json.loads(saved[_META].tobytes().decode())
+    return _public(load_checkpoint(directory)[0])
 
 
 def _restore_leaves(saved: Any, prefix: str, like: list[Any], path: str) -> list[np.ndarray]:
-    keys = sorted(k for k in saved.files if k.startswith(prefix + "/"))
+    keys = sorted(k for k in saved if k.startswith(prefix + "/"))
     if len(keys) != len(like):
         raise CheckpointError(
             f"{path}: {len(keys)} {prefix} arrays, the trainer has {len(like)}: resume with the "
@@ -164,6 +323,23 @@ def _restore_leaves(saved: Any, prefix: str, like: list[Any], path: str) -> list
     return out
 
 
+def _trainer_leaves(trainer: Trainer) -> tuple[list[Any], list[Any]]:
+    """The trainer's parameter and full optimiser-state leaves (arrays or shape structs)."""
+    state = _live_state(trainer, "checkpoint")
+    current = state.opt_state
+    opt_like: list[Any]
+    if isinstance(current, StreamingState):
+        opt_like = list(current.leaves)
+    elif isinstance(current, ShardedOptState):
+        opt_like = [
+            jax.ShapeDtypeStruct(s, x.dtype)
+            for s, x in zip(current.shapes, current.shards[0], strict=True)
+        ]
+    else:
+        opt_like = jax.tree_util.tree_leaves(current)
+    return jax.tree_util.tree_leaves(state.params), opt_like
+
+
 def restore_checkpoint(directory: str | os.PathLike[str], trainer: Trainer) -> dict[str, Any]:
     """Loads ``directory/checkpoint.npz`` into ``trainer`` (every instance reads it).
 
@@ -173,26 +349,20 @@ def restore_checkpoint(directory: str | os.PathLike[str], trainer: Trainer) -> d
     Returns:
         The checkpoint's metadata (``step`` and what the writer stored).
     """
-    meta = read_meta(directory)
+    claim_directory(directory)  # no other job writes it while this one reads
+    meta, saved = load_checkpoint(directory)
     path = checkpoint_path(directory)
     state = _live_state(trainer, "restore_checkpoint")
-    params_like, params_def = jax.tree_util.tree_flatten(state.params)
+    params_def = jax.tree_util.tree_structure(state.params)
     current = state.opt_state
-    opt_like: list[Any]
-    if isinstance(current, StreamingState):
-        opt_def = current.treedef
-        opt_like = list(current.leaves)
-    elif isinstance(current, ShardedOptState):
-        opt_def = current.treedef
-        opt_like = [
-            jax.ShapeDtypeStruct(s, x.dtype)
-            for s, x in zip(current.shapes, current.shards[0], strict=True)
-        ]
-    else:
-        opt_like, opt_def = jax.tree_util.tree_flatten(current)
-    with np.load(path) as saved:
-        params = _restore_leaves(saved, "params", params_like, path)
-        opt = _restore_leaves(saved, "opt_state", opt_like, path)
+    params_like, opt_like = _trainer_leaves(trainer)
+    opt_def = (
+        current.treedef
+        if isinstance(current, StreamingState | ShardedOptState)
+        else jax.tree_util.tree_structure(current)
+    )
+    params = _restore_leaves(saved, "params", params_like, path)
+    opt = _restore_leaves(saved, "opt_state", opt_like, path)
     full = jax.tree_util.tree_unflatten(opt_def, opt)
     opt_state: Any
     if isinstance(current, StreamingState):
@@ -213,4 +383,4 @@ def restore_checkpoint(directory: str | os.PathLike[str], trainer: Trainer) -> d
     )
     trainer.state = TrainState(params_tree, opt_state)
     trainer.steps_done = int(meta["step"])
-    return meta
+    return _public(meta)

@@ -25,7 +25,9 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import math
 import os
+import re
 import shlex
 import sys
 import time
@@ -35,6 +37,12 @@ from typing import Any
 from tqdm import tqdm
 
 import hardware
+from popdist_emu._files import (
+    FileTooLargeError,
+    make_directories,
+    output_problem,
+    read_bounded,
+)
 from popdist_emu.scaling import _run
 from popdist_emu.scaling._config import PublishedPoint, Series, SeriesRun, SweepConfig
 from popdist_emu.scaling._table import analyse_series, series_rows
@@ -53,15 +61,43 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _ints(text: str, flag: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
+    words = [v.strip() for v in text.split(",") if v.strip()]
+    # ASCII digits only: int() also reads 1_6 (16), full-width and other scripts' digits.
+    if not all(re.fullmatch(r"[0-9]{1,18}", v) for v in words):
         raise UsageError(
             f"{flag} {text!r} is not a comma-separated list of integers: e.g. {flag} 16,64"
-        ) from None
+        )
+    values = [int(v) for v in words]
     if not values or any(v < 1 for v in values):
         raise UsageError(f"{flag} {text!r} needs positive integers: e.g. {flag} 16,64")
     return values
+
+
+def _ipus(text: str) -> int:
+    if not re.fullmatch(r"[0-9]{1,18}", text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a whole number in ASCII digits: write e.g. --ipus-per-replica 4"
+        )
+    return int(text)
+
+
+# A published table has a line per replica count, at most one per IPU of the largest system;
+# 256 bytes a line hold the two numbers and a label of a sentence.
+MAX_PUBLISHED_BYTES = 256 * (2 + max(s.num_ipus for s in hardware.SYSTEMS.values()))
+
+
+def check_out(out: str) -> None:
+    """Refuses an ``--out`` that cannot safely become a directory: a file or a path under
+    one, a symlink, an unsafe directory or one where nothing can be created (tried)."""
+    path = os.path.abspath(out)
+    while not os.path.lexists(path):
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        where = "is" if path == os.path.abspath(out) else f"is under {path!r}, which is"
+        raise UsageError(f"--out {out!r} {where} a file: name a directory.")
+    problem = output_problem(out, directory=True)
+    if problem:
+        raise UsageError(f"--out {out!r}: {problem}: name a directory of your own.")
 
 
 def _series_parser() -> _Parser:
@@ -74,7 +110,7 @@ def _series_parser() -> _Parser:
     group.add_argument(
         "--instances-per-replica", type=float, metavar="F", help="instances = F x replicas"
     )
-    parser.add_argument("--ipus-per-replica", type=int, metavar="K", help="1, 2, 4, 8 or 16 (1)")
+    parser.add_argument("--ipus-per-replica", type=_ipus, metavar="K", help="1, 2, 4, 8 or 16 (1)")
     system = parser.add_mutually_exclusive_group()
     system.add_argument("--system", metavar="NAME", help="every point on this system")
     system.add_argument(
@@ -174,10 +210,21 @@ def _series(ns: argparse.Namespace, base: Series, replicas: Sequence[int]) -> Se
 def read_published(path: str) -> list[PublishedPoint]:
     """Measured points from a CSV with columns ``replicas``, ``throughput``, ``label``."""
     try:
-        with open(path, newline="") as f:
-            rows = list(csv.DictReader(line for line in f if not line.startswith("#")))
+        text = read_bounded(path, MAX_PUBLISHED_BYTES).decode()
     except OSError as error:
         raise UsageError(f"--published {path!r} cannot be read ({error.strerror}).") from None
+    except FileTooLargeError:
+        raise UsageError(
+            f"--published {path!r} holds more than {MAX_PUBLISHED_BYTES} bytes, more than one "
+            f"line per replica count of the largest system: name a CSV of measured points."
+        ) from None
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"--published {path!r} is not UTF-8 text: name a CSV of measured points "
+            "(replicas,throughput,label)."
+        ) from None
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    rows = list(csv.DictReader(lines))
     points = []
     for i, row in enumerate(rows, start=2):
         try:
@@ -239,12 +286,11 @@ def parse(argv: Sequence[str]) -> SweepConfig:
         batches = _per_point(
             _ints(ns.global_batch, "--global-batch"), len(replicas), "--global-batch"
         )
-    if ns.timeout <= 0:
-        raise UsageError(f"--timeout {ns.timeout} must be positive seconds.")
+    if not (math.isfinite(ns.timeout) and ns.timeout > 0):
+        raise UsageError(f"--timeout {ns.timeout} must be a positive, finite number of seconds.")
     if ns.program.endswith(".py") and not os.path.isfile(ns.program):
         raise UsageError(f"program {ns.program!r} does not exist.")
-    if os.path.exists(ns.out) and not os.path.isdir(ns.out):
-        raise UsageError(f"--out {ns.out!r} is a file: name a directory.")
+    check_out(ns.out)
     baseline = Series(label="baseline", instances=(1,) * len(replicas))
     first = dataclasses.replace(_series(ns, baseline, replicas), program_args=tuple(ns.args))
     series = [first]
@@ -258,6 +304,11 @@ def parse(argv: Sequence[str]) -> SweepConfig:
         sub, extra = _series_parser().parse_known_args(words)
         compared = _series(sub, dataclasses.replace(first, label=text), replicas)
         series.append(dataclasses.replace(compared, program_args=(*ns.args, *extra)))
+    for path in [os.path.join(ns.out, "logs")] + [
+        os.path.join(ns.out, "logs", f"series-{i}.log") for i in range(len(series))
+    ]:
+        if os.path.islink(path):
+            raise UsageError(f"--out {ns.out!r}: {path!r} is a symbolic link: remove it.")
     if len({s.label for s in series}) != len(series):
         raise UsageError("two series have the same label: give --label in --compare.")
     return SweepConfig(
@@ -282,7 +333,7 @@ def _model_parameters(run: SeriesRun) -> Any:
 def sweep(config: SweepConfig, argv: Sequence[str]) -> tuple[dict[str, Any], int]:
     """Runs every series and analyses it; returns the report's document and the exit code."""
     out = config.out
-    os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+    make_directories(os.path.join(out, "logs"), base=out)  # no symlinks on the way
     start = time.perf_counter()
     results: list[dict[str, Any]] = []
     parameters = None

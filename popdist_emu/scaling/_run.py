@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 
 import hardware
+from popdist_emu._files import open_for_appending_lines
 from popdist_emu._sweep import REQUEST_VARIABLE, SweepPoint, system_name, write_request
 from popdist_emu.scaling._config import EvaluatedPoint, Series, SeriesRun, SweepConfig
 
@@ -100,7 +101,7 @@ def run_series(
         env = {**os.environ, REQUEST_VARIABLE: request}
         start = time.perf_counter()
         exit_code: int | None = None
-        with open(log_path, "w") as log:
+        with open_for_appending_lines(log_path) as log:  # never through a symlink
             process = subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )

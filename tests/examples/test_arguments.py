@@ -1,6 +1,9 @@
 """The examples refuse bad flags in one line before any JAX work; --save writes exactly PATH."""
 
 import importlib.util
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -64,8 +67,11 @@ def test_save_must_not_be_a_directory(train, capsys, tmp_path):
     ("argv", "message"),
     [
         (["--micro-batch-size", "0"], "0 is below 1"),
-        (["--seed", str(2**70)], "outside [0, 2**63)"),
-        (["--save", "nodir/x"], "does not exist"),
+        # The step is profiled from shapes, never trained: no parameters are drawn, no steps
+        # run and nothing is saved, so these flags are not offered.
+        (["--seed", "1"], "--seed"),
+        (["--save", "p.npz"], "--save"),
+        (["--steps", "2"], "--steps"),
     ],
 )
 def test_resnet50_refuses_bad_values_in_one_line(
@@ -124,3 +130,95 @@ def test_bert_refuses_bad_values_in_one_line(bert, capsys, argv, message):
     assert refused.value.code == 2
     err = capsys.readouterr().err
     assert message in err and len(err.splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("text", ["1_6", "\uff11\uff16", "\u0661\u0666"])
+def test_integers_are_read_in_ascii_digits_only(train, capsys, text):
+    with pytest.raises(SystemExit) as refused:
+        train.parse_args(["--micro-batch-size", text])
+    assert refused.value.code == 2
+    assert "not a whole number in ASCII digits" in capsys.readouterr().err
+
+
+def _refused_before_compile(*argv):
+    """The example's one-line refusal (exit 2), from a process of its own."""
+    result = subprocess.run(
+        [sys.executable, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_train_refuses_an_accumulation_whose_batch_the_host_cannot_hold():
+    line = _refused_before_compile(EXAMPLES / "train.py", "--gradient-accumulation", 10**9)
+    assert line.startswith("train.py: error: --gradient-accumulation 1000000000")
+    assert "memory this host has available: lower --gradient-accumulation" in line
+
+
+def test_bert_refuses_a_sequence_whose_attention_no_ipu_can_hold():
+    line = _refused_before_compile(EXAMPLES / "bert.py", "--sequence-length", 10**9)
+    assert line.startswith("bert.py: error: --sequence-length 1000000000")
+    assert "In-Processor Memory" in line and "lower --sequence-length" in line
+
+
+def test_bert_checks_pass_the_mlperf_configuration(monkeypatch):
+    bert = _load("bert")
+    args = bert.parse_args(["--model", "large", "--sequence-length", "512"])
+
+    class Options:
+        num_total_replicas = 4
+
+    bert.check_sizes(args, Options(), 4, offline=True)  # returns: nothing refused
+
+
+def test_train_resume_refuses_damage_and_another_learning_rate_before_compile(tmp_path):
+    ckpt = tmp_path / "ck"
+    train = EXAMPLES / "train.py"
+    done = subprocess.run(
+        [sys.executable, str(train), "--steps", "2", "--checkpoint-dir", str(ckpt)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert done.returncode == 0, done.stderr
+    resume = (train, "--steps", "4", "--checkpoint-dir", ckpt, "--resume")
+    line = _refused_before_compile(*resume, "--learning-rate", "0.5")
+    assert "written with --learning-rate" in line and "not 0.5" in line
+    path = ckpt / "checkpoint.npz"
+    path.write_bytes(path.read_bytes()[:-100])
+    line = _refused_before_compile(*resume)
+    assert "checkpoint.npz is damaged" in line
+
+
+@pytest.mark.timeout(300)
+def test_train_refuses_a_checkpoint_directory_another_job_holds(tmp_path):
+    ckpt = tmp_path / "ck"
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from popdist_emu.runtime._checkpoint import claim_directory\n"
+            "claim_directory(sys.argv[1]); print('claimed', flush=True); time.sleep(120)\n",
+            str(ckpt),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != "POPDIST_EMU_JOB_DIR"},
+    )
+    try:
+        assert holder.stdout.readline() == "claimed\n"
+        train = EXAMPLES / "train.py"
+        line = _refused_before_compile(train, "--steps", "2", "--checkpoint-dir", ckpt)
+        assert "is in use by another job" in line and f"pid {holder.pid}" in line
+        assert not (ckpt / "checkpoint.npz").exists()
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)

@@ -1,6 +1,7 @@
 """The executable cache (JAX's persistent compilation cache): on by default in a per-user
-directory, --executable-cache-path overrides it, a world-writable directory of another user is
-refused, and a second identical run loads every program instead of compiling it."""
+directory, --executable-cache-path overrides it, a directory others can write (another
+user's, our own world-writable one, /tmp) or a symlink is refused, and a second identical run
+loads every program instead of compiling it."""
 
 import os
 import stat
@@ -46,7 +47,7 @@ def test_a_world_writable_directory_of_another_user_is_refused(tmp_path, capsys)
     foreign = _foreign_world_writable(tmp_path)
     if foreign is None:
         pytest.skip("no world-writable directory of another user can be made here")
-    with pytest.raises(UsageError, match="world-writable and owned by another user"):
+    with pytest.raises(UsageError, match=r"owned by another user|writable by other users"):
         executable_cache_dir(str(foreign), {})
     script = tmp_path / "train.py"
     script.write_text("raise SystemExit('must not start')\n")
@@ -55,11 +56,36 @@ def test_a_world_writable_directory_of_another_user_is_refused(tmp_path, capsys)
     assert code == 2 and err.count("\n") == 1 and "--executable-cache-path" in err, err
 
 
-def test_our_own_world_writable_directory_is_accepted(tmp_path):
+@pytest.mark.parametrize("mode", [0o777, 0o770, 0o1777])
+def test_our_own_directory_writable_by_others_is_refused(tmp_path, mode):
     path = tmp_path / "open"
     path.mkdir()
-    os.chmod(path, 0o777)
+    os.chmod(path, mode)
+    with pytest.raises(UsageError, match="is writable by other users: compiled code"):
+        executable_cache_dir(str(path), {})
+
+
+def test_tmp_itself_is_refused_even_as_root():
+    with pytest.raises(UsageError, match=r"/tmp (is writable by other users|is owned by another)"):
+        executable_cache_dir("/tmp", {})
+
+
+def test_a_symlink_is_refused_and_its_target_left_alone(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    os.chmod(target, 0o700)
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    with pytest.raises(UsageError, match="is a symbolic link"):
+        executable_cache_dir(str(link), {})
+    assert list(target.iterdir()) == []
+
+
+def test_a_private_directory_is_accepted(tmp_path):
+    path = tmp_path / "mine"
+    path.mkdir(mode=0o700)
     assert executable_cache_dir(str(path), {}) == str(path)
+    assert list(path.iterdir()) == []  # the probe file is removed
 
 
 @pytest.mark.timeout(300)

@@ -1,5 +1,8 @@
 """PopRun's command line as poprun-emu reads it: names, defaults, spellings, refusals."""
 
+import json
+import os
+
 import pytest
 
 from launch import LaunchOptions, UsageError, parse_command_line
@@ -96,7 +99,6 @@ def test_vipu_options_are_accepted_and_listed_once():
             "--update-partition=yes",
             "--reset-partition=no",
             "--num-ilds=2",
-            "--vipu-partition=q",
             "t.py",
         ]
     )
@@ -136,7 +138,19 @@ def test_help_and_version_need_no_program():
         (["--num-replica=4", "t.py"], "unknown option --num-replica"),
         (["-x", "t.py"], "unknown option -x"),
         (["--num-replicas"], "--num-replicas needs a value"),
-        (["--num-replicas", "four", "t.py"], "--num-replicas expects a whole number, got 'four'"),
+        (
+            ["--num-replicas", "four", "t.py"],
+            "--num-replicas expects a whole number in ASCII digits, got 'four'",
+        ),
+        (["--num-replicas", "1_6", "t.py"], "whole number in ASCII digits, got '1_6'"),
+        (["--num-replicas", "\uff11\uff16", "t.py"], "whole number in ASCII digits"),
+        (["--num-instances", "\u0661\u0666", "t.py"], "whole number in ASCII digits"),
+        (["--num-replicas", "9" * 5000, "t.py"], "whole number in ASCII digits"),
+        (["--num-replicas=2", "--num-replicas=4", "t.py"], "--num-replicas is given twice"),
+        (["-H", "a", "--host", "b", "t.py"], r"--host is given twice \(also as -H\)"),
+        (["--offline-mode", "--offline-mode=no", "t.py"], "--offline-mode is given twice"),
+        (["-H", "h[0-" + "9" * 5000 + "]", "t.py"], "ASCII digits, at most 63"),
+        (["-H", "h[\u0661-\u0662]", "t.py"], "is not N or N-M"),
         (["--numa-aware=maybe", "t.py"], "--numa-aware='maybe' is not a yes/no value"),
         (["--version-format=xml", "--version"], "not one of text, full-text, full-json"),
         (["--help=1"], "--help takes no value"),
@@ -147,3 +161,63 @@ def test_help_and_version_need_no_program():
 def test_refusals_name_the_value_and_the_fix(words, match):
     with pytest.raises(UsageError, match=match):
         parse_command_line(words)
+
+
+def test_integers_in_ascii_digits_are_read():
+    options = parse_command_line(["--num-replicas", "16", "--only-output-from-instance=-1", "t"])
+    assert (options.num_replicas, options.only_output_from_instance) == (16, -1)
+
+
+def test_accumulating_options_may_repeat():
+    options = parse_command_line(
+        ["-v", "-v", "--mpi-global-args=-x A=1", "--mpi-global-args=-x B=2", "t"]
+    )
+    assert options.verbosity == 2
+    assert options.mpi_global_args == ("-x", "A=1", "-x", "B=2")
+
+
+def _config(tmp_path, words):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(words))
+    return str(path)
+
+
+def test_a_config_word_that_is_not_an_option_is_refused(tmp_path):
+    config = _config(tmp_path, ["--num-replicas=2", "oops", "--num-instances=2"])
+    with pytest.raises(UsageError, match="'oops' is not an option"):
+        parse_command_line([f"--import-config={config}", "t.py"])
+
+
+def test_a_config_repeating_an_option_is_refused_the_command_line_overrides_it(tmp_path):
+    config = _config(tmp_path, ["--num-replicas=2", "--num-replicas=4"])
+    with pytest.raises(UsageError, match=r"^--import-config .*: --num-replicas is given twice"):
+        parse_command_line([f"--import-config={config}", "t.py"])
+    config = _config(tmp_path, ["--num-replicas=2"])
+    assert (
+        parse_command_line([f"--import-config={config}", "--num-replicas=4", "t"]).num_replicas == 4
+    )
+
+
+def test_a_config_is_read_up_to_arg_max_bytes(tmp_path):
+    with pytest.raises(UsageError, match=r"'/dev/zero' holds more than \d+ bytes \(ARG_MAX"):
+        parse_command_line(["--import-config=/dev/zero", "t.py"])
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(["-v"] * (os.sysconf("SC_ARG_MAX") // 5)))
+    with pytest.raises(UsageError, match="holds more than"):
+        parse_command_line([f"--import-config={big}", "t.py"])
+
+
+def test_export_config_into_a_missing_directory_is_refused(tmp_path):
+    target = tmp_path / "missing" / "c.json"
+    with pytest.raises(UsageError, match=r"directory .*missing' does not exist"):
+        parse_command_line([f"--export-config={target}", "t.py"])
+
+
+def test_an_exported_config_of_an_overridden_import_reads_back(tmp_path):
+    first = _config(tmp_path, ["--num-replicas=2", "--num-instances=2", "-v"])
+    second = tmp_path / "second.json"
+    words = [f"--import-config={first}", "--num-replicas=4", "-v", f"--export-config={second}"]
+    parse_command_line([*words, "t.py"])
+    assert json.loads(second.read_text()) == ["--num-instances=2", "-v", "--num-replicas=4", "-v"]
+    again = parse_command_line([f"--import-config={second}", "t.py"])
+    assert (again.num_replicas, again.num_instances, again.verbosity) == (4, 2, 2)

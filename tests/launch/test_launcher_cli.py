@@ -134,3 +134,23 @@ def test_refusal_is_fast_and_starts_nothing(tmp_path):
     assert out.stdout.strip() == "2 []", out.stdout + out.stderr
     assert "not divisible" in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_exports_too_big_to_exec_are_refused_before_anything_starts(capsys, script, tmp_path):
+    # 9,000 -x exports: the job's configuration (one variable) passes MAX_ARG_STRLEN.
+    exports = " ".join(f"-x A{i}=1" for i in range(9000))
+    marker = tmp_path / "ran"
+    program = tmp_path / "p.py"
+    program.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    err = _refusal(capsys, ["--mpi-local-args", exports, str(program)])
+    assert "the kernel execs at most" in err and "export fewer or shorter variables" in err
+    assert not marker.exists()
+
+
+def test_import_and_export_config_refusals_are_one_line(capsys, script, tmp_path):
+    err = _refusal(capsys, ["--import-config=/dev/zero", script])
+    assert "ARG_MAX" in err
+    err = _refusal(capsys, [f"--export-config={tmp_path}/no/c.json", script])
+    assert "does not exist" in err
+    err = _refusal(capsys, ["-H", "h[0-" + "9" * 5000 + "]", script])
+    assert len(err) < 300

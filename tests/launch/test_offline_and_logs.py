@@ -147,3 +147,37 @@ def test_export_and_import_config(poprun, tmp_path):
     second = poprun(f"--import-config={config}", "--num-instances=4", str(program))
     assert second.returncode == 0, second.stderr
     assert sorted(second.stdout.splitlines()) == [f"[1,{i}]<stdout>:out {i}" for i in range(4)]
+
+
+@pytest.mark.parametrize("planted", ["1", "1/rank.1", "1/rank.1/stderr"])
+def test_logs_are_never_written_through_a_symlink(poprun, tmp_path, planted):
+    program = tmp_path / "talker.py"
+    program.write_text(TALKER)
+    logs = tmp_path / "logs"
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "victim").write_text("keep\n")
+    link = logs / planted
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(target / "victim" if planted.endswith("stderr") else target)
+    result = poprun(
+        "--num-replicas=2",
+        "--num-instances=2",
+        f"--mpi-global-args=--output-filename {logs}",
+        str(program),
+        timeout=60,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.count("\n") == 1 and "is a symbolic link" in result.stderr
+    assert sorted(p.name for p in target.iterdir()) == ["victim"]
+    assert (target / "victim").read_text() == "keep\n"
+    assert result.stdout == ""  # refused before any instance started
+
+
+def test_logs_in_a_directory_others_can_write_are_refused(poprun, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    result = poprun(f"--mpi-global-args=--output-filename {shared / 'logs'}", "x.py", timeout=60)
+    assert result.returncode == 2 and "is world-writable" in result.stderr, result.stderr
+    assert not (shared / "logs").exists()

@@ -45,8 +45,36 @@ def test_output_directories(tmp_path):
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / "locked"
         locked.mkdir(mode=0o500)
-        with pytest.raises(UsageError, match="not writable"):
+        with pytest.raises(UsageError, match="cannot take a new file"):
             check_output_dir("--report-dir", str(locked / "r"))
+
+
+def test_output_directories_that_pass_as_root_but_cannot_be_written_are_tried(tmp_path):
+    # /proc's permission bits let root through; creating a file there fails all the same.
+    with pytest.raises(UsageError, match="'/proc' cannot take a new file"):
+        check_output_dir("--report-dir", "/proc/reports")
+    assert not os.path.exists("/proc/reports")
+
+
+def test_output_directories_refuse_symlinks_and_directories_others_can_write(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    with pytest.raises(UsageError, match="is a symbolic link"):
+        check_output_dir("--report-dir", str(tmp_path / "link"))
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    with pytest.raises(UsageError, match="shared' is world-writable"):
+        check_output_dir("--report-dir", str(shared / "r"))
+    with pytest.raises(UsageError, match="'/tmp' is world-writable"):
+        check_output_dir("--report-dir", "/tmp/popdist-emu-reports-never-made")
+    if os.geteuid() == 0:  # only root can give a directory away
+        foreign = tmp_path / "foreign"
+        foreign.mkdir()
+        os.chown(foreign, 65534, 65534)
+        with pytest.raises(UsageError, match="is owned by another user \\(uid 65534\\)"):
+            check_output_dir("--report-dir", str(foreign / "r"))
 
 
 def test_memory_per_instance():

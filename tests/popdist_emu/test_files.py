@@ -8,7 +8,15 @@ import sys
 import numpy as np
 import pytest
 
-from popdist_emu._files import atomic_write, write_atomically
+from popdist_emu._files import (
+    FileTooLargeError,
+    atomic_write,
+    make_directories,
+    open_for_appending_lines,
+    output_problem,
+    read_bounded,
+    write_atomically,
+)
 
 
 def test_write_creates_the_file_with_open_permissions(tmp_path):
@@ -109,3 +117,47 @@ def test_a_writer_killed_mid_write_keeps_the_old_file_and_its_temporary_goes_nex
     assert len(os.listdir(tmp_path)) == 2  # the dead writer's temporary
     write_atomically(path, b"new")
     assert os.listdir(tmp_path) == ["good.npz"] and path.read_bytes() == b"new"
+
+
+def test_read_bounded_stops_after_its_bound(tmp_path):
+    (tmp_path / "f").write_bytes(b"abc")
+    assert read_bounded(tmp_path / "f", 3) == b"abc"
+    with pytest.raises(FileTooLargeError):
+        read_bounded(tmp_path / "f", 2)
+    with pytest.raises(FileTooLargeError):
+        read_bounded("/dev/zero", 1 << 20)  # a device without end: refused, not read whole
+
+
+def test_output_problem_tries_a_probe_and_leaves_nothing(tmp_path):
+    assert output_problem(tmp_path / "new" / "deeper", directory=True) is None
+    assert output_problem(tmp_path / "f.json", directory=False) is None
+    assert os.listdir(tmp_path) == []  # the probe file was removed, nothing was made
+    assert "'/proc' cannot take a new file" in output_problem("/proc/x/y", directory=True)
+    (tmp_path / "link").symlink_to(tmp_path)
+    assert "is a symbolic link" in output_problem(tmp_path / "link", directory=True)
+    assert "is a symbolic link" in output_problem(tmp_path / "link", directory=False)
+
+
+def test_open_for_appending_lines_refuses_a_symlink(tmp_path):
+    (tmp_path / "victim").write_text("keep")
+    (tmp_path / "log").symlink_to(tmp_path / "victim")
+    with pytest.raises(OSError, match="Too many levels of symbolic links"):
+        open_for_appending_lines(tmp_path / "log")
+    assert (tmp_path / "victim").read_text() == "keep"
+    with open_for_appending_lines(tmp_path / "real") as f:
+        f.write(b"x\n")
+    assert (tmp_path / "real").read_text() == "x\n"
+
+
+def test_make_directories_checks_every_part_from_its_base(tmp_path):
+    make_directories(tmp_path / "logs" / "1" / "rank.0", base=tmp_path / "logs")
+    assert (tmp_path / "logs" / "1" / "rank.0").is_dir()
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "logs" / "2").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(PermissionError, match="2' is a symbolic link"):
+        make_directories(tmp_path / "logs" / "2" / "rank.0", base=tmp_path / "logs")
+    assert list((tmp_path / "elsewhere").iterdir()) == []
+    (tmp_path / "logs" / "3").mkdir(mode=0o777)
+    os.chmod(tmp_path / "logs" / "3", 0o777)
+    with pytest.raises(PermissionError, match="is world-writable"):
+        make_directories(tmp_path / "logs" / "3" / "x", base=tmp_path / "logs")

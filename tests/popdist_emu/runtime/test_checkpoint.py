@@ -2,6 +2,7 @@
 N+M uninterrupted steps, whatever holds the optimiser state (plain, offloaded, RTS shards of
 any domain) on either side of the checkpoint."""
 
+import json
 import os
 import subprocess
 import sys
@@ -18,10 +19,17 @@ from hypothesis import strategies as st
 from popdist_emu import Options, ReplicaLoader, Trainer
 from popdist_emu.runtime._checkpoint import (
     CHECKPOINT_FILE,
+    OWNER_FILE,
     CheckpointError,
+    _checksum,
+    claim_directory,
+    load_checkpoint,
     read_meta,
     restore_checkpoint,
     save_checkpoint,
+)
+from popdist_emu.runtime._checkpoint import (
+    check_fits as check_checkpoint,
 )
 
 IN, OUT, REPLICAS = 6, 4, 4
@@ -108,7 +116,7 @@ def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch)
     with pytest.raises(OSError, match="No space"):
         save_checkpoint(tmp_path, trainer)
     assert (tmp_path / CHECKPOINT_FILE).read_bytes() == before
-    assert os.listdir(tmp_path) == [CHECKPOINT_FILE]
+    assert sorted(os.listdir(tmp_path)) == sorted([CHECKPOINT_FILE, OWNER_FILE, ".checkpoint.lock"])
     assert read_meta(tmp_path)["step"] == 1
 
 
@@ -143,3 +151,140 @@ def test_a_job_resumes_on_another_instance_layout_bit_identically(tmp_path):
         assert len(a.files) == len(b.files) == 2
         for key in a.files:
             np.testing.assert_array_equal(a[key], b[key])
+
+
+def _saved(tmp_path):
+    trainer, options = trainer_for("plain")
+    run(trainer, options, 0, 1)
+    save_checkpoint(tmp_path, trainer, {"seed": 3})
+    return tmp_path / CHECKPOINT_FILE
+
+
+@pytest.mark.parametrize("cut", [0, 1, 100, 0.5, -1])
+def test_a_truncated_checkpoint_is_refused_in_one_line(tmp_path, cut):
+    path = _saved(tmp_path)
+    data = path.read_bytes()
+    keep = int(len(data) * cut) if isinstance(cut, float) else cut % len(data)
+    path.write_bytes(data[:keep])
+    trainer, _ = trainer_for("plain")
+    with pytest.raises(CheckpointError, match="is damaged") as refused:
+        restore_checkpoint(tmp_path, trainer)
+    assert "\n" not in str(refused.value)
+    with pytest.raises(CheckpointError, match="is damaged"):
+        read_meta(tmp_path)
+
+
+@settings(max_examples=40, deadline=None)
+@given(position=st.floats(0.0, 0.999), flip=st.integers(1, 255))
+def test_a_corrupted_byte_is_refused_or_changes_nothing(tmp_path_factory, position, flip):
+    """A flipped byte is refused as damage, unless it lies in archive bookkeeping that
+    carries no content (a timestamp): then exactly the written content is read."""
+    directory = tmp_path_factory.mktemp("ckpt")
+    path = _saved(directory)
+    intact_meta, intact = load_checkpoint(directory)
+    data = bytearray(path.read_bytes())
+    data[int(position * len(data))] ^= flip
+    path.write_bytes(bytes(data))
+    try:
+        meta, arrays = load_checkpoint(directory)
+    except CheckpointError as error:
+        assert "is damaged" in str(error)
+        return
+    assert meta == intact_meta and arrays.keys() == intact.keys()
+    for key, x in arrays.items():
+        np.testing.assert_array_equal(x, intact[key])
+        assert x.dtype == intact[key].dtype
+
+
+def test_corruption_of_array_bytes_is_refused(tmp_path):
+    path = _saved(tmp_path)
+    data = bytearray(path.read_bytes())
+    with np.load(path) as saved:
+        raw = saved["params/00000"].tobytes()
+    at = bytes(data).index(raw)  # npz members are stored uncompressed
+    data[at + 3] ^= 0x10
+    path.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="is damaged"):
+        read_meta(tmp_path)
+
+
+def _rewritten(path, change):
+    """The checkpoint with ``change(arrays, info)`` applied and its checksum made to match,
+    as a writer that diverged or another program would have written it."""
+    with np.load(path) as saved:
+        arrays = {k: saved[k] for k in saved.files}
+    info = json.loads(arrays.pop("__meta__").tobytes().decode())
+    change(arrays, info)
+    info["checksum"] = _checksum(arrays, info)
+    arrays["__meta__"] = np.frombuffer(json.dumps(info).encode(), np.uint8)
+    np.savez(path, **arrays)
+
+
+def test_non_finite_values_are_refused(tmp_path):
+    path = _saved(tmp_path)
+
+    def poison(arrays, _info):
+        x = arrays["params/00000"].copy()
+        x.flat[0] = np.nan
+        arrays["params/00000"] = x
+
+    _rewritten(path, poison)
+    with pytest.raises(CheckpointError, match="params/00000 holds non-finite values"):
+        read_meta(tmp_path)
+
+
+def test_another_model_is_refused_before_any_compile(tmp_path):
+    _saved(tmp_path)
+    bigger = {k: np.concatenate([v, v]) for k, v in init_params().items()}
+    trainer = Trainer(loss_fn, ADAMW, bigger, Options(replication_factor=REPLICAS))
+    with pytest.raises(CheckpointError, match="params differ from the trainer's"):
+        check_checkpoint(tmp_path, trainer)
+    same, _ = trainer_for("plain")
+    assert check_checkpoint(tmp_path, same) == {"step": 1, "seed": 3}
+
+
+HOLDER = (
+    "import sys, time\n"
+    "from popdist_emu.runtime._checkpoint import claim_directory\n"
+    "claim_directory(sys.argv[1])\n"
+    "print('claimed', flush=True)\n"
+    "time.sleep(float(sys.argv[2]))\n"
+)
+
+
+def _holder(directory, seconds):
+    env = {k: v for k, v in os.environ.items() if k != "POPDIST_EMU_JOB_DIR"}
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(directory), str(seconds)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert process.stdout.readline() == "claimed\n"
+    return process
+
+
+@pytest.mark.timeout(120)
+def test_another_running_job_is_refused_and_a_dead_ones_claim_taken_over(tmp_path):
+    other = _holder(tmp_path, 60)
+    try:
+        trainer, options = trainer_for("plain")
+        with pytest.raises(CheckpointError, match=f"in use by another job .*pid {other.pid}"):
+            claim_directory(tmp_path)
+        run(trainer, options, 0, 1)
+        with pytest.raises(CheckpointError, match="in use by another job"):
+            save_checkpoint(tmp_path, trainer)
+        assert not (tmp_path / CHECKPOINT_FILE).exists()
+    finally:
+        other.kill()  # SIGKILL: its record stays, naming a process that is gone
+        other.wait(timeout=30)
+    save_checkpoint(tmp_path, trainer)
+    assert read_meta(tmp_path)["step"] == 1
+    assert json.loads((tmp_path / OWNER_FILE).read_text())["pid"] == os.getpid()
+
+
+@pytest.mark.timeout(120)
+def test_a_job_that_ends_leaves_the_directory_free(tmp_path):
+    done = _holder(tmp_path, 0)
+    assert done.wait(timeout=30) == 0
+    assert not (tmp_path / OWNER_FILE).exists()

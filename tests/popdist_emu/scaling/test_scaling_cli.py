@@ -53,9 +53,21 @@ def run(cwd, name, *words, timeout=300):
         (["--num-replicas", "16", "--out", "o", "missing.py"], "missing.py"),
         (["--num-replicas", "16", "--compare", "", "--out", "o", TRAIN], "--compare"),
         (["--num-replicas", "16", "--compare", "'--x", "--out", "o", TRAIN], "quotation"),
+        (["--num-replicas", "1_6", "--out", "o", TRAIN], "--num-replicas '1_6'"),
+        (["--num-replicas", "\uff11\uff16", "--out", "o", TRAIN], "--num-replicas"),
+        (["--num-replicas", "16", "--ipus-per-replica", "\u0664", "--out", "o", TRAIN], "ASCII"),
+        (["--num-replicas", "16", "--timeout", "nan", "--out", "o", TRAIN], "finite"),
+        (["--num-replicas", "16", "--timeout", "inf", "--out", "o", TRAIN], "finite"),
+        (["--num-replicas", "16", "--published", "/dev/urandom", "--out", "o", TRAIN], "holds"),
+        (["--num-replicas", "16", "--published", "/dev/zero", "--out", "o", TRAIN], "holds"),
+        (["--num-replicas", "16", "--published", "bin.csv", "--out", "o", TRAIN], "UTF-8"),
+        (["--num-replicas", "16", "--out", "file/o", TRAIN], "which is a file"),
+        (["--num-replicas", "16", "--out", "file", TRAIN], "is a file"),
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(tmp_path, words, needle):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "bin.csv").write_bytes(b"replicas,throughput,label\n\xff\xfe,1,x\n")
     result = run(tmp_path, "poprun-emu-scaling", *words, timeout=60)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -183,3 +195,27 @@ def test_pipelined_sweep_has_a_bubble_phase_and_equals_a_single_run(tmp_path):
     summary = json.loads((tmp_path / "single" / "summary.json").read_text())
     summary.pop("model_parameters")
     assert rows[1]["summary"] == summary
+
+
+def test_out_is_never_a_symlink_nor_in_a_directory_others_can_write(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    for out, needle in (("link", "is a symbolic link"), ("shared/o", "is world-writable")):
+        result = run(tmp_path, "poprun-emu-scaling", "--num-replicas", "16", "--out", out, TRAIN)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1 and needle in result.stderr, result.stderr
+    assert list(target.iterdir()) == [] and list(shared.iterdir()) == []
+
+
+def test_series_logs_are_never_written_through_a_symlink(tmp_path):
+    (tmp_path / "o" / "logs").mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("keep\n")
+    (tmp_path / "o" / "logs" / "series-0.log").symlink_to(victim)
+    result = run(tmp_path, "poprun-emu-scaling", "--num-replicas", "16", "--out", "o", TRAIN)
+    assert result.returncode == 2 and "series-0.log' is a symbolic link" in result.stderr
+    assert victim.read_text() == "keep\n"
