@@ -72,7 +72,8 @@ def compute_device_exports(device: str) -> tuple[tuple[str, str], ...]:
 
 def check_output_dir(flag: str, path: str) -> None:
     """``path`` can safely hold output (popdist_emu._files.output_problem): not a symlink, in
-    a directory of this user (or root) that is not world-writable and takes a new file.
+    a directory of this user (or root) that others cannot write (or only as in a sticky /tmp)
+    and that takes a new file.
 
     Raises:
         UsageError: a file where a directory is needed, a symlink, an unsafe directory or

@@ -128,7 +128,8 @@ def arg_max() -> int:
 #
 # A path written or locked is refused when it is a symbolic link (the write would land on its
 # target), or when the directory it is created in is owned by another user or writable by
-# everyone (anyone could put a symlink there first). Whether a directory can take a new file
+# everyone without the sticky bit (anyone could replace what we make there; /tmp is sticky).
+# Whether a directory can take a new file
 # is found by trying (create and remove a probe file): permission bits say yes to root even
 # where nothing can be created (/proc, a read-only mount).
 
@@ -155,8 +156,13 @@ def directory_problem(path: str | os.PathLike, private: bool = False) -> str | N
         return "is not a directory"
     if not _owner_trusted(info.st_uid) or (private and info.st_uid != os.geteuid()):
         return f"is owned by another user (uid {info.st_uid})"
-    if info.st_mode & stat.S_IWOTH or (private and info.st_mode & stat.S_IWGRP):
-        return "is writable by other users" if private else "is world-writable"
+    if private and info.st_mode & (stat.S_IWOTH | stat.S_IWGRP):
+        return "is writable by other users"
+    # A sticky world-writable directory (/tmp) is where users put outputs: nobody else can
+    # remove or rename what we create there, a name someone else took first is refused
+    # (their owner, or a symlink), and files are created O_EXCL | O_NOFOLLOW, then renamed.
+    if info.st_mode & stat.S_IWOTH and not info.st_mode & stat.S_ISVTX:
+        return "is world-writable (and not sticky, as /tmp is)"
     return None
 
 
