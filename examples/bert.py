@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 
@@ -234,8 +233,7 @@ def check_sizes(args: argparse.Namespace, options, ipus: int, offline: bool) -> 
     """
     heads, seq, micro = CONFIGS[args.model][2], args.sequence_length, args.micro_batch_size
     try:
-        system = os.environ.get("POPDIST_EMU_SYSTEM", "")
-        ipu = hardware.select_system(system, options.num_total_replicas * ipus).ipu
+        ipu = popdist.simulated_system(options.num_total_replicas * ipus).ipu
     except hardware.SystemSelectionError:
         return  # refused with its own message by simulate()
     arguments.refuse_unless_it_fits(

@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> dict:
     ckpt = args.checkpoint_dir if not popdist.is_offline_mode() else ""
     try:  # the checkpoint directory claimed (one job per directory) before any compile
         if ckpt:
-            popdist.claim_checkpoint_dir(ckpt)
+            popdist.claim_checkpoint_dir(ckpt, options.job_dir)
         trainer = popdist.Trainer(
             loss_fn if strategy is None else BLOCK_MODEL,
             optax.adamw(args.learning_rate),

@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from popdist_emu.sim import report_simulation as report_simulation
     from popdist_emu.sim import simulate as simulate
     from popdist_emu.sim import simulate_profile as simulate_profile
+    from popdist_emu.sim import simulated_system as simulated_system
     from popdist_emu.sim import with_infeed_stats as with_infeed_stats
 
 # Name -> the module that exports it, imported on first use (all of these need JAX or are
@@ -141,6 +142,7 @@ _LAZY: dict[str, str] = {
     # simulated IPU-POD time and memory
     "simulate": "popdist_emu.sim",
     "simulate_profile": "popdist_emu.sim",
+    "simulated_system": "popdist_emu.sim",
     "with_infeed_stats": "popdist_emu.sim",
     "report_simulation": "popdist_emu.sim",
 }

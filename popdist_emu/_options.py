@@ -6,7 +6,7 @@ reduced, and the job's replica layout. The layout is resolved once, when the opt
 made: from PopDist's environment by default (so the same options work under ``poprun-emu``
 and in a plain process) or given explicitly; a later change of the environment does not
 change existing options, and two equal options describe the same job. Every per-instance
-value the runtime needs (the layout, this instance's index, offline mode) is resolved here,
+value the runtime needs (the layout, this instance's index, offline mode, the job) is resolved here,
 once, so nothing deeper reads the environment again: options built with an explicit layout
 describe the job entirely, and the environment is not read at all.
 
@@ -72,18 +72,19 @@ def _check_available_memory_proportion(value: float | Mapping[str, float]) -> No
 
 def _resolve_layout(
     layout: ReplicaLayout | None, instance: int | None, rf: int | None
-) -> tuple[ReplicaLayout, int, int, bool]:
-    """``(layout, instance_index, local replicas, offline)``, the environment read at most once.
+) -> tuple[ReplicaLayout, int, int, bool, str]:
+    """``(layout, instance_index, local replicas, offline, job_dir)``, the environment read at
+    most once.
 
-    A given layout is the job's whole description: neither it nor the instance index or the
-    offline flag then comes from the environment.
+    A given layout is the job's whole description: neither it nor the instance index, the
+    offline flag or the job directory then comes from the environment.
     """
     if rf is not None:
         _check_positive("replication_factor", rf, "replicationFactor")
-    offline = False
+    offline, job_dir = False, ""
     if layout is None:
         view = InstanceEnvironment.from_environ()
-        offline = view.offline
+        offline, job_dir = view.offline, view.job_dir
         if view.popdist_set:
             layout, source = view.layout, "PopRun gave this instance"
             instance = view.instance if instance is None else instance
@@ -115,7 +116,7 @@ def _resolve_layout(
             f"Options: `replication_factor` is {rf} but {source} {local} local replicas; "
             f"leave it unset (it defaults to popdist.getNumLocalReplicas()) or pass {local}."
         )
-    return layout, instance, local, offline
+    return layout, instance, local, offline, job_dir
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -162,6 +163,8 @@ class Options:
             the stages and the simulation take, never the environment.
         instance_index: this instance's index in the layout.
         offline: compile only, run nothing (``poprun-emu --offline-mode``).
+        job_dir: the launcher's job directory, which names this job among others (one job
+            writes a checkpoint directory); "" for a job that is this process alone.
     """
 
     replication_factor: int
@@ -180,6 +183,7 @@ class Options:
     layout: ReplicaLayout
     instance_index: int
     offline: bool
+    job_dir: str
 
     def __init__(
         self,
@@ -201,6 +205,7 @@ class Options:
         layout: ReplicaLayout | None = None,
         instance_index: int | None = None,
         offline: bool | None = None,
+        job_dir: str | None = None,
     ) -> None:
         """Validates the fields and resolves the per-instance ones, once.
 
@@ -214,6 +219,8 @@ class Options:
                 layout, 0 with a given one.
             offline: None takes ``--offline-mode`` from the environment read for the
                 layout, False with a given layout.
+            job_dir: None takes ``poprun-emu``'s job directory from the environment read
+                for the layout, "" (this process is the job) with a given layout.
 
         The other arguments are the attributes of the same names.
 
@@ -235,7 +242,7 @@ class Options:
             "available_memory_proportion": available_memory_proportion,
             "partials_type": partials_type,
         }
-        resolved_layout, instance, local, environ_offline = _resolve_layout(
+        resolved_layout, instance, local, environ_offline, environ_job = _resolve_layout(
             layout, instance_index, replication_factor
         )
         fields |= {
@@ -243,6 +250,7 @@ class Options:
             "layout": resolved_layout,
             "instance_index": instance,
             "offline": environ_offline if offline is None else bool(offline),
+            "job_dir": environ_job if job_dir is None else job_dir,
         }
         for name, value in fields.items():
             object.__setattr__(self, name, value)
@@ -273,6 +281,11 @@ class Options:
         if isinstance(self.prefetch_depth, bool) or not isinstance(self.prefetch_depth, int):
             raise ValueError(
                 f"Options: `prefetch_depth` must be an int, got {self.prefetch_depth!r}."
+            )
+        if not isinstance(self.job_dir, str):
+            raise ValueError(
+                f"Options: `job_dir` must be a str (poprun-emu's job directory, or an empty "
+                f"string), got {self.job_dir!r}."
             )
         if self.prefetch_depth < 1:
             raise ValueError(

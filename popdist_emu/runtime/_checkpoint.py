@@ -37,7 +37,7 @@ import jax
 import numpy as np
 
 import gcl
-from popdist_emu._environment import ENV_JOB_DIR
+from popdist_emu._environment import InstanceEnvironment
 from popdist_emu._files import atomic_write, pid_alive, write_atomically
 from popdist_emu.runtime._offload import StreamingState, stream_out
 from popdist_emu.runtime._replica_step import TrainState
@@ -204,10 +204,10 @@ def check_fits(directory: str | os.PathLike[str], trainer: Trainer) -> dict[str,
     return _public(info)
 
 
-def _job() -> dict[str, Any]:
+def _job(job_dir: str) -> dict[str, Any]:
     """This job: the launcher's job directory (one per poprun-emu run, shared by its
     instances), else this process; and who holds the claim (host, pid) to tell if it lives."""
-    job = os.environ.get(ENV_JOB_DIR) or f"process {os.getpid()}"
+    job = job_dir or f"process {os.getpid()}"
     return {
         "job": f"{socket.gethostname()}:{job}",
         "host": socket.gethostname(),
@@ -215,7 +215,16 @@ def _job() -> dict[str, Any]:
     }
 
 
-def claim_directory(directory: str | os.PathLike[str]) -> None:
+def _claim_for(directory: str | os.PathLike[str], trainer: Trainer) -> None:
+    """The trainer's job claims ``directory``. Without a job directory (an explicit layout)
+    the other instances of the job cannot be told from another job's, so instance 0's claim
+    alone guards the directory."""
+    options = trainer.options
+    if options.job_dir or options.instance_index == 0:
+        claim_directory(directory, options.job_dir)
+
+
+def claim_directory(directory: str | os.PathLike[str], job_dir: str | None = None) -> None:
     """Makes this job the one job that writes and reads checkpoints in ``directory``.
 
     Every instance calls it (``popdist_emu.claim_checkpoint_dir``, before compiling;
@@ -224,6 +233,11 @@ def claim_directory(directory: str | os.PathLike[str]) -> None:
     job there. The record is removed
     when its writer exits; one left by a process that died is taken over.
 
+    Args:
+        directory: the checkpoint directory (made if missing).
+        job_dir: the job's ``Options().job_dir``; None reads ``poprun-emu``'s job directory
+            from the environment now (a program's own call, before it builds a trainer).
+
     Raises:
         CheckpointError: another job that is still running holds the directory.
     """
@@ -231,7 +245,9 @@ def claim_directory(directory: str | os.PathLike[str]) -> None:
     if directory in _claimed:
         return
     os.makedirs(directory, exist_ok=True)
-    me = _job()
+    if job_dir is None:
+        job_dir = InstanceEnvironment.from_environ().job_dir
+    me = _job(job_dir)
     flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
     fd = os.open(os.path.join(directory, _LOCK_FILE), flags, 0o600)
     try:
@@ -278,7 +294,7 @@ def save_checkpoint(
     opt_state = full_opt_state(trainer)
     if trainer.options.instance_index != 0:
         return None
-    claim_directory(directory)
+    _claim_for(directory, trainer)
     state = _live_state(trainer, "save_checkpoint")
     params = [np.array(x) for x in jax.tree_util.tree_leaves(state.params)]
     opt = jax.tree_util.tree_leaves(opt_state)
@@ -349,7 +365,7 @@ def restore_checkpoint(directory: str | os.PathLike[str], trainer: Trainer) -> d
     Returns:
         The checkpoint's metadata (``step`` and what the writer stored).
     """
-    claim_directory(directory)  # no other job writes it while this one reads
+    _claim_for(directory, trainer)  # no other job writes it while this one reads
     meta, saved = load_checkpoint(directory)
     path = checkpoint_path(directory)
     state = _live_state(trainer, "restore_checkpoint")

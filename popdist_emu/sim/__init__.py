@@ -5,6 +5,7 @@ from popdist_emu.sim._point import evaluate_point as evaluate_point
 from popdist_emu.sim._simulation import report_simulation as report_simulation
 from popdist_emu.sim._simulation import simulate as simulate
 from popdist_emu.sim._simulation import simulate_profile as simulate_profile
+from popdist_emu.sim._simulation import simulated_system as simulated_system
 from popdist_emu.sim._simulation import with_infeed_stats as with_infeed_stats
 
 __all__ = [
@@ -13,5 +14,6 @@ __all__ = [
     "report_simulation",
     "simulate",
     "simulate_profile",
+    "simulated_system",
     "with_infeed_stats",
 ]

@@ -159,6 +159,22 @@ def simulate_profile(
     return _checked(profile, layout, spec, prefetch_depth, None)
 
 
+def simulated_system(
+    num_ipus: int, system: str | None = None, environ: Mapping[str, str] | None = None
+) -> hardware.SystemSpec:
+    """The IPU-POD a simulation of a job on ``num_ipus`` IPUs runs on.
+
+    What ``simulate`` picks: ``system`` when given, else ``poprun-emu --system`` (read from
+    the environment now), else the smallest default system with that many IPUs. A program
+    sizes what it asks of one IPU against ``simulated_system(n).ipu`` before compiling.
+
+    Raises:
+        hardware.SystemSelectionError: no such system, or it has fewer than ``num_ipus``.
+    """
+    environ = os.environ if environ is None else environ
+    return hardware.select_system(_system(system, environ), num_ipus)
+
+
 def _system(system: str | None, environ: Mapping[str, str]) -> str:
     """The ``--system`` name: the one given, else ``POPDIST_EMU_SYSTEM`` alone (a run with
     an explicit layout needs none of PopRun's layout variables, so none is parsed)."""

@@ -85,3 +85,15 @@ def test_an_explicit_layout_needs_no_environment():
         Options(layout=layout, replication_factor=2)
     with pytest.raises(ValueError, match="`instance_index` 2 is outside"):
         Options(layout=layout, instance_index=2)
+
+
+def test_the_job_is_resolved_with_the_layout():
+    layout = ReplicaLayout(num_replicas=4, num_instances=2)
+    variables = layout_environment(layout, 1) | {"POPDIST_EMU_JOB_DIR": "/tmp/job-7"}
+    with mock.patch.dict(os.environ, variables):
+        opts = Options()
+        assert Options(layout=layout, instance_index=1).job_dir == ""  # environment unread
+    assert opts.job_dir == "/tmp/job-7"
+    assert Options(layout=layout, job_dir="/tmp/job-8").job_dir == "/tmp/job-8"
+    with pytest.raises(ValueError, match="`job_dir` must be a str"):
+        Options(job_dir=7)

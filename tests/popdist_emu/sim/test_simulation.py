@@ -250,3 +250,12 @@ def test_oversized_micro_batch_fails_the_run(tmp_path):
     assert run.returncode != 0
     assert "Out of memory:" in run.stderr
     assert "Remedies:" in run.stderr
+
+
+def test_simulated_system_is_the_one_simulate_picks():
+    assert popdist_emu.simulated_system(16, environ={}).name == hardware.default_system(16).name
+    bow = popdist_emu.simulated_system(16, environ={"POPDIST_EMU_SYSTEM": "bow-pod64"})
+    assert (bow.name, bow.num_ipus) == ("bow-pod64", 64)
+    assert popdist_emu.simulated_system(4, "pod16").name == "pod16"
+    with pytest.raises(hardware.SystemSelectionError, match="has only 16 IPUs"):
+        popdist_emu.simulated_system(32, "pod16")
