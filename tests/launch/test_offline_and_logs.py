@@ -177,7 +177,7 @@ def test_logs_are_never_written_through_a_symlink(poprun, tmp_path, planted):
 def test_logs_in_a_directory_others_can_write_are_refused(poprun, tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
-    shared.chmod(0o1777)
+    shared.chmod(0o777)
     result = poprun(f"--mpi-global-args=--output-filename {shared / 'logs'}", "x.py", timeout=60)
     assert result.returncode == 2 and "is world-writable" in result.stderr, result.stderr
     assert not (shared / "logs").exists()

@@ -203,7 +203,7 @@ def test_out_is_never_a_symlink_nor_in_a_directory_others_can_write(tmp_path):
     (tmp_path / "link").symlink_to(target)
     shared = tmp_path / "shared"
     shared.mkdir()
-    shared.chmod(0o1777)
+    shared.chmod(0o777)
     for out, needle in (("link", "is a symbolic link"), ("shared/o", "is world-writable")):
         result = run(tmp_path, "poprun-emu-scaling", "--num-replicas", "16", "--out", out, TRAIN)
         assert result.returncode == 2, result.stderr
