@@ -3,7 +3,8 @@
 For every case of tests/launch/fault_program.py (2 instances; instance 1 fails) this runs
 the job ``--repeats`` times and measures the seconds from the fault (the wall-clock time
 the victim records just before it) to the launcher's exit, and the launcher's exit code.
-The SIGSTOP case runs with ``--collective-timeout 3``: it ends when the timeout expires.
+The SIGSTOP and early-exit cases run with ``--collective-timeout 3``: they end when the
+timeout expires.
 Prints one JSON line per run, then a Markdown table (median, min, max).
 
 Usage::
@@ -25,8 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "launch" / "fault_program.py"
-CASES = ("before", "during", "inside", "after", "exit", "extra", "kill", "stop")
+CASES = ("early", "before", "during", "inside", "after", "exit", "extra", "kill", "stop")
 DESCRIPTION = {
+    "early": "sys.exit(0) before MPI_Init (peer waits in it), --collective-timeout 3",
     "before": "uncaught exception before the first collective",
     "during": "uncaught exception between collectives",
     "inside": "exception raised inside a collective's wait",
@@ -48,7 +50,7 @@ def run_case(case: str) -> dict:
     """One job with the fault ``case``: seconds from the fault to the launcher's exit."""
     with tempfile.TemporaryDirectory(prefix="faults-") as out:
         command = [*_launcher(), "--num-replicas", "2", "--num-instances", "2"]
-        if case == "stop":
+        if case in ("stop", "early"):
             command += ["--collective-timeout", str(STOP_TIMEOUT_S)]
         command += [str(PROGRAM), case, out]
         proc = subprocess.run(command, capture_output=True, text=True, timeout=600)

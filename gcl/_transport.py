@@ -30,10 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from gcl._knobs import DEFAULT_TIMEOUT_S as _UNSET_TIMEOUT_S
 from gcl._knobs import ENV_ON_FAILURE, ENV_TIMEOUT
 
 # The launcher's --collective-timeout sets GCL_EMU_TIMEOUT for every instance.
-DEFAULT_TIMEOUT_S = float(os.environ.get(ENV_TIMEOUT, "120"))
+DEFAULT_TIMEOUT_S = float(os.environ.get(ENV_TIMEOUT, _UNSET_TIMEOUT_S))
 # How often a waiting instance looks for a peer's leaving notice (a cheap Iprobe).
 _LEAVE_PROBE_S = 0.05
 

@@ -37,6 +37,7 @@ from launch._topology import format_topology
 from launch._version import launcher_version
 from launch._watchdog import run_job
 from popdist_emu._environment import (
+    DEFAULT_GCL_TIMEOUT_S,
     ENV_BOOTSTRAP,
     ENV_GCL_TIMEOUT,
     ENV_MPI4PY_LIBMPI,
@@ -233,6 +234,7 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
     if timeout is not None:
         exports += ((ENV_GCL_TIMEOUT, f"{timeout:g}"),)
     exports += global_args.exports + local_args.exports
+    leave_timeout = _leave_timeout(exports)
     if libmpi and ENV_MPI4PY_LIBMPI not in dict(exports):
         exports += ((ENV_MPI4PY_LIBMPI, libmpi),)
     # Real hosts see the job directory only where the working directory is shared.
@@ -284,9 +286,34 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
                 _log(f"instance {i} exports: {' '.join(f'{k}={v}' for k, v in exported.items())}")
         env = {**os.environ, ENV_BOOTSTRAP: config.to_json()}
         check_exec_size(command, env)  # refused here, not as a traceback from exec
-        return run_job(command, env=env, job_dir=job_dir, instances=instances)
+        return run_job(
+            command,
+            env=env,
+            job_dir=job_dir,
+            instances=instances,
+            leave_timeout=leave_timeout,
+        )
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _leave_timeout(exports: Sequence[tuple[str, str]]) -> float:
+    """The collective timeout the instances will see (a ``-x GCL_EMU_TIMEOUT=S`` after
+    ``--collective-timeout`` wins, as for them): how long the others may run on once one
+    instance has returned."""
+    text = dict(exports).get(ENV_GCL_TIMEOUT)
+    if text is None:
+        return DEFAULT_GCL_TIMEOUT_S
+    try:
+        seconds = collective_timeout(text)
+    except UsageError:
+        seconds = None
+    if seconds is None:
+        raise UsageError(
+            f"-x {ENV_GCL_TIMEOUT}={text!r} is not a positive number of seconds: use "
+            f"--collective-timeout SECONDS instead."
+        )
+    return seconds
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -17,13 +17,13 @@ import math
 import os
 
 from launch._errors import UsageError
+from popdist_emu._environment import DEFAULT_GCL_TIMEOUT_S
 from popdist_emu._files import arg_max, output_problem
 
 # Peak resident memory of one instance of examples/train.py (JAX on the CPU, optax, the
 # digits data set): 439 MiB measured (getrusage ru_maxrss) on the development machine; a
 # smaller JAX program peaks near 270 MiB.
 INSTANCE_BYTES = 450 * 2**20
-DEFAULT_COLLECTIVE_TIMEOUT_S = 120.0  # gcl's own default (GCL_EMU_TIMEOUT)
 _MAX_TIMEOUT_S = 7 * 24 * 3600.0
 COMPUTE_DEVICES = ("cpu", "gpu")
 
@@ -39,7 +39,7 @@ def collective_timeout(text: str) -> float | None:
     if not (math.isfinite(seconds) and 0 < seconds <= _MAX_TIMEOUT_S):
         raise UsageError(
             f"--collective-timeout {text!r} is not a number of seconds in (0, {_MAX_TIMEOUT_S:g}]"
-            f": write e.g. --collective-timeout 60 (default {DEFAULT_COLLECTIVE_TIMEOUT_S:g})."
+            f": write e.g. --collective-timeout 60 (default {DEFAULT_GCL_TIMEOUT_S:g})."
         )
     return seconds
 

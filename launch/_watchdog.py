@@ -5,7 +5,11 @@ directory (MPICH puts each rank in its own session, out of mpiexec's reach) and,
 program ends, the exit status. The watchdog polls both: the first instance that exits non-zero
 or dies ends the job (SIGTERM to every group, SIGKILL after a grace period), as mpi4py's
 ``-m mpi4py`` runner aborts the whole job on one rank's error, and names it with the last
-lines of its stderr. Every wait has a timeout.
+lines of its stderr. Every wait has a timeout: once an instance has returned (exit 0), the
+others must end within the collective timeout too. A peer may wait for it where no timeout of
+ours reaches: in ``MPI_Init``, which under MPICH waits for every rank to initialise MPI (an
+instance that exits before its first collective, say on an empty data shard, never does) and
+holds the interpreter while it waits; so the job is ended naming the instance that returned.
 
 A pid file is written where the program could overwrite it, so the watchdog signals only
 process groups it has checked in ``/proc``: the recorded process leads the group it claims
@@ -16,6 +20,7 @@ After the job, shared-memory segments its MPI left behind are removed (``_cleanu
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -204,8 +209,27 @@ def _report_tail(job_dir: str, instance: int) -> None:
         )
 
 
+def _left_early(
+    exits: Mapping[int, InstanceExit], instances: Sequence[int], seen: Mapping[int, float]
+) -> str:
+    """What to report when an instance returned and its peers did not end in time."""
+    first = min(seen, key=lambda i: (seen[i], i))
+    waiting = [i for i in instances if i not in exits]
+    return (
+        f"instance {first} exited with code 0 but instance(s) {', '.join(map(str, waiting))} "
+        f"had not ended {time.monotonic() - seen[first]:.0f} s later (--collective-timeout): "
+        f"they wait for it in MPI_Init or a collective; every instance must run the same "
+        f"collectives (an empty data shard returns early); ended the job"
+    )
+
+
 def run_job(
-    command: Sequence[str], *, env: Mapping[str, str], job_dir: str, instances: Sequence[int]
+    command: Sequence[str],
+    *,
+    env: Mapping[str, str],
+    job_dir: str,
+    instances: Sequence[int],
+    leave_timeout: float = math.inf,
 ) -> int:
     """Runs the job to its end and returns the launcher's exit code.
 
@@ -214,6 +238,8 @@ def run_job(
         env: the environment of ``command``.
         job_dir: where the bootstraps write ``instance-<i>.pid`` and ``instance-<i>.status``.
         instances: the instance indices expected to report.
+        leave_timeout: seconds the others may run on after an instance exited 0 (the
+            collective timeout); then the job is ended, naming the instance that returned.
 
     Returns:
         0 when every instance exited 0; the first failing instance's code (128+N for signal
@@ -224,6 +250,7 @@ def run_job(
     proc = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
     groups = _Groups(job_dir, instances, proc.pid)
     seen_stopped: set[int] = set()  # looked for every second, to name them if the job fails
+    returned: dict[int, float] = {}  # instance -> when its exit 0 was first seen (monotonic)
     next_scan = time.monotonic() + 1.0
     try:
         while True:
@@ -248,6 +275,20 @@ def run_job(
                     _report_tail(job_dir, failures[0].instance)
                     return failures[0].launcher_code
                 _report(f"instance {lost[0]} was killed before reporting its exit status{tail}")
+                return 1
+            now = time.monotonic()
+            returned |= {i: now for i in exits if i not in returned}
+            if (
+                not finished
+                and returned
+                and len(exits) < len(instances)
+                and now - min(returned.values()) > leave_timeout
+            ):
+                stopped = sorted(seen_stopped.union(_stopped(groups, exits)))
+                end_job(proc, groups)
+                for i in stopped:
+                    _report(f"instance {i} was stopped (SIGSTOP or a debugger) and never answered")
+                _report(_left_early(exits, instances, returned))
                 return 1
             if finished:
                 break

@@ -77,6 +77,7 @@ ENV_MPI4PY_LIBMPI = "MPI4PY_LIBMPI"  # mpi4py's own variable: the libmpi it load
 
 # -- gcl's knobs that the launcher sets (gcl reads them itself; it may not import this) ------
 ENV_GCL_TIMEOUT = gcl_knobs.ENV_TIMEOUT  # --collective-timeout, seconds
+DEFAULT_GCL_TIMEOUT_S = gcl_knobs.DEFAULT_TIMEOUT_S  # the timeout when none is given
 ENV_GCL_ON_FAILURE = gcl_knobs.ENV_ON_FAILURE  # "exit" under the launcher, else MPI_Abort
 
 # -- JAX's persistent compilation cache (read by JAX itself at import) --------------------------

@@ -15,16 +15,24 @@ import sys
 import time
 
 import numpy as np
-from mpi4py import MPI
 
-import gcl
 from popdist_emu._files import write_atomically
 
 VICTIM = 1
-CASES = ("before", "during", "inside", "after", "exit", "extra", "kill", "stop")
+CASES = ("early", "before", "during", "inside", "after", "exit", "extra", "kill", "stop")
 
 
 def main(case: str, out: str) -> None:
+    if case == "early" and os.environ["POPDIST_EMU_INSTANCE_INDEX"] == str(VICTIM):
+        # An empty data shard: it returns before MPI is initialised, so its peer waits in
+        # MPI_Init (which holds the interpreter) until the launcher ends the job.
+        with open(os.path.join(out, "fault"), "w") as f:
+            f.write(repr(time.time()))
+        sys.exit(0)
+    from mpi4py import MPI
+
+    import gcl
+
     rank = MPI.COMM_WORLD.Get_rank()
     with open("/proc/self/maps") as f:
         segments = sorted({line.split()[-1] for line in f if "/dev/shm/" in line})

@@ -115,3 +115,17 @@ def test_the_launcher_signals_only_process_groups_it_started(poprun, tmp_path):
     finally:
         bystander.kill()
         bystander.wait(timeout=30)
+
+
+def test_an_instance_that_returns_before_its_first_collective_ends_the_job(poprun, tmp_path):
+    started = time.monotonic()
+    result = poprun("--collective-timeout", "4", *LAYOUT, PROGRAM, "early", str(tmp_path))
+    assert result.returncode == 1, result.stderr[-3000:]
+    assert "instance 1 exited with code 0 but instance(s) 0 had not ended" in result.stderr
+    assert time.monotonic() - started < 60  # it ended by itself, at the collective timeout
+
+
+def test_a_collective_timeout_exported_with_x_is_checked_before_launch(poprun, tmp_path):
+    result = poprun("--mpi-global-args=-x GCL_EMU_TIMEOUT=soon", PROGRAM, "during", str(tmp_path))
+    assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
+    assert "GCL_EMU_TIMEOUT='soon' is not a positive number of seconds" in result.stderr
