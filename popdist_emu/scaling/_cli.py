@@ -29,6 +29,7 @@ import math
 import os
 import re
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -387,6 +388,11 @@ def sweep(config: SweepConfig, argv: Sequence[str]) -> tuple[dict[str, Any], int
     return doc, 1 if failed else 0
 
 
+def _interrupt(signum: int, _frame: object) -> None:
+    """SIGTERM ends the sweep as Ctrl-C does: the running program is stopped too."""
+    raise KeyboardInterrupt(signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``poprun-emu-scaling`` console script; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -399,7 +405,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     # (0.35 s measured here) a refused argument should not wait for.
     from popdist_emu.scaling._report import narrative, write_outputs
 
-    doc, code = sweep(config, argv)
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        doc, code = sweep(config, argv)
+    except KeyboardInterrupt as stop:
+        signum = stop.args[0] if stop.args else signal.SIGINT
+        print(f"{PROG}: interrupted; ended the running program", file=sys.stderr)
+        return 128 + int(signum)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     # The report's own time: the sweep plus writing the plots and pages.
     paths = write_outputs(doc, config.out)
     for s in doc["series"]:

@@ -106,15 +106,20 @@ def run_series(
                 command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
             deadline = time.monotonic() + config.timeout
-            while exit_code is None:
-                try:
-                    exit_code = process.wait(timeout=1.0)
-                except subprocess.TimeoutExpired:
-                    if tick is not None:
-                        tick()  # the progress bar's elapsed time moves while it compiles
-                    if time.monotonic() > deadline:
-                        exit_code = _stop(process)
-                        error = f"the program ran past --timeout {config.timeout:g} s"
+            try:
+                while exit_code is None:
+                    try:
+                        exit_code = process.wait(timeout=1.0)
+                    except subprocess.TimeoutExpired:
+                        if tick is not None:
+                            tick()  # the progress bar's elapsed time moves while it compiles
+                        if time.monotonic() > deadline:
+                            exit_code = _stop(process)
+                            error = f"the program ran past --timeout {config.timeout:g} s"
+            except BaseException:  # Ctrl-C or SIGTERM: the program runs in its own session
+                if process.poll() is None:
+                    _stop(process)
+                raise
         seconds = time.perf_counter() - start
         answers: dict[SweepPoint, dict] = {}
         model = None

@@ -8,9 +8,11 @@ that configuration.
 import csv
 import html.parser
 import json
+import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -219,3 +221,41 @@ def test_series_logs_are_never_written_through_a_symlink(tmp_path):
     result = run(tmp_path, "poprun-emu-scaling", "--num-replicas", "16", "--out", "o", TRAIN)
     assert result.returncode == 2 and "series-0.log' is a symbolic link" in result.stderr
     assert victim.read_text() == "keep\n"
+
+
+SLEEPER = """
+import os, sys, time
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(os.getpid()))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+time.sleep(600)  # never reaches popdist_emu.simulate
+"""
+
+
+@pytest.mark.parametrize("signum", [2, 15], ids=["SIGINT", "SIGTERM"])
+def test_an_interrupted_sweep_ends_its_running_program(tmp_path, signum):
+    (tmp_path / "sleeper.py").write_text(SLEEPER)
+    pid_file = tmp_path / "program.pid"
+    words = ["--num-replicas", "2", "--out", "o", "sleeper.py", pid_file]
+    sweep = subprocess.Popen(
+        [*command("poprun-emu-scaling"), *map(str, words)],
+        cwd=tmp_path,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        program = int(pid_file.read_text())
+        sweep.send_signal(signum)
+        assert sweep.wait(timeout=60) == 128 + signum
+        assert "interrupted; ended the running program" in sweep.stderr.read()
+        deadline = time.monotonic() + 10
+        while os.path.exists(f"/proc/{program}") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not os.path.exists(f"/proc/{program}"), "the program outlived the sweep"
+    finally:
+        if sweep.poll() is None:
+            sweep.kill()
+            sweep.wait()
