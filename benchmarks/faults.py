@@ -26,7 +26,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "launch" / "fault_program.py"
-CASES = ("early", "before", "during", "inside", "after", "exit", "extra", "kill", "stop")
+CASES = (
+    "early",
+    "before",
+    "during",
+    "inside",
+    "after",
+    "exit",
+    "extra",
+    "kill",
+    "stop",
+    "stopboot",
+)
 DESCRIPTION = {
     "early": "sys.exit(0) before MPI_Init (peer waits in it), --collective-timeout 3",
     "before": "uncaught exception before the first collective",
@@ -37,6 +48,7 @@ DESCRIPTION = {
     "extra": "peer calls one collective more (victim returned)",
     "kill": "SIGKILL",
     "stop": "SIGSTOP, --collective-timeout 3",
+    "stopboot": "SIGSTOP of its bootstrap (the program runs on), --collective-timeout 3",
 }
 STOP_TIMEOUT_S = 3
 
@@ -50,7 +62,7 @@ def run_case(case: str) -> dict:
     """One job with the fault ``case``: seconds from the fault to the launcher's exit."""
     with tempfile.TemporaryDirectory(prefix="faults-") as out:
         command = [*_launcher(), "--num-replicas", "2", "--num-instances", "2"]
-        if case in ("stop", "early"):
+        if case in ("stop", "early", "stopboot"):
             command += ["--collective-timeout", str(STOP_TIMEOUT_S)]
         command += [str(PROGRAM), case, out]
         proc = subprocess.run(command, capture_output=True, text=True, timeout=600)

@@ -210,16 +210,24 @@ def _report_tail(job_dir: str, instance: int) -> None:
 
 
 def _left_early(
-    exits: Mapping[int, InstanceExit], instances: Sequence[int], seen: Mapping[int, float]
+    exits: Mapping[int, InstanceExit],
+    instances: Sequence[int],
+    seen: Mapping[int, float],
+    stopped: Sequence[int],
 ) -> str:
     """What to report when an instance returned and its peers did not end in time."""
     first = min(seen, key=lambda i: (seen[i], i))
     waiting = [i for i in instances if i not in exits]
+    why = (
+        ""
+        if stopped
+        else ": they wait for it in MPI_Init or a collective; every instance must run the "
+        "same collectives (an empty data shard returns early)"
+    )
     return (
         f"instance {first} exited with code 0 but instance(s) {', '.join(map(str, waiting))} "
-        f"had not ended {time.monotonic() - seen[first]:.0f} s later (--collective-timeout): "
-        f"they wait for it in MPI_Init or a collective; every instance must run the same "
-        f"collectives (an empty data shard returns early); ended the job"
+        f"had not ended {time.monotonic() - seen[first]:.0f} s later (--collective-timeout)"
+        f"{why}; ended the job"
     )
 
 
@@ -288,7 +296,7 @@ def run_job(
                 end_job(proc, groups)
                 for i in stopped:
                     _report(f"instance {i} was stopped (SIGSTOP or a debugger) and never answered")
-                _report(_left_early(exits, instances, returned))
+                _report(_left_early(exits, instances, returned, stopped))
                 return 1
             if finished:
                 break

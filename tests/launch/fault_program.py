@@ -19,7 +19,18 @@ import numpy as np
 from popdist_emu._files import write_atomically
 
 VICTIM = 1
-CASES = ("early", "before", "during", "inside", "after", "exit", "extra", "kill", "stop")
+CASES = (
+    "early",
+    "before",
+    "during",
+    "inside",
+    "after",
+    "exit",
+    "extra",
+    "kill",
+    "stop",
+    "stopboot",
+)
 
 
 def main(case: str, out: str) -> None:
@@ -63,6 +74,9 @@ def main(case: str, out: str) -> None:
     if victim and case == "exit":
         fault()
         sys.exit(0)
+    if victim and case == "stopboot":
+        fault()
+        os.kill(os.getppid(), signal.SIGSTOP)  # its bootstrap: the program itself runs on
     if victim and case in ("kill", "stop"):
         fault()
         os.kill(os.getpid(), signal.SIGKILL if case == "kill" else signal.SIGSTOP)

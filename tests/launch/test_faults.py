@@ -28,6 +28,7 @@ EXPECTED = {
     "extra": (1, "instance 1 returned from its program"),
     "kill": (137, "instance 1 was killed by signal 9 (SIGKILL)"),
     "stop": (1, "instance 1 was stopped"),
+    "stopboot": (1, "instance 1 was stopped"),
 }
 
 
@@ -55,7 +56,7 @@ def _run(poprun, tmp_path, case, *options):
     out = tmp_path / case
     out.mkdir()
     words = [*options, *LAYOUT]
-    if case == "stop":
+    if case in ("stop", "stopboot"):
         words += ["--collective-timeout", "3"]
     return poprun(*words, PROGRAM, case, str(out), timeout=240), out
 
