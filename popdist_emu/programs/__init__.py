@@ -21,6 +21,7 @@ from popdist_emu.programs._profile import program_counts as program_counts
 from popdist_emu.programs._shapes import StepShapes as StepShapes
 from popdist_emu.programs._shapes import accumulator_struct as accumulator_struct
 from popdist_emu.programs._shapes import flat_size as flat_size
+from popdist_emu.programs._shapes import shape_struct as shape_struct
 from popdist_emu.programs._step_profile import ProgramCounts as ProgramCounts
 from popdist_emu.programs._step_profile import StepSettings as StepSettings
 from popdist_emu.programs._step_profile import build_step_profile as build_step_profile
@@ -47,6 +48,7 @@ __all__ = [
     "program_counts",
     "residual_bytes",
     "set_available_memory",
+    "shape_struct",
     "step_matmuls",
     "xla_cost",
 ]

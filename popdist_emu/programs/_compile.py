@@ -18,10 +18,10 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
-import numpy as np
 
 from popdist_emu._progress import phase
 from popdist_emu.programs._compile_lock import compile_lock
+from popdist_emu.programs._shapes import shape_struct
 
 
 class Program(NamedTuple):
@@ -67,12 +67,7 @@ _MAX_PROGRAMS = 64
 def _struct(x: Any) -> jax.ShapeDtypeStruct:
     if isinstance(x, jax.ShapeDtypeStruct):
         return x
-    dtype = getattr(x, "dtype", None)
-    return jax.ShapeDtypeStruct(
-        np.shape(x),
-        np.dtype(dtype) if dtype is not None else np.result_type(x),
-        weak_type=bool(getattr(x, "weak_type", False)),
-    )
+    return shape_struct(x)
 
 
 def compile_program(

@@ -21,13 +21,8 @@ import numpy as np
 
 from popdist_emu._options import Options
 from popdist_emu.pipeline import Pipeline
-from popdist_emu.programs import Program
+from popdist_emu.programs import Program, shape_struct
 from popdist_emu.runtime._replica_step import Accumulator, Batch, Params
-
-
-def _dtype_of(x: Any) -> np.dtype:
-    dtype = getattr(x, "dtype", None)
-    return np.dtype(dtype) if dtype is not None else np.result_type(x)
 
 
 def _leaf_path(path: tuple[Any, ...]) -> str:
@@ -63,7 +58,7 @@ def micro_batch_shapes(batch: Batch, options: Options) -> Any:
             f"Trainer: `batch` leaves disagree on the micro-batch size (axis 3): "
             f"{sorted(micro_batch_sizes)}; every leaf needs the same number of samples."
         )
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(tuple(np.shape(x))[3:], _dtype_of(x)), batch)
+    return jax.tree.map(lambda x: shape_struct(x, tuple(np.shape(x))[3:]), batch)
 
 
 def accumulate(
