@@ -28,6 +28,7 @@ References:
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import warnings
 from typing import Any
@@ -52,6 +53,9 @@ _NO_EFFECT = {
         "setAvailableMemoryProportionForRNG",
         "useIpuId",
         "useOfflineIpuTarget",
+        # The IPU Model computes what an IPU computes, as the emulator does; the emulator's
+        # simulated time stays the IPU-POD's.
+        "useIpuModel",
         "enableFloatingPointExceptions",
         "sourceLocationExcludes",
         "relaxOptimizerAttributesChecks",
@@ -74,7 +78,6 @@ _NO_EFFECT = {
 # Refused: the emulator would compute other numbers than PopTorch does if it ignored them.
 _REFUSED = {
     ("Options", "enableSyntheticData"): "synthetic data replaces the host's data on the IPU",
-    ("Options", "useIpuModel"): "the IPU Model is a different target with its own timing",
     ("Training", "clipNormOfGradients"): "gradient clipping changes every update",
 }
 
@@ -300,6 +303,10 @@ class Options:
     def replicationFactor(self, n: int) -> Options:  # noqa: N802
         self._fields["replication_factor"] = int(n)
         return self
+
+    def clone(self) -> Options:
+        """An independent copy (PopTorch's ``Options.clone``): changing it leaves this one."""
+        return copy.deepcopy(self)
 
     def randomSeed(self, seed: int) -> Options:  # noqa: N802
         self.random_seed = int(seed)

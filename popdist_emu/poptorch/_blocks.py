@@ -5,7 +5,9 @@ block on an IPU above 0, the forward is traced with each block's name scope (the
 forward pre-hook switches it) and cut into :class:`popdist_emu.BlockModel` blocks
 (``_split``), run by the emulator's ``PipelinedExecution``/``ShardedExecution``. Without a
 strategy PopTorch's default applies: pipelined, one stage per run of blocks on one IPU.
-``poptorch.Block`` as a context manager is accepted on IPU 0 only so far.
+``with poptorch.Block(name, ipu_id):`` switches the block the same way while it is entered;
+such blocks are found by tracing the forward once (:func:`recording_blocks`), in the order
+they run.
 
 References:
     PopTorch User Guide, "Multi-IPU execution strategies" (``poptorch.BeginBlock(module,
@@ -71,17 +73,42 @@ def BeginBlock(  # noqa: N802
 
 @contextlib.contextmanager
 def Block(user_id: str | None = None, ipu_id: int | None = None) -> Iterator[None]:  # noqa: N802
-    """``with poptorch.Block(user_id, ipu_id):``: operations in the body form a block."""
-    if ipu_id not in (None, 0):
-        raise ValueError(
-            f"poptorch.Block({user_id!r}, ipu_id={ipu_id}): only BeginBlock places blocks on "
-            f"IPUs in popdist-emu so far; annotate the block's first module with BeginBlock."
-        )
+    """``with poptorch.Block(user_id, ipu_id):``: operations in the body form a block.
+
+    Operations after the body stay in it until the next block begins, as after a
+    ``BeginBlock``. A block without a name is named by its place among the blocks entered.
+    """
+    name = user_id or f"block{len(_RECORD[-1]) if _RECORD else 0}"
+    if _RECORD:
+        _RECORD[-1].append((name, None if ipu_id is None else int(ipu_id)))
+    if _SWITCH:
+        _SWITCH[-1](name)
     _ACTIVE.append((user_id, ipu_id))
     try:
         yield
     finally:
         _ACTIVE.pop()
+
+
+_RECORD: list[list[tuple[str, int | None]]] = []  # blocks entered while recording
+
+
+@contextlib.contextmanager
+def recording_blocks() -> Iterator[list[tuple[str, int | None]]]:
+    """The ``(name, ipu_id)`` of the ``poptorch.Block`` contexts entered in the body, each
+    once, in the order first entered (an IPU given on any entry is kept)."""
+    entered: list[tuple[str, int | None]] = []
+    _RECORD.append(entered)
+    found: list[tuple[str, int | None]] = []
+    try:
+        yield found
+    finally:
+        _RECORD.pop()
+        ipus: dict[str, int | None] = {}
+        for name, ipu in entered:
+            if ipus.get(name) is None:
+                ipus[name] = ipu
+        found.extend(ipus.items())
 
 
 def recomputationCheckpoint(*tensors: Any) -> Any:  # noqa: N802
@@ -144,6 +171,15 @@ def tracing_blocks(begin: Any) -> Iterator[None]:
         _SWITCH.pop()
 
 
+def check_strategy(strategy: Any) -> None:
+    """Refuses what ``setExecutionStrategy`` was given unless it is PopTorch's strategy."""
+    if strategy is not None and not isinstance(strategy, _Strategy):
+        raise ValueError(
+            f"setExecutionStrategy({strategy!r}): pass poptorch.PipelinedExecution(...) or "
+            f"poptorch.ShardedExecution(...)."
+        )
+
+
 def emulator_strategy(strategy: Any, blocks: list[tuple[str, int | None]]) -> Any:
     """The ``popdist_emu`` strategy for PopTorch's (None: the blocks' IPUs, pipelined).
 
@@ -165,11 +201,7 @@ def emulator_strategy(strategy: Any, blocks: list[tuple[str, int | None]]) -> An
                 stages.append(([name], ipu or 0))
         emu = [popdist_emu.Stage(*names, ipu=ipu) for names, ipu in stages]
         return popdist_emu.PipelinedExecution(*emu)
-    if not isinstance(strategy, _Strategy):
-        raise ValueError(
-            f"setExecutionStrategy({strategy!r}): pass poptorch.PipelinedExecution(...) or "
-            f"poptorch.ShardedExecution(...)."
-        )
+    check_strategy(strategy)
     ipu_of = dict(blocks)
     emu = []
     for stage in strategy.stages:

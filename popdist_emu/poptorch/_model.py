@@ -16,6 +16,10 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
   for output mode Final/Default, ``[device_iterations]`` for All); other outputs are computed
   by one forward pass over the combined batch with the weights the call started from (exact
   for one device iteration; later iterations' outputs use those weights too);
+- random operations (dropout) draw from a key per micro-batch: the options' ``randomSeed``
+  (else ``torch.initial_seed()``) folded with the global index of the micro-batch's first
+  sample, which reaches the step as one more input (4 bytes a sample over the simulated
+  host link), so masks do not depend on the instance layout (see ``_random``);
 - after every call the torch module's parameters hold the trained values (PopTorch copies
   weights back to the host when they are read); buffers are constants (no BatchNorm
   statistics updates yet);
@@ -49,8 +53,16 @@ from popdist_emu.popdist import PopTorchOptions
 from popdist_emu.poptorch import optim
 from popdist_emu.poptorch._blocks import (
     block_names,
+    check_strategy,
     emulator_strategy,
+    recording_blocks,
     tracing_blocks,
+)
+from popdist_emu.poptorch._random import (
+    draws_random,
+    holding_key,
+    micro_batch_key,
+    sample_indices,
 )
 from popdist_emu.poptorch._split import block_scopes, split_blocks
 
@@ -98,12 +110,9 @@ class PoplarExecutor:
         # PopTorch's default optimiser: SGD, learning rate 0.01.
         self._optimizer: torch.optim.Optimizer = optimizer or optim.SGD(model.parameters(), lr=0.01)
         self._mode_fields = self.options.to_options()
-        self._blocks = block_names(model)
-        strategy = self._mode_fields.execution_strategy
-        self._strategy = None
-        if training and (strategy is not None or any(ipu for _, ipu in self._blocks)):
-            # Inference runs the forward as one program: the same numbers, whatever the IPUs.
-            self._strategy = emulator_strategy(strategy, self._blocks)
+        self._blocks = block_names(model)  # BeginBlock's; poptorch.Block's when traced
+        check_strategy(self._mode_fields.execution_strategy)  # before any compile
+        self._strategy: Any = None
         model.train(training)
         weights, self._fn = torchax.extract_jax(model)
         trainable = {name for name, p in model.named_parameters() if p.requires_grad}
@@ -112,7 +121,11 @@ class PoplarExecutor:
         self._trainer: Any = None
         self._simulated = False
         self._out_shape: Any = None  # the forward's output structure, found at the first call
-        self._forward = jax.jit(lambda w, args: self._fn(w, args))
+        seed = self.options.random_seed
+        self._seed = (torch.initial_seed() if seed is None else seed) % 2**31
+        self._random: bool | None = None  # whether training draws random numbers (dropout)
+        self._calls = 0
+        self._forward = jax.jit(self._run)
         self._attached = True
 
     # --------------------------------------------------------------------- helpers
@@ -122,9 +135,32 @@ class PoplarExecutor:
         names = [*self._names, *self._constants]
         return {n: jax.numpy.asarray(_to_jax_array(state[n])) for n in names}
 
+    def _run(self, weights: dict[str, Any], args: tuple[Any, ...], first_index: Any) -> Any:
+        """The module's forward, its random draws keyed by its first sample's index."""
+        with holding_key(micro_batch_key(self._seed, first_index)):
+            return self._fn(weights, args)
+
     def _loss(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
-        out = self._fn({**params, **self._constants}, micro_batch)
+        weights = {**params, **self._constants}
+        if self._random:
+            *inputs, index = micro_batch
+            out = self._run(weights, tuple(inputs), index[0])
+        else:
+            out = self._fn(weights, micro_batch)
         return out[-1] if isinstance(out, tuple | list) else out
+
+    def _training_batch(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+        """A training call's arrays, its laid-out batch (with the samples' global indices
+        when the module draws random numbers) and the indices."""
+        arrays = tuple(_to_jax_array(a) for a in args)
+        batch = self._layout(arrays)
+        if self._random is None:
+            weights = self._weights()
+            self._random = draws_random(self._fn, weights, tuple(a[0, 0, 0] for a in batch))
+        index = sample_indices(self._mode_fields, self._calls, arrays[0].shape[0])
+        if self._random:
+            batch = (*batch, self._layout((index,))[0])
+        return arrays, batch, index
 
     def _layout(self, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
         """The combined batch reshaped ``[device_iterations, accumulation, replicas, micro]``."""
@@ -148,6 +184,7 @@ class PoplarExecutor:
             transform = optim.to_optax(self._optimizer)
             loss: Any = self._loss
             options: Any = self.options
+            self._strategy = self._execution_strategy(params, tuple(a[0, 0, 0] for a in batch))
             if self._strategy is not None:
                 # The blocks become the emulator's: trace with each block's name scope.
                 micro_batch = tuple(a[0, 0, 0] for a in batch)
@@ -161,16 +198,37 @@ class PoplarExecutor:
             self._trainer = popdist_emu.Trainer(loss, transform, params, options)
         return self._trainer
 
+    def _execution_strategy(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
+        """The emulator's strategy for the options' and the blocks (None: one program).
+
+        Inference runs the forward as one program: the same numbers, whatever the IPUs.
+        """
+        if not self._blocks:  # blocks written as ``with poptorch.Block(...)``: trace once
+            with recording_blocks() as found:
+                jax.eval_shape(self._loss, params, micro_batch)
+            self._blocks = found
+        strategy = self._mode_fields.execution_strategy
+        if strategy is None and not any(ipu for _, ipu in self._blocks):
+            return None
+        if not self._blocks:
+            raise ValueError(
+                "setExecutionStrategy: the model has no blocks; annotate its parts with "
+                "poptorch.BeginBlock(module, name) or `with poptorch.Block(name):`."
+            )
+        return emulator_strategy(strategy, self._blocks)
+
     # ------------------------------------------------------------ PopTorch's calls
     def __call__(self, *args: Any) -> Any:
         """Runs one call (``device_iterations`` steps in training) on the combined batch."""
         self._attached = True
         mode = self._mode_fields.output_mode
         if not self.training:
-            out = self._forward(self._weights(), tuple(_to_jax_array(a) for a in args))
-            return _to_torch(out)
-        arrays = tuple(_to_jax_array(a) for a in args)
-        batch = self._layout(arrays)
+            arrays = tuple(_to_jax_array(a) for a in args)
+            first = np.int32(self._calls * arrays[0].shape[0] % 2**31)
+            self._calls += 1
+            return _to_torch(self._forward(self._weights(), arrays, first))
+        arrays, batch, index = self._training_batch(args)
+        self._calls += 1
         trainer = self._make_trainer(batch)
         if trainer.offline:
             self._simulate(batch)
@@ -185,7 +243,8 @@ class PoplarExecutor:
         self._user_model.train(True)
         if self._out_shape is None:
             weights = {**trainer.params, **self._constants}
-            self._out_shape = jax.eval_shape(self._fn, weights, tuple(a[0, 0, 0] for a in batch))
+            inputs = tuple(a[0, 0, 0] for a in batch[: len(arrays)])
+            self._out_shape = jax.eval_shape(self._run, weights, inputs, index[0])
         out_shape = self._out_shape
         only_loss = not isinstance(out_shape, tuple | list) or len(out_shape) == 1
         # A host copy for the outputs: the step donates (reuses) the parameter buffers.
@@ -197,7 +256,7 @@ class PoplarExecutor:
         loss = torch.tensor(np.asarray(losses, dtype=np.float32))
         if before is None:
             return loss
-        outputs = list(_to_torch(self._forward(before, arrays)))
+        outputs = list(_to_torch(self._forward(before, arrays, index[0])))
         if mode != "all":
             size = outputs[0].shape[0] // self._mode_fields.device_iterations
             outputs = [o[-size:] if o.ndim else o for o in outputs]
@@ -248,14 +307,15 @@ class PoplarExecutor:
     def compile(self, *args: Any) -> None:
         """Compiles the step for this combined batch's shapes without running it."""
         if self.training:
-            batch = self._layout(tuple(_to_jax_array(a) for a in args))
+            _, batch, _ = self._training_batch(args)
             trainer = self._make_trainer(batch)
             if trainer.offline:
                 self._simulate(batch)
             else:
                 trainer.compile(batch)
         else:
-            self._forward.lower(self._weights(), tuple(_to_jax_array(a) for a in args))
+            arrays = tuple(_to_jax_array(a) for a in args)
+            self._forward.lower(self._weights(), arrays, np.int32(0))
 
     def _simulate(self, batch: tuple[Any, ...]) -> None:
         """Simulates one step on the job's IPU system and reports it (once)."""

@@ -67,3 +67,11 @@ def test_all_is_static_and_complete() -> None:
     torch_backed = {"DataLoader", "inferenceModel", "optim", "trainingModel"}
     for name in set(poptorch.__all__) - torch_backed:
         assert getattr(poptorch, name) is not None
+
+
+def test_the_ipu_model_is_accepted_as_the_emulator_itself() -> None:
+    """PopTorch's IPU Model computes what an IPU computes, as the emulator does (Graphcore's
+    basics tutorial ends with ``useIpuModel(True)``)."""
+    with pytest.warns(UserWarning, match="useIpuModel: accepted, no effect"):
+        opts = poptorch.Options().useIpuModel(True)
+    assert opts.to_options().device_iterations == 1

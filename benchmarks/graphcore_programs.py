@@ -1,0 +1,192 @@
+"""Runs Graphcore's public PopTorch programs, unchanged, under ``poprun-emu``.
+
+Their code stays in the user's checkout of graphcore/examples (it is not ours to copy); this
+script runs it from there. Only the data set and sizes differ from Graphcore's runs: the
+programs ask torchvision for MNIST or Fashion-MNIST with ``download=True`` under
+``~/.torch/datasets``, and nothing may be downloaded here, so each run gets a HOME of its own
+in which those files already exist, made from the handwritten digits that ship with
+scikit-learn (1,797 8x8 images, scaled to 28x28, written in MNIST's IDX format: train and
+test split 80/20); the size arguments fit a step to that smaller set. Each program runs in a
+directory of its own (they write checkpoints and plots to the working directory).
+
+Prints one JSON line per run (program, mode, exit code, seconds, the program's last lines)
+and then a Markdown table.
+
+Usage::
+
+    pip install -e ".[poptorch]" "torchvision>=0.27,<0.28"
+    python benchmarks/graphcore_programs.py --examples PATH/TO/graphcore/examples \\
+        [--programs pipelining,mnist,basics] [--modes functional,offline] [--timeout 1200]
+
+References:
+    graphcore/examples (github.com/graphcore/examples): tutorials/tutorials/pytorch/pipelining,
+    tutorials/simple_applications/pytorch/mnist, tutorials/tutorials/pytorch/basics.
+    LeCun et al., "The MNIST database": the IDX file format (magic 2051 for images, 2049 for
+    labels, big-endian sizes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+from sklearn.datasets import load_digits
+
+
+class GraphcoreProgram(NamedTuple):
+    """One program of graphcore/examples and how it is run here."""
+
+    path: str  # inside the checkout
+    dataset: str  # torchvision's folder name: MNIST or FashionMNIST
+    poprun: tuple[str, ...]  # the launcher's options
+    args: tuple[str, ...]  # the program's own: sizes only
+    copy: tuple[str, ...] = ()  # files beside it the program opens by relative path
+
+
+PROGRAMS = {
+    # The pipelining tutorial: 4 blocks on 4 IPUs, pipelined (the tutorial's own command).
+    "pipelining": GraphcoreProgram(
+        "tutorials/tutorials/pytorch/pipelining/mnist_pipeline.py",
+        "MNIST",
+        ("--num-replicas", "1", "--ipus-per-replica", "4"),
+        tuple(
+            [
+                "--epochs",
+                "1",
+                "--batch-size",
+                "4",
+                "--device-iterations",
+                "2",
+                "--gradient-accumulation",
+                "8",
+                "--test-batch-size",
+                "8",
+            ]
+        ),
+    ),
+    # The simple MNIST application: one IPU, deviceIterations 50, OutputMode.All.
+    "mnist": GraphcoreProgram(
+        "tutorials/simple_applications/pytorch/mnist/mnist_poptorch_code_only.py",
+        "MNIST",
+        ("--num-replicas", "1"),
+        ("--epochs", "2"),
+    ),
+    # The PyTorch basics tutorial: Fashion-MNIST's file names, SGD with momentum, inference.
+    "basics": GraphcoreProgram(
+        "tutorials/tutorials/pytorch/basics/walkthrough_code_only.py",
+        "FashionMNIST",
+        ("--num-replicas", "1"),
+        (),
+        ("images",),
+    ),
+}
+MODES = ("functional", "offline")
+
+
+def _idx(array: np.ndarray, magic: int) -> bytes:
+    dims = np.array(array.shape, dtype=">u4").tobytes()
+    return np.array([magic], dtype=">u4").tobytes() + dims + array.astype(np.uint8).tobytes()
+
+
+def write_digits_as_mnist(raw: Path) -> dict[str, int]:
+    """The shipped digits as MNIST's four IDX files in ``raw`` (torchvision's raw folder)."""
+    digits = load_digits()
+    images = np.kron(digits.images, np.ones((3, 3)))  # 8x8 -> 24x24
+    images = np.pad(images, ((0, 0), (2, 2), (2, 2))) * (255.0 / 16.0)  # 28x28, 0..255
+    order = np.random.default_rng(0).permutation(len(images))
+    cut = int(0.8 * len(images))
+    raw.mkdir(parents=True, exist_ok=True)
+    sizes = {}
+    for prefix, part in (("train", order[:cut]), ("t10k", order[cut:])):
+        (raw / f"{prefix}-images-idx3-ubyte").write_bytes(_idx(np.rint(images[part]), 2051))
+        (raw / f"{prefix}-labels-idx1-ubyte").write_bytes(_idx(digits.target[part], 2049))
+        sizes[prefix] = len(part)
+    return sizes
+
+
+def _launcher() -> list[str]:
+    script = shutil.which("poprun-emu")
+    return [script] if script else [sys.executable, "-m", "launch"]
+
+
+def run_program(examples: Path, name: str, mode: str, timeout: float) -> dict:
+    """Runs program ``name`` once in ``mode``; returns what the JSON line prints."""
+    program = PROGRAMS[name]
+    source = examples / program.path
+    with tempfile.TemporaryDirectory(prefix=f"graphcore-{name}-") as tmp:
+        home, work = Path(tmp) / "home", Path(tmp) / "work"
+        write_digits_as_mnist(home / ".torch" / "datasets" / program.dataset / "raw")
+        work.mkdir()
+        for item in program.copy:
+            shutil.copytree(source.parent / item, work / item)
+        command = [*_launcher(), *program.poprun]
+        if mode == "offline":
+            command.append("--offline-mode")
+        command += [str(source), *program.args]
+        env = {**os.environ, "HOME": str(home)}
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout
+            )
+            code, out = proc.returncode, proc.stdout + proc.stderr
+        except subprocess.TimeoutExpired as error:
+            code, out = None, f"timed out after {timeout:g} s: {error.stdout or ''}"
+        seconds = time.perf_counter() - start
+    lines = [line for line in str(out).splitlines() if line.strip() and "\r" not in line]
+    return {
+        "program": name,
+        "path": program.path,
+        "mode": mode,
+        "command": " ".join(["poprun-emu", *command[len(_launcher()) :]]),
+        "exit_code": code,
+        "seconds": round(seconds, 1),
+        "last_lines": lines[-6:],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--examples", required=True, type=Path, help="graphcore/examples")
+    parser.add_argument("--programs", default=",".join(PROGRAMS))
+    parser.add_argument("--modes", default=",".join(MODES))
+    parser.add_argument("--timeout", type=float, default=1200.0)
+    args = parser.parse_args(argv)
+    names, modes = args.programs.split(","), args.modes.split(",")
+    for value, known, flag in ((names, PROGRAMS, "--programs"), (modes, MODES, "--modes")):
+        unknown = [v for v in value if v not in known]
+        if unknown:
+            parser.error(f"{flag}: unknown {unknown}; choose from {','.join(known)}")
+    missing = [PROGRAMS[n].path for n in names if not (args.examples / PROGRAMS[n].path).is_file()]
+    if missing:
+        parser.error(
+            f"--examples {args.examples}: no {missing[0]}; give a graphcore/examples checkout"
+        )
+    runs = []
+    for name in names:
+        for mode in modes:
+            run = run_program(args.examples, name, mode, args.timeout)
+            print(json.dumps(run), flush=True)
+            runs.append(run)
+    print("\n| program | mode | exit code | seconds | last line |")
+    print("|---|---|---|---|---|")
+    for run in runs:
+        last = run["last_lines"][-1] if run["last_lines"] else ""
+        print(
+            f"| `{run['path']}` | {run['mode']} | {run['exit_code']} | {run['seconds']} | "
+            f"{last[:120]} |"
+        )
+    return 0 if all(r["exit_code"] == 0 for r in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
