@@ -40,7 +40,7 @@ def holding_key(key: Any) -> Iterator[None]:
 
 def draws_random(fn: Callable[..., Any], *args: Any) -> bool:
     """Whether ``fn(*args)`` draws random numbers (traced on shapes only)."""
-    key = jax.random.key(0)
+    key = jax.random.PRNGKey(0)
     param = torchax.default_env().param
     with holding_key(key):
         jax.eval_shape(fn, *args)
@@ -48,8 +48,12 @@ def draws_random(fn: Callable[..., Any], *args: Any) -> bool:
 
 
 def micro_batch_key(seed: int, first_index: Any) -> Any:
-    """The key of the micro-batch whose first sample has global index ``first_index``."""
-    return jax.random.fold_in(jax.random.key(seed), first_index)
+    """The key of the micro-batch whose first sample has global index ``first_index``.
+
+    A raw ``uint32[2]`` key (``PRNGKey``), not a typed one: the step's programs are profiled
+    from their jaxprs, whose every value must have a NumPy dtype.
+    """
+    return jax.random.fold_in(jax.random.PRNGKey(seed), first_index)
 
 
 def sample_indices(options: Options, call: int, size: int) -> np.ndarray:

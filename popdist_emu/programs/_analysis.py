@@ -25,6 +25,8 @@ import jax
 import jax.extend.core as jex
 import numpy as np
 
+from popdist_emu.programs._jaxpr import sub_jaxprs
+
 
 class XlaCost(NamedTuple):
     """XLA's cost analysis of one compiled program."""
@@ -47,7 +49,9 @@ def xla_cost(compiled: jax.stages.Compiled) -> XlaCost:
 
 
 def _aval_nbytes(aval: Any) -> int:
-    return math.prod(aval.shape) * np.dtype(aval.dtype).itemsize
+    # ``dtype.itemsize``, not NumPy's: a PRNG key (dropout's) has JAX's extended dtype
+    # ``key<fry>`` (8 bytes), which NumPy cannot interpret.
+    return math.prod(aval.shape) * aval.dtype.itemsize
 
 
 class JaxprSize(NamedTuple):
@@ -68,7 +72,7 @@ def jaxpr_size(jaxpr: Any) -> JaxprSize:
             aval = var.aval
             if hasattr(aval, "shape") and hasattr(aval, "dtype"):
                 largest = max(largest, _aval_nbytes(aval))
-        for sub in jex.jaxprs_in_params(eqn.params):
+        for sub in sub_jaxprs(eqn.params):
             sub_size = jaxpr_size(sub)
             ops += sub_size.num_ops
             largest = max(largest, sub_size.largest_bytes)

@@ -43,10 +43,17 @@ class Program(NamedTuple):
 
     @property
     def out_info(self) -> Any:
-        """Shapes and dtypes of the program's outputs (``jax.ShapeDtypeStruct`` leaves)."""
-        return jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), self.compiled.out_info
-        )
+        """Shapes and dtypes of the program's outputs (``jax.ShapeDtypeStruct`` leaves).
+
+        ``Compiled.out_info`` came with JAX 0.7; before it (JAX 0.6, the newest on Python
+        3.10) the lowered jaxpr's output avals in the compiled output tree say the same.
+        """
+        if hasattr(self.compiled, "out_info"):
+            return jax.tree.map(
+                lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), self.compiled.out_info
+            )
+        leaves = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in self.jaxpr.out_avals]
+        return jax.tree.unflatten(self.compiled.out_tree, leaves)
 
 
 # XLA options for a program compiled only to be analysed (offline mode; the profile's own

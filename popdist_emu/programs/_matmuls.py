@@ -29,6 +29,7 @@ import numpy as np
 from jax.interpreters import ad, batching, mlir
 
 from hardware import PARTIALS_TYPES, ConvOp, check_proportion
+from popdist_emu.programs._jaxpr import sub_jaxprs
 
 _FORWARD, _TANGENT, _COTANGENT = "forward", "tangent", "cotangent"
 MATMUL_PRIMITIVES = ("dot_general", "conv_general_dilated")
@@ -181,7 +182,7 @@ def matmul_ops(jaxpr: Any, *, prefix: str = "", partials_type: str = "float") ->
                     f"{'x'.join(map(str, lhs.shape))} * {'x'.join(map(str, rhs.shape))}"
                 )
                 ops.append(_conv_op(eqn, name, overrides.get(i), partials))
-            for sub in jex.jaxprs_in_params(eqn.params):
+            for sub in sub_jaxprs(eqn.params):
                 walk(sub)
 
     walk(jaxpr)
