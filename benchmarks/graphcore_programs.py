@@ -7,16 +7,21 @@ programs ask torchvision for MNIST or Fashion-MNIST with ``download=True`` under
 in which those files already exist, made from the handwritten digits that ship with
 scikit-learn (1,797 8x8 images, scaled to 28x28, written in MNIST's IDX format: train and
 test split 80/20); the size arguments fit a step to that smaller set. Each program runs in a
-directory of its own (they write checkpoints and plots to the working directory).
+directory of its own (they write checkpoints and plots to the working directory). Modes:
+``functional`` trains and tests, ``offline`` compiles and simulates the step
+(``--offline-mode``), ``scaling`` sweeps the program's replicas 1, 2, 4 and 8 with
+``poprun-emu-scaling``.
 
-Prints one JSON line per run (program, mode, exit code, seconds, the program's last lines)
+Prints one JSON line per run (program, mode, exit code, seconds, what it shows: the test
+accuracy the program prints, or offline the simulated step; the last lines of its stderr)
 and then a Markdown table.
 
 Usage::
 
     pip install -e ".[poptorch]" "torchvision>=0.27,<0.28"
     python benchmarks/graphcore_programs.py --examples PATH/TO/graphcore/examples \\
-        [--programs pipelining,mnist,basics] [--modes functional,offline] [--timeout 1200]
+        [--programs pipelining,mnist,basics] [--modes functional,offline,scaling]
+        [--timeout 1200]
 
 References:
     graphcore/examples (github.com/graphcore/examples): tutorials/tutorials/pytorch/pipelining,
@@ -89,7 +94,8 @@ PROGRAMS = {
         ("images",),
     ),
 }
-MODES = ("functional", "offline")
+MODES = ("functional", "offline", "scaling")
+SCALING_REPLICAS = "1,2,4,8"  # poprun-emu-scaling's sweep of a program's --num-replicas
 
 
 def _idx(array: np.ndarray, magic: int) -> bytes:
@@ -113,9 +119,24 @@ def write_digits_as_mnist(raw: Path) -> dict[str, int]:
     return sizes
 
 
-def _launcher() -> list[str]:
+def _launcher(mode: str) -> list[str]:
+    if mode == "scaling":
+        script = shutil.which("poprun-emu-scaling")
+        module = "import sys, popdist_emu.scaling._cli as m; sys.exit(m.main())"
+        return [script] if script else [sys.executable, "-c", module]
     script = shutil.which("poprun-emu")
     return [script] if script else [sys.executable, "-m", "launch"]
+
+
+def _launch_options(program: GraphcoreProgram, mode: str) -> list[str]:
+    """The program's launcher options for ``mode`` (scaling: its replicas swept)."""
+    words = list(program.poprun)
+    if mode == "offline":
+        words.append("--offline-mode")
+    if mode == "scaling":
+        words[words.index("--num-replicas") + 1] = SCALING_REPLICAS
+        words += ["--out", "scaling"]
+    return words
 
 
 def run_program(examples: Path, name: str, mode: str, timeout: float) -> dict:
@@ -128,28 +149,34 @@ def run_program(examples: Path, name: str, mode: str, timeout: float) -> dict:
         work.mkdir()
         for item in program.copy:
             shutil.copytree(source.parent / item, work / item)
-        command = [*_launcher(), *program.poprun]
-        if mode == "offline":
-            command.append("--offline-mode")
-        command += [str(source), *program.args]
+        launcher = _launcher(mode)
+        command = [*launcher, *_launch_options(program, mode), str(source), *program.args]
         env = {**os.environ, "HOME": str(home)}
         start = time.perf_counter()
         try:
             proc = subprocess.run(
                 command, cwd=work, env=env, capture_output=True, text=True, timeout=timeout
             )
-            code, out = proc.returncode, proc.stdout + proc.stderr
+            code, out, err = proc.returncode, proc.stdout, proc.stderr
         except subprocess.TimeoutExpired as error:
-            code, out = None, f"timed out after {timeout:g} s: {error.stdout or ''}"
+            code, out, err = None, str(error.stdout or ""), f"timed out after {timeout:g} s"
         seconds = time.perf_counter() - start
-    lines = [line for line in str(out).splitlines() if line.strip() and "\r" not in line]
+    lines = [line for line in err.splitlines() if line.strip() and "\r" not in line]
+    # What the run shows: the program's test accuracy, offline the simulated step, for a
+    # sweep its throughput and parallel efficiency.
+    shown = [line.split(">:", 1)[-1].strip() for line in out.splitlines()]
+    wanted = ("parallel efficiency of",) if mode == "scaling" else ("ccuracy", "samples/s")
+    results = [line for line in shown if any(w in line for w in wanted)]
     return {
         "program": name,
         "path": program.path,
         "mode": mode,
-        "command": " ".join(["poprun-emu", *command[len(_launcher()) :]]),
+        "command": " ".join(
+            ["poprun-emu-scaling" if mode == "scaling" else "poprun-emu", *command[len(launcher) :]]
+        ),
         "exit_code": code,
         "seconds": round(seconds, 1),
+        "result": results[-1] if results else "",
         "last_lines": lines[-6:],
     }
 
@@ -177,13 +204,12 @@ def main(argv: list[str] | None = None) -> int:
             run = run_program(args.examples, name, mode, args.timeout)
             print(json.dumps(run), flush=True)
             runs.append(run)
-    print("\n| program | mode | exit code | seconds | last line |")
+    print("\n| program | mode | exit code | seconds | result |")
     print("|---|---|---|---|---|")
     for run in runs:
-        last = run["last_lines"][-1] if run["last_lines"] else ""
         print(
             f"| `{run['path']}` | {run['mode']} | {run['exit_code']} | {run['seconds']} | "
-            f"{last[:120]} |"
+            f"{run['result'] or (run['last_lines'] or [''])[-1][:120]} |"
         )
     return 0 if all(r["exit_code"] == 0 for r in runs) else 1
 
