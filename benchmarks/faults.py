@@ -26,18 +26,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "launch" / "fault_program.py"
-CASES = (
-    "early",
-    "before",
-    "during",
-    "inside",
-    "after",
-    "exit",
-    "extra",
-    "kill",
-    "stop",
-    "stopboot",
-)
 DESCRIPTION = {
     "early": "sys.exit(0) before MPI_Init (peer waits in it), --collective-timeout 3",
     "before": "uncaught exception before the first collective",
@@ -50,6 +38,7 @@ DESCRIPTION = {
     "stop": "SIGSTOP, --collective-timeout 3",
     "stopboot": "SIGSTOP of its bootstrap (the program runs on), --collective-timeout 3",
 }
+CASES = tuple(DESCRIPTION)  # the cases of tests/launch/fault_program.py, in its order
 STOP_TIMEOUT_S = 3
 
 
