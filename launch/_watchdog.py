@@ -153,6 +153,8 @@ def _signal_job(proc: subprocess.Popen, groups: _Groups, sig: int) -> None:
             continue  # never our own group or init's
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
+            if sig == signal.SIGTERM:  # a stopped process acts on SIGTERM once continued
+                os.killpg(pgid, signal.SIGCONT)
 
 
 def end_job(proc: subprocess.Popen, groups: _Groups) -> None:
