@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -291,7 +292,9 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
             env=env,
             job_dir=job_dir,
             instances=instances,
-            leave_timeout=leave_timeout,
+            # Offline instances call no collective, so none waits for another: each may
+            # compile for as long as it takes.
+            leave_timeout=math.inf if options.offline_mode else leave_timeout,
         )
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)

@@ -130,3 +130,13 @@ def test_a_collective_timeout_exported_with_x_is_checked_before_launch(poprun, t
     result = poprun("--mpi-global-args=-x GCL_EMU_TIMEOUT=soon", PROGRAM, "during", str(tmp_path))
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
     assert "GCL_EMU_TIMEOUT='soon' is not a positive number of seconds" in result.stderr
+
+
+def test_offline_instances_may_end_apart(poprun, tmp_path):
+    """Offline instances call no collective: one compiling longer than the collective timeout
+    after the others have returned is not a hang."""
+    (tmp_path / "slow.py").write_text(
+        "import time, popdist\nif popdist.getInstanceIndex() == 0:\n    time.sleep(4)\n"
+    )
+    result = poprun("--offline-mode", "--collective-timeout", "1", *LAYOUT, "slow.py")
+    assert result.returncode == 0, result.stderr[-3000:]
