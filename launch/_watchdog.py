@@ -233,6 +233,16 @@ def _left_early(
     )
 
 
+def _ended_by_mpiexec(left: InstanceExit, killed: Sequence[InstanceExit]) -> str:
+    """What to report when mpiexec ended the job after ``left`` returned early."""
+    names = ", ".join(str(e.instance) for e in killed)
+    return (
+        f"instance {left.instance} exited with code 0 while instance(s) {names} still ran, "
+        f"and mpiexec ended them (SIGTERM): they waited for it in MPI_Init or a collective; "
+        f"every instance must run the same collectives (an empty data shard returns early)"
+    )
+
+
 def run_job(
     command: Sequence[str],
     *,
@@ -281,7 +291,17 @@ def run_job(
                 for i in stopped:
                     _report(f"instance {i} was stopped (SIGSTOP or a debugger) and never answered")
                 if failures:
-                    _report(failures[0].describe() + tail)
+                    first = failures[0]
+                    left = sorted(
+                        (e for e in exits.values() if e.code == 0 and e.when_ns <= first.when_ns),
+                        key=lambda e: (e.when_ns, e.instance),
+                    )
+                    if first.code == -signal.SIGTERM and left:
+                        # Not ours: Open MPI's mpiexec ends a job one of whose processes
+                        # returned before MPI_Init, with SIGTERM to the others.
+                        _report(_ended_by_mpiexec(left[0], failures))
+                        return 1
+                    _report(first.describe() + tail)
                     _report_tail(job_dir, failures[0].instance)
                     return failures[0].launcher_code
                 _report(f"instance {lost[0]} was killed before reporting its exit status{tail}")

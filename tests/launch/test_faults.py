@@ -122,7 +122,9 @@ def test_an_instance_that_returns_before_its_first_collective_ends_the_job(popru
     started = time.monotonic()
     result = poprun("--collective-timeout", "4", *LAYOUT, PROGRAM, "early", str(tmp_path))
     assert result.returncode == 1, result.stderr[-3000:]
-    assert "instance 1 exited with code 0 but instance(s) 0 had not ended" in result.stderr
+    # MPICH: the launcher ends the job; Open MPI's mpiexec ends it first (SIGTERM), and the
+    # launcher still names the instance that returned.
+    assert "instance 1 exited with code 0" in result.stderr, result.stderr[-3000:]
     assert time.monotonic() - started < 60  # it ended by itself, at the collective timeout
 
 

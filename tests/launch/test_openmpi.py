@@ -26,6 +26,7 @@ SUBSET = [
     "tests/launch/test_offline_and_logs.py::test_output_filename_writes_open_mpi_layout_and_keeps_the_terminal",
     "tests/launch/test_offline_and_logs.py::test_mca_is_dropped_with_one_note_or_passed_to_open_mpi",
     "tests/launch/test_watchdog.py::test_a_failing_instance_ends_the_job_in_seconds",
+    "tests/launch/test_faults.py::test_an_instance_that_returns_before_its_first_collective_ends_the_job",
     "tests/launch/test_bootstrap.py::test_the_example_client_gets_poprun_layout_16_on_4",
     "tests/launch/test_real_hosts.py::test_two_loopback_hosts_over_ssh",
     "tests/gcl/test_layouts.py",
