@@ -181,3 +181,40 @@ def test_clone_is_independent() -> None:
     assert opts.to_options().device_iterations == 3
     assert opts.to_options().gradient_accumulation == 1
     assert (copy.to_options().device_iterations, copy.to_options().gradient_accumulation) == (5, 2)
+
+
+def _train_precision(half: bool) -> tuple[list[float], torch.Tensor, torch.dtype]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model.half() if half else model
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            out = self.model(x)
+            return out, torch.nn.functional.cross_entropy(out.float(), y)
+
+    wrapped = WithLoss()
+    opts = poptorch.Options().deviceIterations(2)
+    training = poptorch.trainingModel(wrapped, opts, torch.optim.SGD(model.parameters(), lr=0.1))
+    generator = torch.Generator().manual_seed(3)
+    losses, dtype = [], torch.float32
+    for _ in range(4):
+        x = torch.randn(8, 4, generator=generator)
+        y = torch.randint(0, 3, (8,), generator=generator)
+        out, loss = training(x.half() if half else x, y)
+        losses.append(float(loss))
+        dtype = out.dtype
+    assert model[0].weight.dtype == (torch.float16 if half else torch.float32)
+    return losses, model[0].weight.detach().float(), dtype
+
+
+def test_a_half_precision_model_trains_in_half_as_in_float_within_its_rounding() -> None:
+    """``model.half()``: weights and outputs stay float16, the numbers follow float32's."""
+    half, half_weight, half_dtype = _train_precision(True)
+    full, full_weight, full_dtype = _train_precision(False)
+    assert (half_dtype, full_dtype) == (torch.float16, torch.float32)
+    np.testing.assert_allclose(half, full, rtol=2e-2, atol=2e-3)
+    np.testing.assert_allclose(half_weight.numpy(), full_weight.numpy(), rtol=2e-2, atol=2e-3)
