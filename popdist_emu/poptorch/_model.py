@@ -181,7 +181,8 @@ class PoplarExecutor:
     def _make_trainer(self, batch: tuple[Any, ...]) -> Any:
         if self._trainer is None:
             params = {n: v for n, v in self._weights().items() if n in self._names}
-            transform = optim.to_optax(self._optimizer)
+            state = self._user_model.state_dict(keep_vars=True)  # the Parameter objects
+            transform = optim.to_optax(self._optimizer, {n: state[n] for n in self._names})
             loss: Any = self._loss
             options: Any = self.options
             self._strategy = self._execution_strategy(params, tuple(a[0, 0, 0] for a in batch))

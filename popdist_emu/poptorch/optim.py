@@ -81,7 +81,7 @@ class AdamW(torch.optim.AdamW):
 
 
 def optimiser_hyperparams(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """The single parameter group's hyper-parameters, checked to be ones the mapping knows.
+    """The single parameter group's hyper-parameters (what ``setOptimizer`` may change).
 
     Args:
         optimizer: a ``torch.optim`` (or ``poptorch.optim``) SGD, Adam or AdamW.
@@ -95,9 +95,14 @@ def optimiser_hyperparams(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     if len(optimizer.param_groups) != 1:
         raise ValueError(
             f"{type(optimizer).__name__} with {len(optimizer.param_groups)} parameter groups: "
-            f"popdist-emu maps one group only so far; pass model.parameters()."
+            f"popdist-emu changes the learning rate of one group only so far."
         )
-    group = {k: v for k, v in optimizer.param_groups[0].items() if k != "params"}
+    return _group_settings(optimizer, optimizer.param_groups[0])
+
+
+def _group_settings(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> dict[str, Any]:
+    """One parameter group's settings, checked to be ones the mapping knows."""
+    group = {k: v for k, v in group.items() if k != "params"}
     for flag in ("amsgrad", "maximize"):
         if group.get(flag):
             raise ValueError(
@@ -106,19 +111,49 @@ def optimiser_hyperparams(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     return group
 
 
-def to_optax(optimizer: torch.optim.Optimizer) -> optax.GradientTransformation:
+def to_optax(
+    optimizer: torch.optim.Optimizer, names: dict[str, torch.Tensor] | None = None
+) -> optax.GradientTransformation:
     """The optax transformation making ``optimizer``'s update, learning rate injected.
+
+    Several parameter groups (PyTorch's per-parameter options, e.g. no weight decay on
+    biases) become ``optax.multi_transform``, one transformation and state per group, as
+    ``torch.optim`` keeps them; a weight in no group is not updated, as in PyTorch.
 
     Args:
         optimizer: ``torch.optim.SGD``/``Adam``/``AdamW`` or PopTorch's.
+        names: the trained weights by the names of the parameter tree the transformation
+            is applied to (needed when there are several groups).
 
     Returns:
-        An ``optax.inject_hyperparams`` transformation whose ``learning_rate`` can be changed.
+        An ``optax.inject_hyperparams`` transformation whose ``learning_rate`` can be
+        changed (one group), or the groups' ``multi_transform``.
 
     Raises:
         ValueError: another optimiser, or settings the mapping cannot honour.
     """
-    group = optimiser_hyperparams(optimizer)
+    groups = optimizer.param_groups
+    if len(groups) == 1:
+        return _group_transform(optimizer, _group_settings(optimizer, groups[0]))
+    if names is None:
+        raise ValueError(
+            f"{type(optimizer).__name__} with {len(groups)} parameter groups: the weights' "
+            f"names are needed to tell the groups apart."
+        )
+    label_of = {id(p): str(k) for k, g in enumerate(groups) for p in g["params"]}
+    labels = {name: label_of.get(id(tensor), "frozen") for name, tensor in names.items()}
+    transforms = {
+        str(k): _group_transform(optimizer, _group_settings(optimizer, g))
+        for k, g in enumerate(groups)
+    }
+    transforms["frozen"] = optax.set_to_zero()
+    return optax.multi_transform(transforms, labels)
+
+
+def _group_transform(
+    optimizer: torch.optim.Optimizer, group: dict[str, Any]
+) -> optax.GradientTransformation:
+    """The transformation of one parameter group's settings."""
     lr, wd = float(group["lr"]), float(group.get("weight_decay", 0.0))
     if isinstance(optimizer, torch.optim.SGD):
         momentum, dampening = float(group["momentum"]), float(group["dampening"])

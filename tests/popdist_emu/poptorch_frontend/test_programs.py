@@ -218,3 +218,41 @@ def test_a_half_precision_model_trains_in_half_as_in_float_within_its_rounding()
     assert (half_dtype, full_dtype) == (torch.float16, torch.float32)
     np.testing.assert_allclose(half, full, rtol=2e-2, atol=2e-3)
     np.testing.assert_allclose(half_weight.numpy(), full_weight.numpy(), rtol=2e-2, atol=2e-3)
+
+
+def test_parameter_groups_train_as_in_pytorch() -> None:
+    """``trainingModel`` with two parameter groups (no weight decay on the bias, its own
+    learning rate) follows PyTorch eager training step for step."""
+
+    def make() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 3)
+        groups = [
+            {"params": [model.weight], "weight_decay": 0.1},
+            {"params": [model.bias], "weight_decay": 0.0, "lr": 0.05},
+        ]
+        return model, torch.optim.SGD(groups, lr=0.1, momentum=0.9)
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            return torch.nn.functional.cross_entropy(self.model(x), y)
+
+    emulated, optimizer = make()
+    training = poptorch.trainingModel(WithLoss(emulated), poptorch.Options(), optimizer)
+    reference, reference_optimizer = make()
+    generator = torch.Generator().manual_seed(3)
+    for _ in range(3):
+        x = torch.randn(8, 4, generator=generator)
+        y = torch.randint(0, 3, (8,), generator=generator)
+        training(x, y)
+        reference_optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(reference(x), y).backward()
+        reference_optimizer.step()
+    for name, value in reference.state_dict().items():
+        np.testing.assert_allclose(
+            emulated.state_dict()[name].numpy(), value.numpy(), rtol=1e-5, atol=1e-6
+        )
