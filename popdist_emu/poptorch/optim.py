@@ -10,7 +10,8 @@ ones, into the optax transformation that makes the same update:
 - SGD: ``buf = momentum * buf + (g + wd * p)``; ``p -= lr * buf`` (Nesterov:
   ``p -= lr * (g' + momentum * buf)``);
 - Adam: L2 weight decay added to the gradient, then Adam with bias correction;
-- AdamW: decoupled weight decay ``p -= lr * wd * p`` beside the Adam step.
+- AdamW: decoupled weight decay ``p -= lr * wd * p`` beside the Adam step;
+- LAMB (PopTorch's own, no ``torch.optim`` peer): ``optax.lamb`` (see :class:`LAMB`).
 
 The learning rate is an injected hyper-parameter (``optax.inject_hyperparams``), so
 ``model.setOptimizer`` can change it between steps without losing the optimiser state, as
@@ -30,7 +31,7 @@ from typing import Any
 import optax
 import torch
 
-__all__ = ["SGD", "Adam", "AdamW", "optimiser_hyperparams", "to_optax"]
+__all__ = ["LAMB", "SGD", "Adam", "AdamW", "optimiser_hyperparams", "to_optax"]
 
 # PopTorch-only arguments that change no number of the emulator's float32 update.
 _IPU_ARGUMENTS = (
@@ -78,6 +79,44 @@ class AdamW(torch.optim.AdamW):
         _pop_ipu_arguments(kwargs, "AdamW")
         kwargs.pop("bias_correction", None)
         super().__init__(params, lr=lr, **kwargs)
+
+
+class LAMB(torch.optim.Optimizer):
+    """``poptorch.optim.LAMB``: Adam's moments, then a layer-wise trust ratio.
+
+    Per weight tensor ``w``, with Adam's bias-corrected moments ``m_hat`` and ``v_hat``:
+    ``u = m_hat / (sqrt(v_hat) + eps) + weight_decay * w`` and
+    ``w -= lr * (|w| / |u|) * u``, the ratio 1 where either norm is 0 (You et al. 2020,
+    Algorithm 2; ``optax.lamb``). The defaults are PopTorch's. The object holds the
+    settings for ``trainingModel``, which makes the update; like PopTorch's, it does not
+    update weights on the host (its ``step`` is ``torch.optim.Optimizer``'s).
+
+    Raises:
+        ValueError: ``bias_correction=False`` or a ``max_weight_norm`` (the trust ratio's
+            clipped weight norm): not modelled yet.
+    """
+
+    def __init__(
+        self,
+        params: Any,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        weight_decay: float = 1e-2,
+        bias_correction: bool = True,
+        max_weight_norm: float | None = None,
+        **kwargs: Any,
+    ) -> None:
+        _pop_ipu_arguments(kwargs, "LAMB")
+        if not bias_correction or max_weight_norm is not None:
+            setting = "bias_correction=False" if not bias_correction else "max_weight_norm"
+            raise ValueError(
+                f"poptorch.optim.LAMB({setting}): not modelled by popdist-emu yet; remove it."
+            )
+        if kwargs:
+            raise TypeError(f"poptorch.optim.LAMB: unexpected arguments {sorted(kwargs)}.")
+        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        super().__init__(params, defaults)
 
 
 def optimiser_hyperparams(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -185,7 +224,15 @@ def _group_transform(
             return optax.chain(*parts)
 
         return optax.inject_hyperparams(adam)(learning_rate=lr)
+    if isinstance(optimizer, LAMB):
+        b1, b2 = (float(b) for b in group["betas"])
+        eps = float(group["eps"])
+
+        def lamb(learning_rate: Any) -> optax.GradientTransformation:
+            return optax.lamb(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=wd)
+
+        return optax.inject_hyperparams(lamb)(learning_rate=lr)
     raise ValueError(
-        f"{type(optimizer).__name__}: popdist-emu maps SGD, Adam and AdamW (torch.optim or "
-        f"poptorch.optim) so far; use one of those."
+        f"{type(optimizer).__name__}: popdist-emu maps SGD, Adam, AdamW (torch.optim or "
+        f"poptorch.optim) and poptorch.optim.LAMB so far; use one of those."
     )

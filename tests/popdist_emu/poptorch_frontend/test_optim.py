@@ -82,5 +82,49 @@ def test_unsupported_settings_refused_in_one_line() -> None:
     param = torch.nn.Parameter(torch.zeros(1))
     with pytest.raises(ValueError, match="names are needed"):
         optim.to_optax(torch.optim.SGD([{"params": [param]}, {"params": []}], lr=0.1))
-    with pytest.raises(ValueError, match="maps SGD, Adam and AdamW"):
+    with pytest.raises(ValueError, match="maps SGD, Adam, AdamW"):
         optim.to_optax(torch.optim.RMSprop([param]))
+
+
+def _lamb_reference(w: np.ndarray, grads: list[np.ndarray], lr: float, wd: float) -> np.ndarray:
+    """You et al. 2020, Algorithm 2 (LAMB) with Adam's bias correction, in float64."""
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    m, v = np.zeros_like(w), np.zeros_like(w)
+    for t, g in enumerate(grads, start=1):
+        m = b1 * m + (1 - b1) * g
+        v = b2 * v + (1 - b2) * g * g
+        u = (m / (1 - b1**t)) / (np.sqrt(v / (1 - b2**t)) + eps) + wd * w
+        w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(u)
+        ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
+        w = w - lr * ratio * u
+    return w
+
+
+def test_lamb_makes_the_papers_update() -> None:
+    torch.manual_seed(0)
+    start = torch.randn(4, 3)
+    optimizer = optim.LAMB([torch.nn.Parameter(start.clone())], lr=0.01, weight_decay=0.1)
+    transform = optim.to_optax(optimizer)
+    params = {"w": jax.numpy.asarray(start.numpy())}
+    state = transform.init(params)
+    grads = [np.sin(np.arange(12.0).reshape(4, 3) + step) for step in range(5)]
+    for grad in grads:
+        updates, state = transform.update({"w": grad.astype(np.float32)}, state, params)
+        params = jax.tree.map(lambda p, u: p + u, params, updates)
+    expected = _lamb_reference(start.numpy().astype(np.float64), grads, 0.01, 0.1)
+    assert float(np.abs(np.asarray(params["w"]) - expected).max()) < 1e-6
+
+
+def test_lamb_defaults_and_refusals_are_poptorchs() -> None:
+    param = torch.nn.Parameter(torch.zeros(1))
+    group = optim.LAMB([param], loss_scaling=64.0).param_groups[0]
+    assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (
+        1e-3,
+        (0.9, 0.999),
+        1e-8,
+        1e-2,
+    )
+    for setting in ({"bias_correction": False}, {"max_weight_norm": 65504.0}):
+        with pytest.raises(ValueError, match="not modelled") as info:
+            optim.LAMB([param], **setting)
+        assert "\n" not in str(info.value)
