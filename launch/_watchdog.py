@@ -42,6 +42,22 @@ def tail_path(job_dir: str, instance: int) -> str:
     return os.path.join(job_dir, f"instance-{instance}.stderr")
 
 
+def _ended(code: int) -> str:
+    """How a process ended, from ``Popen.returncode`` (-N = killed by signal N)."""
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by signal {-code} ({name})"
+    return f"exited with code {code}"
+
+
+def _launcher_code(code: int) -> int:
+    """A shell's exit code for ``Popen.returncode``: 128+N for signal N (PopRun's)."""
+    return 128 - code if code < 0 else code
+
+
 class InstanceExit(NamedTuple):
     """How one instance's program ended: ``code`` as ``Popen.returncode`` (-N = signal N)."""
 
@@ -50,18 +66,12 @@ class InstanceExit(NamedTuple):
     when_ns: int
 
     def describe(self) -> str:
-        if self.code < 0:
-            try:
-                name = signal.Signals(-self.code).name
-            except ValueError:
-                name = f"signal {-self.code}"
-            return f"instance {self.instance} was killed by signal {-self.code} ({name})"
-        return f"instance {self.instance} exited with code {self.code}"
+        return f"instance {self.instance} {_ended(self.code)}"
 
     @property
     def launcher_code(self) -> int:
         """The launcher's exit code for this failure: the instance's, or 128+signal."""
-        return self.code if self.code > 0 else 128 - self.code
+        return _launcher_code(self.code)
 
 
 class _Terminated(BaseException):
@@ -325,11 +335,12 @@ def run_job(
             time.sleep(POLL_SECONDS)
         missing = [i for i in instances if i not in exits]
         if proc.returncode != 0 or missing:
+            end_job(proc, groups)  # the instances a dead mpiexec left behind
             _report(
-                f"mpiexec exited with code {proc.returncode} and instances {missing} reported "
-                f"no exit status; see the MPI messages above"
+                f"mpiexec {_ended(proc.returncode)} and instances {missing} reported no exit "
+                f"status; see the MPI messages above"
             )
-            return proc.returncode or 1
+            return _launcher_code(proc.returncode) or 1
         return 0
     except KeyboardInterrupt:
         end_job(proc, groups)

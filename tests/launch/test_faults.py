@@ -142,3 +142,36 @@ def test_offline_instances_may_end_apart(poprun, tmp_path):
     )
     result = poprun("--offline-mode", "--collective-timeout", "1", *LAYOUT, "slow.py")
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+KILL_MPIEXEC = """
+import os, signal, sys, time, popdist
+def parent(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+def name(pid):
+    with open(f"/proc/{pid}/comm") as f:
+        return f.read().strip()
+with open(sys.argv[1] + f".{popdist.getInstanceIndex()}", "w") as f:
+    f.write(str(os.getpid()))
+time.sleep(1)  # both instances have recorded their pid
+if popdist.getInstanceIndex() == 0:
+    pid = os.getpid()
+    while pid > 1 and not name(pid).startswith("mpiexec"):
+        pid = parent(pid)
+    os.kill(pid, signal.SIGKILL)
+time.sleep(60)
+"""
+
+
+def test_a_killed_mpiexec_gives_128_plus_the_signal_and_leaves_no_instance(poprun, tmp_path):
+    (tmp_path / "kill_mpiexec.py").write_text(KILL_MPIEXEC)
+    pids = tmp_path / "pid"
+    result = poprun(*LAYOUT, "kill_mpiexec.py", str(pids), timeout=120)
+    assert result.returncode == 137, result.stderr[-3000:]  # PopRun's 128 + SIGKILL, not 247
+    assert "mpiexec was killed by signal 9 (SIGKILL)" in result.stderr
+    programs = [int((tmp_path / f"pid.{i}").read_text()) for i in (0, 1)]
+    deadline = time.monotonic() + 10
+    while any(_running(p) for p in programs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in programs if _running(p)], "instances outlived their mpiexec"
