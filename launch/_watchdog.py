@@ -221,6 +221,13 @@ def _report_tail(job_dir: str, instance: int) -> None:
         )
 
 
+# Why peers wait for an instance that returned, and the fix, in both reports of it.
+_EARLY_RETURN = (
+    "they wait for it in MPI_Init or a collective; every instance must run the same "
+    "collectives (an empty data shard returns early)"
+)
+
+
 def _left_early(
     exits: Mapping[int, InstanceExit],
     instances: Sequence[int],
@@ -230,12 +237,7 @@ def _left_early(
     """What to report when an instance returned and its peers did not end in time."""
     first = min(seen, key=lambda i: (seen[i], i))
     waiting = [i for i in instances if i not in exits]
-    why = (
-        ""
-        if stopped
-        else ": they wait for it in MPI_Init or a collective; every instance must run the "
-        "same collectives (an empty data shard returns early)"
-    )
+    why = "" if stopped else f": {_EARLY_RETURN}"
     return (
         f"instance {first} exited with code 0 but instance(s) {', '.join(map(str, waiting))} "
         f"had not ended {time.monotonic() - seen[first]:.0f} s later (--collective-timeout)"
@@ -248,8 +250,7 @@ def _ended_by_mpiexec(left: InstanceExit, killed: Sequence[InstanceExit]) -> str
     names = ", ".join(str(e.instance) for e in killed)
     return (
         f"instance {left.instance} exited with code 0 while instance(s) {names} still ran, "
-        f"and mpiexec ended them (SIGTERM): they waited for it in MPI_Init or a collective; "
-        f"every instance must run the same collectives (an empty data shard returns early)"
+        f"and mpiexec ended them (SIGTERM): {_EARLY_RETURN}"
     )
 
 
@@ -312,8 +313,8 @@ def run_job(
                         _report(_ended_by_mpiexec(left[0], failures))
                         return 1
                     _report(first.describe() + tail)
-                    _report_tail(job_dir, failures[0].instance)
-                    return failures[0].launcher_code
+                    _report_tail(job_dir, first.instance)
+                    return first.launcher_code
                 _report(f"instance {lost[0]} was killed before reporting its exit status{tail}")
                 return 1
             now = time.monotonic()

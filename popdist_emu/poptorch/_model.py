@@ -185,10 +185,10 @@ class PoplarExecutor:
             transform = optim.to_optax(self._optimizer, {n: state[n] for n in self._names})
             loss: Any = self._loss
             options: Any = self.options
-            self._strategy = self._execution_strategy(params, tuple(a[0, 0, 0] for a in batch))
+            micro_batch = tuple(a[0, 0, 0] for a in batch)
+            self._strategy = self._execution_strategy(params, micro_batch)
             if self._strategy is not None:
                 # The blocks become the emulator's: trace with each block's name scope.
-                micro_batch = tuple(a[0, 0, 0] for a in batch)
                 with block_scopes() as begin, tracing_blocks(begin):
                     loss = split_blocks(
                         self._loss, params, micro_batch, [n for n, _ in self._blocks]

@@ -155,7 +155,7 @@ def simulate_profile(
             if num_total_replicas is None
             else job_layout(num_total_replicas, environ)
         )
-    spec = hardware.select_system(_system(system, environ), layout.num_ipus)
+    spec = simulated_system(layout.num_ipus, system, environ)
     return _checked(profile, layout, spec, prefetch_depth, None)
 
 
