@@ -187,8 +187,13 @@ def _openmpi_forwarded() -> list[str]:
     return words
 
 
-def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) -> int:
-    """Starts the instances (offline, perhaps instance 0 alone) and watches them to the end."""
+def launch(
+    options: LaunchOptions, layout: ReplicaLayout, program: list[str], command_line: str = ""
+) -> int:
+    """Starts the instances (offline, perhaps instance 0 alone) and watches them to the end.
+
+    ``command_line`` is the launcher's own command line, passed on for the reports.
+    """
     cache = executable_cache_dir(options.executable_cache_path)  # refused before any start
     if options.no_effect:
         _log(
@@ -257,6 +262,7 @@ def launch(options: LaunchOptions, layout: ReplicaLayout, program: list[str]) ->
             executable_cache_path=cache,
             progress=sys.stderr.isatty(),
             output_dir=output_dir or "",
+            command=command_line,
         )
         bootstrap = [sys.executable, "-m", "launch._bootstrap", "--", *program]
         if single:
@@ -331,7 +337,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_version_text(options.version_format))
             return 0
         layout, program = validate(options)
-        return launch(options, layout, program)
+        return launch(options, layout, program, shlex.join(["poprun-emu", *argv]))
     except UsageError as error:
         print(f"poprun-emu: error: {error}", file=sys.stderr)
         return 2

@@ -57,6 +57,7 @@ ENV_OFFLINE = "POPDIST_EMU_OFFLINE"  # "1" under --offline-mode
 ENV_JOB_DIR = "POPDIST_EMU_JOB_DIR"  # the launcher's job directory (pid/status files)
 ENV_PROGRESS = "POPDIST_EMU_PROGRESS"  # "1": the launcher's terminal wants a progress bar
 ENV_BOOTSTRAP = "POPDIST_EMU_BOOTSTRAP"  # the JobConfig, as JSON, for the bootstraps
+ENV_COMMAND = "POPDIST_EMU_COMMAND"  # the poprun-emu command line, for the reports
 # poprun-emu-scaling -> the program: a request file listing every point of a sweep
 ENV_SCALING_REQUEST = "POPDIST_EMU_SCALING_REQUEST"
 EMULATOR_VARIABLES = (
@@ -68,6 +69,7 @@ EMULATOR_VARIABLES = (
     ENV_JOB_DIR,
     ENV_PROGRESS,
     ENV_BOOTSTRAP,
+    ENV_COMMAND,
 )
 
 # -- Choosing a system MPI (read by the launcher from the user's environment) ------------------
@@ -115,6 +117,8 @@ class InstanceEnvironment:
         offline: ``--offline-mode``: compile only, run nothing.
         job_dir: the launcher's job directory; empty outside the launcher.
         progress: whether the launcher's terminal wants instance 0's progress bar.
+        command: the ``poprun-emu`` command line that started the job (shell-quoted), for
+            the reports; empty outside the launcher.
     """
 
     layout: ReplicaLayout = dataclasses.field(default_factory=ReplicaLayout)
@@ -126,6 +130,7 @@ class InstanceEnvironment:
     offline: bool = False
     job_dir: str = ""
     progress: bool = False
+    command: str = ""
 
     @property
     def replica_offset(self) -> int:
@@ -166,6 +171,7 @@ class InstanceEnvironment:
             offline=environ.get(ENV_OFFLINE, "") == "1",
             job_dir=environ.get(ENV_JOB_DIR, ""),
             progress=environ.get(ENV_PROGRESS, "") == "1",
+            command=environ.get(ENV_COMMAND, ""),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -186,6 +192,7 @@ class InstanceEnvironment:
             ENV_OFFLINE: "1" if self.offline else "0",
             ENV_JOB_DIR: self.job_dir,
             ENV_PROGRESS: "1" if self.progress else "0",
+            ENV_COMMAND: self.command,
         }
 
 
@@ -225,6 +232,7 @@ class JobConfig:
             terminal).
         output_dir: Open MPI's ``--output-filename DIR``: every instance's stdout and stderr
             are also written under DIR in Open MPI's layout; empty = no log files.
+        command: the ``poprun-emu`` command line, shell-quoted, for the reports.
     """
 
     layout: ReplicaLayout
@@ -239,6 +247,7 @@ class JobConfig:
     executable_cache_path: str = ""
     progress: bool = False
     output_dir: str = ""
+    command: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exports", tuple((str(k), str(v)) for k, v in self.exports))
@@ -271,6 +280,7 @@ class JobConfig:
             offline=self.offline,
             job_dir=self.job_dir,
             progress=self.progress and instance == 0,
+            command=self.command,
         )
 
     def instance_variables(self, instance: int) -> dict[str, str]:

@@ -26,13 +26,19 @@ from popdist_emu.reports._pipeline import (
     pipeline_tracks,
 )
 from popdist_emu.reports._planner import available_memory_summary, planner_lines
+from popdist_emu.reports._run_info import RunInfo
 
 SUMMARY_FILE = "summary.json"
 TRACE_FILE = "trace.json"
 
 
-def summary(simulation: StepSimulation) -> dict:
-    """The content of ``summary.json``: JSON-ready, keys stable across versions."""
+def summary(simulation: StepSimulation, run: RunInfo | None = None) -> dict:
+    """The content of ``summary.json``: JSON-ready, keys stable across versions.
+
+    Args:
+        simulation: the simulated step.
+        run: the command, date and versions that made it (``run``; None when not known).
+    """
     sim, p, layout = simulation, simulation.profile, simulation.layout
     return {
         "system": sim.system.name,
@@ -58,6 +64,7 @@ def summary(simulation: StepSimulation) -> dict:
         "model_parameters": sim.parameters.to_json(),
         "pipeline": pipeline_summary(sim),
         "available_memory": available_memory_summary(sim),
+        "run": None if run is None else run.to_json(),
     }
 
 
@@ -106,8 +113,12 @@ def chrome_trace(simulation: StepSimulation) -> dict:
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
-def write_reports(simulation: StepSimulation, report_dir: str | os.PathLike) -> pathlib.Path:
-    """Writes ``summary.json`` and ``trace.json`` into ``report_dir`` (created if needed).
+def write_reports(
+    simulation: StepSimulation, report_dir: str | os.PathLike, run: RunInfo | None = None
+) -> pathlib.Path:
+    """Writes ``summary.json``, ``trace.json`` and ``report.html`` into ``report_dir``
+    (created if needed); ``run`` (the command, date and versions) goes into the first and
+    the last.
 
     Returns:
         The report directory.
@@ -115,9 +126,10 @@ def write_reports(simulation: StepSimulation, report_dir: str | os.PathLike) -> 
     directory = pathlib.Path(report_dir)
     directory.mkdir(parents=True, exist_ok=True)
     # Renamed into place: a failed write keeps the old report, a symlink is replaced.
-    write_atomically(directory / SUMMARY_FILE, json.dumps(summary(simulation), indent=2) + "\n")
+    text = json.dumps(summary(simulation, run), indent=2) + "\n"
+    write_atomically(directory / SUMMARY_FILE, text)
     write_atomically(directory / TRACE_FILE, json.dumps(chrome_trace(simulation)) + "\n")
-    write_run_report(simulation, directory)  # report.html: the same figures as pictures
+    write_run_report(simulation, directory, run)  # report.html: the same figures as pictures
     return directory
 
 

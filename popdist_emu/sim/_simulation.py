@@ -29,9 +29,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import hardware
-from popdist_emu._environment import ENV_REPORT_DIR, ENV_SYSTEM, InstanceEnvironment
+from popdist_emu._environment import ENV_COMMAND, ENV_REPORT_DIR, ENV_SYSTEM, InstanceEnvironment
 from popdist_emu.data import InfeedStats
-from popdist_emu.reports import format_summary, print_planner_warnings, write_reports
+from popdist_emu.reports import format_summary, print_planner_warnings, run_info, write_reports
 from popdist_emu.runtime import Trainer
 from popdist_emu.sim._pipeline_profile import simulate_pipeline, with_profile
 from popdist_emu.sim._point import Relayout, answer_request, trainer_relayout
@@ -255,4 +255,5 @@ def report_simulation(
     directory = environ.get(ENV_REPORT_DIR, "") if report_dir is None else report_dir
     if not directory:
         return None
-    return str(write_reports(simulation, directory))
+    run = run_info(environ.get(ENV_COMMAND, ""))
+    return str(write_reports(simulation, directory, run))

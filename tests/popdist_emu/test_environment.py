@@ -101,6 +101,7 @@ def test_job_config_round_trips_and_gives_each_instance_its_view():
         instance=0,
         executable_cache_path="/tmp/cache",
         progress=True,
+        command="poprun-emu --num-replicas 8 --num-instances 4 'my train.py'",
     )
     assert JobConfig.from_json(config.to_json()) == config
     for i in range(4):
@@ -114,6 +115,7 @@ def test_job_config_round_trips_and_gives_each_instance_its_view():
             True,
         )
         assert view.local_instance_index == i % 2 and view.progress == (i == 0)
+        assert view.command == "poprun-emu --num-replicas 8 --num-instances 4 'my train.py'"
         assert env["FOO"] == "1" and env[contract.ENV_JAX_CACHE_DIR] == "/tmp/cache"
     plain = JobConfig(layout=layout, job_dir="/tmp/job")
     assert contract.ENV_JAX_CACHE_DIR not in plain.instance_variables(0)

@@ -160,6 +160,11 @@ def test_sweep_of_train_py_writes_every_output_and_equals_single_runs(tmp_path):
     assert single.returncode == 0, single.stderr[-3000:]
     summary = json.loads((tmp_path / "single" / "summary.json").read_text())
     assert doc["model_parameters"] == summary.pop("model_parameters")
+    # The single run's provenance: the launcher's own command line reaches its reports.
+    assert summary.pop("run")["command"].startswith(
+        "poprun-emu --offline-mode --num-replicas 4 --num-instances 1 --system pod16"
+    )
+    assert rows[1]["summary"].pop("run") is None  # a sweep point was not run by a command
     assert rows[1]["summary"] == summary
     check_page(tmp_path / "single" / "report.html")  # the single run's own page
 
@@ -196,6 +201,8 @@ def test_pipelined_sweep_has_a_bubble_phase_and_equals_a_single_run(tmp_path):
     assert single.returncode == 0, single.stderr[-3000:]
     summary = json.loads((tmp_path / "single" / "summary.json").read_text())
     summary.pop("model_parameters")
+    summary.pop("run")
+    rows[1]["summary"].pop("run")
     assert rows[1]["summary"] == summary
 
 
