@@ -26,6 +26,8 @@ from popdist_emu._files import write_atomically
 REQUEST_VARIABLE = ENV_SCALING_REQUEST
 # The phases (``hardware.PHASES`` names) that are collectives, split by link tier per point.
 COLLECTIVE_PHASES = ("allreduce", "reduce_scatter", "all_gather", "broadcast")
+# What the scaling report calls a point's collectives once they are split by link tier.
+TIER_PHASES = {"ipu_links": "collectives over IPU-Links", "gw_links": "collectives over GW-Links"}
 
 
 @dataclasses.dataclass(frozen=True)

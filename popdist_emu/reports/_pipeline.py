@@ -14,6 +14,39 @@ from __future__ import annotations
 
 from hardware import StepSimulation, ipu_track
 
+# One definition of the bubble and of the balance for the terminal, summary.json and the page.
+BUBBLE_DEFINITION = (
+    "The bubble is the share of the IPUs' time, during the pipeline's passes of a weight "
+    "update, in which they wait: the ramp-up and ramp-down, the waits on the slowest stage and "
+    "the IPU-Link exchanges (1 - the IPUs' busy time / (IPUs x the passes' time); under sharded "
+    "execution, the time each IPU waits while the others run). In the step's phases that idle "
+    "time is pipeline_bubble; its share of the whole step is smaller, because the step also "
+    "holds the collectives, the weight update and the host's part"
+)
+BALANCE_DEFINITION = (
+    "the slowest stage's forward and backward time over the mean stage's (1 = balanced)."
+)
+
+
+def bubble_share_of_step(sim: StepSimulation) -> float:
+    """The ``pipeline_bubble`` phase as a share of the whole simulated step."""
+    step = sim.simulated_step_seconds
+    return sim.phases.get("pipeline_bubble", 0.0) / step if step > 0 else 0.0
+
+
+def bubble_text(sim: StepSimulation) -> str:
+    """``bubble 76.5 % of the IPUs' pipeline time (pipeline_bubble 0.594 ms, 46.9 % of the
+    step)``: the bubble and its phase, stated together so the two figures never seem to
+    disagree."""
+    report = sim.pipeline
+    if report is None:
+        return ""
+    return (
+        f"bubble {100 * report.bubble_fraction:.1f} % of the IPUs' pipeline time "
+        f"(pipeline_bubble {sim.phases.get('pipeline_bubble', 0.0) * 1e3:.3f} ms, "
+        f"{100 * bubble_share_of_step(sim):.1f} % of the step)"
+    )
+
 
 def pipeline_summary(sim: StepSimulation) -> dict | None:
     """The ``pipeline`` object of ``summary.json`` (None when the replica runs no pipeline)."""
@@ -42,6 +75,7 @@ def pipeline_summary(sim: StepSimulation) -> dict | None:
         "recomputation": report.recomputation,
         "stages": stages,
         "bubble_fraction": report.bubble_fraction,
+        "bubble_share_of_step": bubble_share_of_step(sim),
         "balance": report.balance,
         "pipeline_seconds": report.schedule.seconds,
         "transfer_seconds": report.schedule.transfer_seconds,
@@ -94,8 +128,8 @@ def pipeline_lines(sim: StepSimulation) -> list[str]:
         return []
     lines = [
         f"  pipeline: {report.strategy} over {len(report.schedule.stages)} IPUs"
-        f"{' with recomputation' if report.recomputation else ''}; bubble "
-        f"{report.bubble_fraction:.1%}, balance {report.balance:.2f} (slowest/mean stage)"
+        f"{' with recomputation' if report.recomputation else ''}; {bubble_text(sim)}, "
+        f"balance {report.balance:.2f} (slowest/mean stage)"
     ]
     for i, stage in enumerate(report.schedule.stages):
         memory = report.stage_memory[i]

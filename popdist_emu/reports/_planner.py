@@ -19,7 +19,8 @@ from typing import Any
 MAX_WARNINGS_PRINTED = 5
 
 
-def _ipu_memories(simulation: Any) -> list[tuple[str, Any]]:
+def ipu_memories(simulation: Any) -> list[tuple[str, Any]]:
+    """(name, memory) of every IPU of replica 0: ``IPU0``, ``IPU1``, ..."""
     pipeline = getattr(simulation, "pipeline", None)
     if pipeline is not None:
         return [(f"IPU{i}", memory) for i, memory in enumerate(pipeline.stage_memory)]
@@ -30,7 +31,7 @@ def _ipu_memories(simulation: Any) -> list[tuple[str, Any]]:
 def available_memory_summary(simulation: Any) -> dict:
     """``summary.json``'s ``available_memory`` object: one entry per IPU of replica 0."""
     out = {}
-    for name, memory in _ipu_memories(simulation):
+    for name, memory in ipu_memories(simulation):
         plans = getattr(memory, "planner", None)
         entry = {
             "always_live_bytes": memory.always_live,
@@ -75,7 +76,7 @@ def planner_lines(simulation: Any) -> list[str]:
 def planner_warnings(simulation: Any) -> list[str]:
     """PopLibs' phase-two warnings of every IPU, one per operation."""
     seen, out = set(), []
-    for _, memory in _ipu_memories(simulation):
+    for _, memory in ipu_memories(simulation):
         plans = getattr(memory, "planner", None)
         for warning in plans.warnings if plans is not None else ():
             if warning not in seen:

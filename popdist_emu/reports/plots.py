@@ -14,16 +14,56 @@ References:
 from __future__ import annotations
 
 import io
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from popdist_emu._sweep import TIER_PHASES
+
 MIB = 2**20
+KIB = 2**10
 # Phases shorter than this are rounding noise of the timeline (e.g. 1e-19 s of host IO).
 SHOWN_SECONDS = 1e-9
 _DPI = 80
+# One colour per phase and per memory category, the same in every chart of both reports
+# (matplotlib's "tab20" colours): the IPU's work in blues, idle time in greys, collectives in
+# reds and purples, the update in greens, the host in browns.
+COLOURS = {
+    "compute": "#1f77b4",
+    "gradient_accumulation": "#aec7e8",
+    "pipeline_bubble": "#c7c7c7",
+    "allreduce": "#d62728",
+    "reduce_scatter": "#ff9896",
+    "all_gather": "#e377c2",
+    "broadcast": "#f7b6d2",
+    TIER_PHASES["ipu_links"]: "#ff7f0e",
+    TIER_PHASES["gw_links"]: "#9467bd",
+    "weight_update": "#2ca02c",
+    "streaming": "#98df8a",
+    "host_io": "#8c564b",
+    "host_compute": "#c49c94",
+    "host_sync": "#7f7f7f",
+    # memory categories (hardware.CATEGORIES)
+    "weights": "#1f77b4",
+    "optimizer_state": "#2ca02c",
+    "gradient_accumulators": "#98df8a",
+    "code": "#9467bd",
+    "exchange_code": "#c5b0d5",
+    "stream_buffers": "#8c564b",
+    "activations": "#ff7f0e",
+    "gradients": "#d62728",
+    "temporaries": "#bcbd22",
+}
+_SPARE = ("#17becf", "#9edae5", "#dbdb8d", "#ffbb78", "#c49c94", "#f7b6d2")
+
+
+def colour(name: str) -> str:
+    """The colour of a phase or memory category; a name without one gets a spare colour
+    chosen from the name itself, so it too is the same in every chart."""
+    return COLOURS.get(name) or _SPARE[zlib.crc32(name.encode()) % len(_SPARE)]
 
 
 def _png(fig: Figure) -> bytes:
@@ -143,9 +183,9 @@ def _stacked(
     for stack in stacks:
         names += [k for k, v in stack.items() if v > least and k not in names]
     bottom = [0.0] * len(stacks)
-    for i, name in enumerate(names):
+    for name in names:
         values = [stack.get(name, 0.0) * scale for stack in stacks]
-        ax.bar(labels, values, bottom=bottom, label=name, color=f"C{i % 10}")
+        ax.bar(labels, values, bottom=bottom, label=name, color=colour(name))
         bottom = [b + v for b, v in zip(bottom, values, strict=True)]
     return bottom
 
@@ -200,7 +240,7 @@ def single_phases_plot(phases: Mapping[str, float], step_seconds: float) -> byte
     ax = fig.subplots()
     names = [k for k, _ in items] + ["simulated step"]
     values = [v * 1e3 for _, v in items] + [step_seconds * 1e3]
-    colors = [f"C{i % 10}" for i in range(len(items))] + ["black"]
+    colors = [colour(k) for k, _ in items] + ["black"]
     ax.barh(names, values, color=colors)
     ax.invert_yaxis()
     ax.set_xlabel("ms per step")
@@ -209,16 +249,68 @@ def single_phases_plot(phases: Mapping[str, float], step_seconds: float) -> byte
     return _png(fig)
 
 
-def single_memory_plot(categories: Mapping[str, float], capacity: float) -> bytes:
-    """One run's memory per IPU: one stacked bar by category against the capacity."""
-    fig = Figure(figsize=(7, 2.6), layout="constrained")
-    ax = fig.subplots()
-    left = 0.0
-    for i, (name, value) in enumerate((k, v) for k, v in categories.items() if v > 0):
-        ax.barh(["per IPU"], [value / MIB], left=[left], color=f"C{i % 10}", label=name)
-        left += value / MIB
-    ax.axvline(capacity / MIB, color="black", linewidth=2, label="capacity")
+def _bar_scale(largest: float, capacity: float) -> float:
+    """The axis limit of bars against a capacity: the capacity when the fullest bar is a
+    visible share of it, else the bars' own scale (each bar then states its share), so a
+    3 MiB bar is not a hairline against 858 MiB."""
+    return 1.05 * max(capacity, largest) if largest >= 0.2 * capacity else 1.3 * largest or 1.0
+
+
+def ipu_memory_plot(
+    ipus: Sequence[Mapping[str, Any]], capacity: float, tile_capacity: float
+) -> bytes:
+    """Memory of every IPU of a replica: categories against the IPU's capacity, and the
+    fullest tile against the mean tile and a tile's capacity.
+
+    Args:
+        ipus: per IPU ``label``, ``categories`` (category -> bytes), ``worst_tile`` and
+            ``mean_tile`` (bytes).
+        capacity: bytes of In-Processor-Memory per IPU.
+        tile_capacity: bytes per tile.
+    """
+    fig = Figure(figsize=(11, 1.2 + 0.55 * len(ipus)), layout="constrained")
+    ax, tiles = fig.subplots(1, 2, width_ratios=(3, 2))
+    labels = [str(ipu["label"]) for ipu in ipus]
+    totals = [sum(ipu["categories"].values()) for ipu in ipus]
+    names: list[str] = []
+    for ipu in ipus:
+        names += [k for k, v in ipu["categories"].items() if v > 0 and k not in names]
+    left = [0.0] * len(ipus)
+    for name in names:
+        values = [ipu["categories"].get(name, 0) / MIB for ipu in ipus]
+        ax.barh(labels, values, left=left, color=colour(name), label=name)
+        left = [a + b for a, b in zip(left, values, strict=True)]
+    limit = _bar_scale(max(totals) / MIB, capacity / MIB)
+    ax.set_xlim(0, limit)
+    if capacity / MIB <= limit:
+        ax.axvline(capacity / MIB, color="black", linewidth=2, label="capacity")
+    for y, total in enumerate(totals):
+        ax.annotate(
+            f" {total / MIB:,.1f} MiB, {100 * total / capacity:.1f} %",
+            (total / MIB, y),
+            va="center",
+            fontsize=8,
+        )
+    ax.invert_yaxis()
     ax.set_xlabel("MiB")
-    ax.set_title("Memory per IPU by category")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.set_title(f"Memory per IPU, of {capacity / MIB:,.0f} MiB each")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.25), ncol=5)
+    worst = [ipu["worst_tile"] / KIB for ipu in ipus]
+    mean = [ipu["mean_tile"] / KIB for ipu in ipus]
+    rows = list(range(len(ipus)))
+    tiles.barh([i - 0.2 for i in rows], worst, height=0.4, color="#d62728", label="fullest tile")
+    tiles.barh([i + 0.2 for i in rows], mean, height=0.4, color="#aec7e8", label="mean tile")
+    tile_limit = _bar_scale(max(worst), tile_capacity / KIB)
+    tiles.set_xlim(0, tile_limit)
+    if tile_capacity / KIB <= tile_limit:
+        tiles.axvline(tile_capacity / KIB, color="black", linewidth=2, label="tile capacity")
+    for i, value in enumerate(worst):
+        tiles.annotate(
+            f" {100 * value * KIB / tile_capacity:.1f} %", (value, i - 0.2), va="center", fontsize=8
+        )
+    tiles.set_yticks(rows, labels)
+    tiles.invert_yaxis()
+    tiles.set_xlabel("KiB")
+    tiles.set_title(f"Tiles, of {tile_capacity / KIB:,.0f} KiB each")
+    tiles.legend(fontsize=7, loc="upper left", bbox_to_anchor=(0.0, -0.25), ncol=3)
     return _png(fig)

@@ -12,11 +12,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from popdist_emu._sweep import COLLECTIVE_PHASES
+from popdist_emu._sweep import COLLECTIVE_PHASES, TIER_PHASES
 from popdist_emu.scaling import _analysis as analysis
 from popdist_emu.scaling._config import EvaluatedPoint
-
-TIER_NAMES = {"ipu_links": "collectives over IPU-Links", "gw_links": "collectives over GW-Links"}
 
 
 def plotted_phases(result: Mapping[str, Any]) -> dict[str, float]:
@@ -31,7 +29,7 @@ def plotted_phases(result: Mapping[str, Any]) -> dict[str, float]:
         if name not in COLLECTIVE_PHASES
     }
     for tier, seconds in result.get("link_tiers", {}).items():
-        phases[TIER_NAMES.get(tier, tier)] = float(seconds)
+        phases[TIER_PHASES.get(tier, tier)] = float(seconds)
     return phases
 
 
