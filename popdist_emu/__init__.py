@@ -74,6 +74,8 @@ if TYPE_CHECKING:
     from popdist_emu.runtime import TrainState as TrainState
     from popdist_emu.runtime import check_checkpoint as check_checkpoint
     from popdist_emu.runtime import claim_checkpoint_dir as claim_checkpoint_dir
+    from popdist_emu.runtime import lamb as lamb
+    from popdist_emu.runtime import lars as lars
     from popdist_emu.runtime import read_checkpoint_meta as read_checkpoint_meta
     from popdist_emu.runtime import restore_checkpoint as restore_checkpoint
     from popdist_emu.runtime import save_checkpoint as save_checkpoint
@@ -95,6 +97,9 @@ _LAZY: dict[str, str] = {
     "write_atomically": "popdist_emu._files",
     # training runtime
     "Trainer": "popdist_emu.runtime",
+    # layer-wise optimisers that replicated tensor sharding can shard
+    "lamb": "popdist_emu.runtime",
+    "lars": "popdist_emu.runtime",
     "TrainState": "popdist_emu.runtime",
     "CompiledStep": "popdist_emu.runtime",
     "LeverInfo": "popdist_emu.runtime",
@@ -197,6 +202,8 @@ __all__ = [
     "init",
     "isPopdistEnvSet",
     "is_offline_mode",
+    "lamb",
+    "lars",
     "load_digits_split",
     "profile_programs",
     "profile_step",

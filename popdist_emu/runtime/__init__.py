@@ -13,6 +13,10 @@ from popdist_emu.runtime._compiled import CompiledStep as CompiledStep
 from popdist_emu.runtime._compiled import UpdateProgram as UpdateProgram
 from popdist_emu.runtime._diagnostics import NonFiniteGradientError as NonFiniteGradientError
 from popdist_emu.runtime._elementwise import check_elementwise as check_elementwise
+from popdist_emu.runtime._layerwise import LayerwiseOptimiser as LayerwiseOptimiser
+from popdist_emu.runtime._layerwise import lamb as lamb
+from popdist_emu.runtime._layerwise import lars as lars
+from popdist_emu.runtime._layerwise import layerwise as layerwise
 from popdist_emu.runtime._offload import OffloadedUpdate as OffloadedUpdate
 from popdist_emu.runtime._offload import StreamingState as StreamingState
 from popdist_emu.runtime._reduce_update import AllReduceUpdate as AllReduceUpdate
@@ -33,6 +37,7 @@ __all__ = [
     "AllReduceUpdate",
     "CheckpointError",
     "CompiledStep",
+    "LayerwiseOptimiser",
     "LeverInfo",
     "NonFiniteGradientError",
     "NonScalarLossError",
@@ -53,6 +58,9 @@ __all__ = [
     "check_checkpoint",
     "check_elementwise",
     "claim_checkpoint_dir",
+    "lamb",
+    "lars",
+    "layerwise",
     "plan_sharding",
     "read_checkpoint_meta",
     "restore_checkpoint",

@@ -92,7 +92,8 @@ def check_elementwise(optimiser: Any, params: Any, plan: ShardingPlan | None = N
             f"combines elements across a tensor (primitives {sorted(found)}: e.g. a global "
             f"norm, a trust ratio or factored moments), so a shard's update would differ from "
             f"the whole tensor's; use an element-wise optimiser such as optax.adamw/adam/sgd, "
-            f"or turn replicated_tensor_sharding off."
+            f"popdist_emu.lamb or popdist_emu.lars for LAMB and LARS (their per-tensor norms "
+            f"are reduced over the sharding domain), or turn replicated_tensor_sharding off."
         )
     if plan is not None and not _owned_elements_independent(optimiser, params, plan):
         raise ShardingError(

@@ -120,6 +120,13 @@ def unflatten_like(params: Params, flat: jax.Array) -> Params:
     return jax.tree.unflatten(treedef, out)
 
 
+def update_scale(num_replicas: int, gradient_accumulation: int, reduction: str) -> float | None:
+    """What the update multiplies the reduced gradient sum by: ``1 / (replicas x
+    accumulation)`` for the mean reduction (PopTorch's ``Mean``, after the reduction), None
+    for the sum."""
+    return 1.0 / (num_replicas * gradient_accumulation) if reduction == "mean" else None
+
+
 @functools.lru_cache(maxsize=16)
 def make_update(optimiser: optax.GradientTransformation, scale: float | None) -> Callable:
     """The jitted update ``(params, opt_state, grad_flat) -> (params', opt_state')``.

@@ -24,6 +24,13 @@ import numpy as np
 import gcl
 from hardware import CollectiveRecord
 from popdist_emu.runtime._elementwise import check_elementwise
+from popdist_emu.runtime._layerwise import (
+    LayerwiseOptimiser,
+    LayerwiseUpdate,
+    layerwise_update,
+    norms_from_squares,
+    owned_squares,
+)
 from popdist_emu.runtime._reduce_update import StageResult, resolved_record
 from popdist_emu.runtime._replica_step import Accumulator, TrainState, UpdateFn, make_init
 from popdist_emu.runtime._sharding import ShardingPlan, plan_sharding, state_mirrors
@@ -131,6 +138,9 @@ class ShardedReduceUpdate:
         method: GCL method of the runtime's all-reduce (the reduce-scatter must match it).
         comm: mpi4py communicator of the instances; None is gcl's default.
         timeout: seconds before a missing peer raises ``gcl.CollectiveTimeout``.
+        layerwise: the two passes of a layer-wise optimiser (LAMB, LARS), whose per-tensor
+            norms are all-reduced over the sharding domain between them; None for an
+            element-wise optimiser, updated by ``update_fn`` alone.
     """
 
     plan: ShardingPlan
@@ -139,6 +149,7 @@ class ShardedReduceUpdate:
     method: str = "auto"
     comm: Any = None
     timeout: float | None = None
+    layerwise: LayerwiseUpdate | None = None
 
     def __call__(self, state: TrainState, replica_sums: Sequence[Accumulator]) -> StageResult:
         plan, kw = self.plan, {"comm": self.comm, "timeout": self.timeout}
@@ -173,7 +184,9 @@ class ShardedReduceUpdate:
         opt_state: ShardedOptState = state.opt_state
         new_shards: list[Any] = [None] * len(replicas)
         owned_params: list[list[np.ndarray]] = [[] for _ in replicas]
-        for group in _by_domain(replicas, k):
+        groups = _by_domain(replicas, k)
+        inputs = []
+        for group in groups:
             grads = np.zeros(sum(plan.sizes), dtype)
             for i in group:
                 self._fill_gradient(grads, replicas[i], buffers[i], merged)
@@ -181,7 +194,13 @@ class ShardedReduceUpdate:
             full_state = unshard_state(plan, opt_state, members, group)
             full_state = jax.tree_util.tree_map(jax.numpy.array, full_state)
             params = jax.tree_util.tree_map(lambda x: jax.numpy.array(x, copy=True), state.params)
-            new_params, new_state = self.update_fn(params, full_state, grads)
+            inputs.append((params, full_state, grads))
+        if self.layerwise is None:
+            updated = [self.update_fn(*args) for args in inputs]
+        else:
+            updated = self._layerwise_updates(groups, replicas, inputs)
+        for group, (new_params, new_state) in zip(groups, updated, strict=True):
+            members = [replicas[i] for i in group]
             for i, shard in zip(group, shard_state(plan, new_state, members).shards, strict=True):
                 new_shards[i] = shard
             new_leaves = plan.treedef.flatten_up_to(new_params)
@@ -211,6 +230,37 @@ class ShardedReduceUpdate:
         new_opt_state = opt_state._replace(shards=tuple(new_shards))
         result = TrainState(plan.treedef.unflatten(out), new_opt_state)
         return StageResult(result, loss_sum, True)
+
+    def _layerwise_updates(
+        self, groups: list[list[int]], replicas: list[int], inputs: list[tuple[Any, Any, Any]]
+    ) -> list[tuple[Any, Any]]:
+        """A layer-wise optimiser's update of each domain here: the element-wise direction,
+        the per-tensor squared norms of each replica's elements all-reduced over the sharding
+        domain, then the trust ratio and the tail (``popdist_emu.runtime._layerwise``)."""
+        plan, lw = self.plan, self.layerwise
+        assert lw is not None
+        directions, squares = [], [np.zeros(0)] * len(replicas)
+        for group, (params, full_state, grads) in zip(groups, inputs, strict=True):
+            inner_state, ratio_state, tail_state = full_state
+            u, inner_state = lw.direction(params, inner_state, grads)
+            directions.append((params, u, (inner_state, ratio_state, tail_state)))
+            for i in group:
+                squares[i] = owned_squares(plan, replicas[i], params, u)
+        summed = gcl.all_reduce(
+            squares,
+            "add",
+            group=gcl.Consecutive(plan.domain_size),
+            comm=self.comm,
+            timeout=self.timeout,
+        )
+        out = []
+        for group, (params, u, (inner_state, ratio_state, tail_state)) in zip(
+            groups, directions, strict=True
+        ):
+            norms = norms_from_squares(np.asarray(summed[group[0]]))
+            new_params, tail_state = lw.finish(params, u, norms, tail_state)
+            out.append((new_params, (inner_state, ratio_state, tail_state)))
+        return out
 
     def _fill_gradient(self, grads: np.ndarray, r: int, buffer: Any, merged: Any) -> None:
         """Writes replica ``r``'s reduced gradient elements (its chunks, and every whole leaf
@@ -250,6 +300,12 @@ class ShardedReduceUpdate:
             records.append(
                 resolved_record("all_gather", "auto", gcl.Consecutive(k), k * d * chunk, replicas)
             )
+        if self.layerwise is not None:
+            # The per-tensor squared norms of the weights and the direction, two per leaf.
+            squares = 2 * len(plan.sizes) * itemsize
+            records.insert(
+                2, resolved_record("all_reduce", "auto", gcl.Consecutive(k), squares, replicas)
+            )
         return tuple(records)
 
 
@@ -275,6 +331,7 @@ def sharded_stage(
     method: str = "auto",
     comm: Any = None,
     timeout: float | None = None,
+    scale: float | None = None,
 ) -> tuple[ShardedReduceUpdate, ShardedOptState]:
     """Everything a runtime needs to train with RTS: the stage and the initial sharded state.
 
@@ -282,6 +339,9 @@ def sharded_stage(
     local replica its part of ``optimiser.init(params)``. The parts are host arrays between
     updates, so combined with optimiser offloading nothing changes here: only the cost model
     moves them to streaming memory (``offload_traffic`` of one replica's part, per update).
+
+    ``scale`` is the one ``update_fn`` applies to the reduced gradient (see
+    ``make_update``): a layer-wise optimiser's two passes apply it too.
 
     Returns:
         ``(stage, opt_state)``: use ``stage`` as the reduce-and-update stage and
@@ -294,8 +354,30 @@ def sharded_stage(
         domain=domain,
         min_elements=min_elements,
     )
-    check_elementwise(optimiser, params, plan)
+    check_shardable(optimiser, params, plan)
     replicas = range(replica_offset, replica_offset + num_local_replicas)
     state = init_sharded_state(optimiser, plan, params, replicas)
-    stage = ShardedReduceUpdate(plan, update_fn, replica_offset, method, comm, timeout)
+    stage = ShardedReduceUpdate(
+        plan,
+        update_fn,
+        replica_offset,
+        method,
+        comm,
+        timeout,
+        layerwise_update(optimiser, scale) if isinstance(optimiser, LayerwiseOptimiser) else None,
+    )
     return stage, state
+
+
+def check_shardable(optimiser: Any, params: Any, plan: ShardingPlan | None = None) -> None:
+    """Refuses an optimiser whose sharded update would differ from the whole-tensor update:
+    an element-wise optimiser, or a layer-wise one whose two element-wise parts are.
+
+    Raises:
+        ShardingError: as ``check_elementwise``.
+    """
+    if isinstance(optimiser, LayerwiseOptimiser):
+        check_elementwise(optimiser.inner, params, plan)
+        check_elementwise(optimiser.tail, params, plan)
+    else:
+        check_elementwise(optimiser, params, plan)

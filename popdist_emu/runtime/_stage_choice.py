@@ -28,12 +28,13 @@ from hardware import CollectiveRecord
 from popdist_emu._options import Options
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.programs import StepShapes, compile_program
-from popdist_emu.runtime._elementwise import check_elementwise
+from popdist_emu.runtime._layerwise import LayerwiseOptimiser, layerwise_update
 from popdist_emu.runtime._offload import OffloadedUpdate, stream_out
 from popdist_emu.runtime._reduce_update import AllReduceUpdate, ReduceUpdateStage
 from popdist_emu.runtime._replica_step import Params, UpdateFn, make_init
 from popdist_emu.runtime._sharded_update import (
     ShardedReduceUpdate,
+    check_shardable,
     sharded_stage,
     sharded_state_nbytes,
 )
@@ -101,6 +102,7 @@ def select_stage(
     offline: bool,
     comm: Any = None,
     timeout: float | None = None,
+    scale: float | None = None,
 ) -> StageChoice:
     """The reduce-and-update stage the levers ask for, and the initial optimiser state.
 
@@ -112,6 +114,8 @@ def select_stage(
         offline: plan from shapes only: no state, no probe update.
         comm: mpi4py communicator of the instances; None is gcl's default.
         timeout: seconds a collective waits for a peer before raising.
+        scale: what ``update`` multiplies the reduced gradient by (``update_scale``), for
+            the two passes of a layer-wise optimiser under RTS.
 
     Raises:
         ShardingError: an RTS configuration PopART refuses, or an optimiser whose sharded
@@ -126,9 +130,19 @@ def select_stage(
                 num_instances=options.num_instances,
             )
             # Shapes only: the element-wise probe update needs values, so trace only.
-            check_elementwise(optimiser, params)
+            check_shardable(optimiser, params)
+            layerwise = (
+                layerwise_update(optimiser, scale)
+                if isinstance(optimiser, LayerwiseOptimiser)
+                else None
+            )
             stage = ShardedReduceUpdate(
-                plan, update, options.replica_offset, comm=comm, timeout=timeout
+                plan,
+                update,
+                options.replica_offset,
+                comm=comm,
+                timeout=timeout,
+                layerwise=layerwise,
             )
             return StageChoice(stage, None, plan)
         sharded, opt_state = sharded_stage(
@@ -142,6 +156,7 @@ def select_stage(
             domain=options.sharding_domain,
             comm=comm,
             timeout=timeout,
+            scale=scale,
         )
         return StageChoice(sharded, opt_state, sharded.plan)
     replicas = options.num_total_replicas

@@ -52,6 +52,7 @@ from popdist_emu.runtime._replica_step import (
     make_micro_step,
     make_update,
     shape_struct,
+    update_scale,
     zero_accumulator,
 )
 from popdist_emu.runtime._sharding import ShardingPlan
@@ -105,11 +106,7 @@ class Trainer:
         self.comm, self.timeout, self.debug = comm, timeout, debug
         self.num_total_replicas = opts.num_total_replicas
         self.replica_offset = opts.replica_offset
-        scale = (
-            1.0 / (self.num_total_replicas * opts.gradient_accumulation)
-            if opts.reduction == "mean"
-            else None
-        )
+        scale = update_scale(self.num_total_replicas, opts.gradient_accumulation, opts.reduction)
         self.grad_fn = make_micro_step(loss_fn)
         # Model parallelism over the replica's IPUs (None: the loss runs as one program).
         self.pipeline = make_pipeline(loss_fn, opts, params)
@@ -133,6 +130,7 @@ class Trainer:
             offline=self.offline,
             comm=comm,
             timeout=timeout,
+            scale=scale,
         )
         self.reduce_update: ReduceUpdateStage = choice.stage
         self._plan = choice.plan
