@@ -359,7 +359,7 @@ def main(argv=None) -> dict:
         params = init_params(args.model, seq, dtype, jax.random.PRNGKey(args.seed))
     try:
         trainer = popdist.Trainer(
-            block_model(args.model), optax.lamb(args.learning_rate), params, options
+            block_model(args.model), popdist.lamb(args.learning_rate), params, options
         )
     except popdist.PipelineError as err:
         print(f"bert.py: {err}", file=sys.stderr)

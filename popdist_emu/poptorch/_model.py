@@ -293,17 +293,17 @@ class PoplarExecutor:
         self._optimizer = new
         if self._trainer is not None:
             state = self._trainer.state
-            opt_state = state.opt_state
-            if not hasattr(opt_state, "hyperparams"):
+            injected = _injected_states(state.opt_state)
+            if len(injected) != 1:
                 raise ValueError(
-                    "setOptimizer: the optimiser state is sharded or offloaded here; "
-                    "changing the learning rate there is not supported yet."
+                    "setOptimizer: the optimiser state is sharded or offloaded here, or has "
+                    "several parameter groups; changing the learning rate there is not "
+                    "supported yet."
                 )
-            lr = opt_state.hyperparams["learning_rate"]
-            opt_state.hyperparams["learning_rate"] = jax.numpy.asarray(
-                float(new_group["lr"]), dtype=lr.dtype
+            hyperparams = injected[0].hyperparams
+            hyperparams["learning_rate"] = jax.numpy.asarray(
+                float(new_group["lr"]), dtype=hyperparams["learning_rate"].dtype
             )
-            self._trainer.state = state._replace(opt_state=opt_state)
 
     def compile(self, *args: Any) -> None:
         """Compiles the step for this combined batch's shapes without running it."""
@@ -355,3 +355,13 @@ def inferenceModel(  # noqa: N802
 ) -> PoplarExecutor:
     """``poptorch.inferenceModel``: ``model``'s forward on the combined batch."""
     return PoplarExecutor(model, options, None, training=False)
+
+
+def _injected_states(opt_state: Any) -> list[Any]:
+    """The ``optax.inject_hyperparams`` states inside an optimiser state (chains and
+    layer-wise optimisers nest them in tuples); their ``hyperparams`` dicts are mutable."""
+    if hasattr(opt_state, "hyperparams"):
+        return [opt_state]
+    if isinstance(opt_state, tuple):
+        return [found for part in opt_state for found in _injected_states(part)]
+    return []

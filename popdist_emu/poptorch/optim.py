@@ -11,7 +11,9 @@ ones, into the optax transformation that makes the same update:
   ``p -= lr * (g' + momentum * buf)``);
 - Adam: L2 weight decay added to the gradient, then Adam with bias correction;
 - AdamW: decoupled weight decay ``p -= lr * wd * p`` beside the Adam step;
-- LAMB (PopTorch's own, no ``torch.optim`` peer): ``optax.lamb`` (see :class:`LAMB`).
+- LAMB (PopTorch's own, no ``torch.optim`` peer): ``optax.lamb``'s update (see
+  :class:`LAMB`), built as ``popdist_emu.runtime.layerwise`` so replicated tensor sharding
+  can shard it (its per-tensor norms are reduced over the sharding domain).
 
 The learning rate is an injected hyper-parameter (``optax.inject_hyperparams``), so
 ``model.setOptimizer`` can change it between steps without losing the optimiser state, as
@@ -30,6 +32,8 @@ from typing import Any
 
 import optax
 import torch
+
+from popdist_emu.runtime import layerwise
 
 __all__ = ["LAMB", "SGD", "Adam", "AdamW", "optimiser_hyperparams", "to_optax"]
 
@@ -172,21 +176,60 @@ def to_optax(
         ValueError: another optimiser, or settings the mapping cannot honour.
     """
     groups = optimizer.param_groups
+    if isinstance(optimizer, LAMB):
+        return _lamb(optimizer, names)
     if len(groups) == 1:
         return _group_transform(optimizer, _group_settings(optimizer, groups[0]))
+    return optax.multi_transform(
+        {
+            **{
+                str(k): _group_transform(optimizer, _group_settings(optimizer, g))
+                for k, g in enumerate(groups)
+            },
+            "frozen": optax.set_to_zero(),
+        },
+        _group_labels(optimizer, names),
+    )
+
+
+def _group_labels(
+    optimizer: torch.optim.Optimizer, names: dict[str, torch.Tensor] | None
+) -> dict[str, str]:
+    """Each weight's parameter group (its index) by name; ``frozen`` for one in none."""
+    groups = optimizer.param_groups
     if names is None:
         raise ValueError(
             f"{type(optimizer).__name__} with {len(groups)} parameter groups: the weights' "
             f"names are needed to tell the groups apart."
         )
     label_of = {id(p): str(k) for k, g in enumerate(groups) for p in g["params"]}
-    labels = {name: label_of.get(id(tensor), "frozen") for name, tensor in names.items()}
-    transforms = {
-        str(k): _group_transform(optimizer, _group_settings(optimizer, g))
-        for k, g in enumerate(groups)
-    }
-    transforms["frozen"] = optax.set_to_zero()
-    return optax.multi_transform(transforms, labels)
+    return {name: label_of.get(id(tensor), "frozen") for name, tensor in names.items()}
+
+
+def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> optax.GradientTransformation:
+    """LAMB as ``optax.chain(adam + weight decay, trust ratio, learning rate)`` with its parts
+    kept (``popdist_emu.runtime.layerwise``); several groups are one ``multi_transform`` on
+    each side of the trust ratio (a frozen weight's direction is zero, its ratio 1)."""
+    inners, tails = {}, {}
+    for k, group in enumerate(optimizer.param_groups):
+        settings = _group_settings(optimizer, group)
+        b1, b2 = (float(b) for b in settings["betas"])
+        inners[str(k)] = optax.chain(
+            optax.scale_by_adam(b1=b1, b2=b2, eps=float(settings["eps"])),
+            optax.add_decayed_weights(float(settings.get("weight_decay", 0.0))),
+        )
+        # The learning rate injected, so setOptimizer can change it.
+        tails[str(k)] = optax.inject_hyperparams(optax.scale_by_learning_rate)(
+            learning_rate=float(settings["lr"])
+        )
+    if len(inners) == 1:
+        return layerwise(inners["0"], tails["0"])
+    labels = _group_labels(optimizer, names)
+    frozen = {"frozen": optax.set_to_zero()}
+    return layerwise(
+        optax.multi_transform({**inners, **frozen}, labels),
+        optax.multi_transform({**tails, **frozen}, labels),
+    )
 
 
 def _group_transform(
@@ -224,14 +267,6 @@ def _group_transform(
             return optax.chain(*parts)
 
         return optax.inject_hyperparams(adam)(learning_rate=lr)
-    if isinstance(optimizer, LAMB):
-        b1, b2 = (float(b) for b in group["betas"])
-        eps = float(group["eps"])
-
-        def lamb(learning_rate: Any) -> optax.GradientTransformation:
-            return optax.lamb(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=wd)
-
-        return optax.inject_hyperparams(lamb)(learning_rate=lr)
     raise ValueError(
         f"{type(optimizer).__name__}: popdist-emu maps SGD, Adam, AdamW (torch.optim or "
         f"poptorch.optim) and poptorch.optim.LAMB so far; use one of those."

@@ -78,3 +78,25 @@ def test_model_too_large_for_one_ipu_is_refused_before_compiling(bert, capsys):
         "Out of memory: IPU 0 (stage 0: embeddings, layer00 ... heads, 14 blocks)"
     )
     assert "more IPUs per replica (--ipus-per-replica 2)" in err
+
+
+def test_lamb_with_replicated_tensor_sharding_runs_and_shards_the_state(bert, capsys, tmp_path):
+    """Graphcore's BERT trains with LAMB and RTS: LAMB's state is sharded over the 4 replicas
+    (its per-tensor norms all-reduced over the domain), so each IPU holds a quarter of it."""
+    env = {
+        "POPDIST_EMU_OFFLINE": "1",
+        "POPDIST_NUM_IPUS_PER_REPLICA": "2",
+        "POPDIST_NUM_TOTAL_REPLICAS": "4",
+        "POPDIST_NUM_LOCAL_REPLICAS": "4",
+    }
+    argv = ["--model", "tiny", "--sequence-length", "16", "--precision", "fp32"]
+    state = {}
+    for flags in ((), ("--replicated-tensor-sharding",)):
+        report_dir = tmp_path / ("rts" if flags else "whole")
+        with mock.patch.dict(os.environ, {**env, "POPDIST_EMU_REPORT_DIR": str(report_dir)}):
+            bert.main([*argv, *flags])
+        summary = json.loads((report_dir / "summary.json").read_text())
+        state[bool(flags)] = [s["memory"]["optimizer_state"] for s in summary["pipeline"]["stages"]]
+    capsys.readouterr()
+    for sharded, whole in zip(state[True], state[False], strict=True):
+        assert sharded == pytest.approx(whole / 4, rel=0.01)

@@ -151,3 +151,63 @@ def test_set_optimizer_changes_the_learning_rate_as_pytorch_does() -> None:
         np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), atol=1e-5)
     with pytest.raises(ValueError, match="learning rate only"):
         wrapped.setOptimizer(torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def _train_lamb(rts: bool, steps: int = 4) -> tuple[list[float], list[np.ndarray], object]:
+    """The loss wrapper trained with PopTorch's LAMB on 4 replicas, with or without RTS."""
+    import torch
+
+    import popdist_emu.poptorch as poptorch
+
+    x = torch.linspace(-1, 1, 32).reshape(16, 2)
+    y = torch.arange(16) % 3
+    model = _Loss()
+    opts = poptorch.Options().replicationFactor(4)
+    if rts:
+        opts.TensorLocations.setOptimizerLocation(
+            poptorch.TensorLocationSettings().useReplicatedTensorSharding(True)
+        )
+    lamb = poptorch.optim.LAMB(model.parameters(), lr=0.05, weight_decay=0.1)
+    wrapped = poptorch.trainingModel(model, opts, lamb)
+    losses = [float(wrapped(x, y)) for _ in range(steps)]
+    stage = wrapped._trainer.reduce_update  # the runtime's reduce-and-update stage
+    return losses, [p.detach().numpy().copy() for p in model.parameters()], stage
+
+
+def test_lamb_under_replicated_tensor_sharding_trains_as_without() -> None:
+    """PopTorch's LAMB shards under RTS (its per-tensor norms reduced over the replicas) and
+    trains as the unsharded LAMB does, within the norms' float32 rounding."""
+    plain_losses, plain, _ = _train_lamb(rts=False)
+    rts_losses, sharded, stage = _train_lamb(rts=True)
+    assert getattr(stage, "layerwise", None) is not None  # sharded, with the norms' passes
+    np.testing.assert_allclose(rts_losses, plain_losses, rtol=1e-6)
+    assert plain_losses[-1] < plain_losses[0]
+    for got, want in zip(sharded, plain, strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+
+
+def test_set_optimizer_changes_lambs_learning_rate() -> None:
+    import torch
+
+    import popdist_emu.poptorch as poptorch
+
+    x = torch.linspace(-1, 1, 16).reshape(8, 2)
+    y = torch.arange(8) % 3
+    runs = []
+    for new_lr in (0.05, 0.0):
+        model = _Loss()
+        wrapped = poptorch.trainingModel(
+            model, poptorch.Options(), poptorch.optim.LAMB(model.parameters(), lr=0.05)
+        )
+        wrapped(x, y)
+        wrapped.setOptimizer(poptorch.optim.LAMB(model.parameters(), lr=new_lr))
+        before = [p.detach().numpy().copy() for p in model.parameters()]
+        wrapped(x, y)
+        wrapped.copyWeightsToHost()
+        runs.append(
+            [
+                np.abs(p.detach().numpy() - b).max()
+                for p, b in zip(model.parameters(), before, strict=True)
+            ]
+        )
+    assert min(runs[0]) > 0 and max(runs[1]) == 0  # a zero rate leaves the weights alone
