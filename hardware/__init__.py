@@ -9,6 +9,8 @@ from hardware._collectives import group_span as group_span
 from hardware._collectives import link_bandwidths as link_bandwidths
 from hardware._collectives import ring_seconds as ring_seconds
 from hardware._compute import compute_seconds as compute_seconds
+from hardware._host_compute import host_compute_seconds as host_compute_seconds
+from hardware._host_compute import host_servers as host_servers
 from hardware._host_io import host_io_seconds as host_io_seconds
 from hardware._layout import VALID_IPUS_PER_REPLICA as VALID_IPUS_PER_REPLICA
 from hardware._layout import LayoutError as LayoutError
@@ -115,7 +117,9 @@ __all__ = [
     "default_system",
     "get_system",
     "group_span",
+    "host_compute_seconds",
     "host_io_seconds",
+    "host_servers",
     "ipu_track",
     "link_bandwidths",
     "load_parameters",

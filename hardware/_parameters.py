@@ -106,3 +106,13 @@ CLOCK_OF_FIT_HZ = 1.33e9
 # Input the infeed keeps in flight ahead of the one being computed: the project's one default
 # (PopTorch's default prefetch depth is also 3); the runtime's Options and Infeed follow it.
 DEFAULT_PREFETCH_DEPTH = 3
+# The POD's host servers, for the host's share of a step (never fitted). MLPerf Training v1.1,
+# Graphcore's system descriptions (mlcommons/training_results_v1.1, Graphcore/systems): two
+# AMD EPYC 7742 of 64 cores per host; its ResNet-50 launch lines use one host per 16 IPUs
+# (1 for POD16, 4 for POD64, 8 for POD128, 16 for POD256).
+HOST_CORES = 128
+IPUS_PER_HOST = 16
+# A POD host core's speed at the data loader's work relative to a core of the machine that
+# measured it. The machines this project is measured on report AMD EPYC cores too; equal
+# speed is assumed. UNCONFIRMED: scale a measurement from a slower or faster machine by hand.
+HOST_SPEED_FACTOR = 1.0

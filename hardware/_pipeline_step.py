@@ -50,7 +50,7 @@ from hardware._timeline import (
     StepSimulation,
     TimelineEvent,
     _durations,
-    _steady_step,
+    exposed_host_times,
     samples_per_second,
     step_phases,
 )
@@ -286,9 +286,7 @@ def simulate_pipeline_step(
         compute=pipe.seconds / profile.gradient_accumulation,
         accumulate=accumulate if profile.gradient_accumulation > 1 else 0.0,
     )
-    events, step_seconds = _steady_step(d, profile, prefetch_depth)
-    _, without_io = _steady_step(d._replace(io=0.0), profile, prefetch_depth)
-    exposed = max(step_seconds - without_io, 0.0)
+    events, step_seconds, exposed, exposed_host = exposed_host_times(d, profile, prefetch_depth)
     # One pipeline per weight update, drawn from the update's first compute interval.
     out, seen = [], 0
     ga = profile.gradient_accumulation
@@ -300,7 +298,7 @@ def simulate_pipeline_step(
             continue
         out.append(event)
     n_micro = ga * profile.device_iterations
-    phases = step_phases(d, profile, exposed)
+    phases = step_phases(d, profile, exposed, exposed_host)
     # The IPUs' idle share of the pipeline's time is a phase of its own, so reports and the
     # scaling analysis can name it: ramp-up, ramp-down, waits on the slowest stage and the
     # IPU-Link exchanges between stages; under sharded execution, the (N - 1)/N of the time
@@ -347,4 +345,5 @@ def simulate_pipeline_step(
         events=tuple(out),
         prefetch_depth=prefetch_depth,
         pipeline=report,
+        host_compute_seconds=d.host,
     )

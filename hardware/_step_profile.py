@@ -118,6 +118,13 @@ class StepProfile:
             by the convolution planner model; empty leaves the planner out.
         available_memory_proportion: PopLibs' ``availableMemoryProportion`` of the IPUs, a
             float or PopTorch's per-IPU mapping ``{"IPU0": 0.6, ...}`` (default 0.6).
+        host_cpu_seconds_per_sample: CPU seconds the host spends preparing one sample (the
+            data loader's work), measured on the machine that ran the program; 0 = not
+            measured (the host's work is then left out).
+        host_workers: processes or threads preparing samples in parallel (a data loader's
+            workers; 0 = the main thread, between calls).
+        host_prefetch: whether the host prepares the next steps' data while the IPUs run
+            (an asynchronous loader or an infeed thread); False: between calls.
     """
 
     grad_flops: float
@@ -144,6 +151,9 @@ class StepProfile:
     name: str = "model"
     matmuls: tuple = ()
     available_memory_proportion: float | Mapping[str, float] = DEFAULT_AVAILABLE_MEMORY_PROPORTION
+    host_cpu_seconds_per_sample: float = 0.0
+    host_workers: int = 1
+    host_prefetch: bool = True
 
     def __post_init__(self) -> None:
         for field in ("micro_batch_size", "gradient_accumulation", "device_iterations"):
@@ -165,6 +175,11 @@ class StepProfile:
         object.__setattr__(self, "collectives", records)
         object.__setattr__(self, "matmuls", tuple(self.matmuls))
         proportion_for_ipu(self.available_memory_proportion)  # one-line error when bad
+        host = self.host_cpu_seconds_per_sample
+        if not host >= 0:
+            raise ValueError(f"`host_cpu_seconds_per_sample` must be >= 0, got {host}.")
+        if not isinstance(self.host_workers, int) or self.host_workers < 0:
+            raise ValueError(f"`host_workers` must be an integer >= 0, got {self.host_workers!r}.")
 
     @property
     def samples_per_update(self) -> int:

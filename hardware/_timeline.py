@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 from hardware._collectives import CollectiveTime, collective_time
 from hardware._compute import compute_seconds
+from hardware._host_compute import host_compute_seconds
 from hardware._host_io import host_io_seconds
 from hardware._layout import ReplicaLayout
 from hardware._memory import MemoryBreakdown, memory_per_ipu, optimiser_shards
@@ -30,6 +31,7 @@ from hardware._specs import SystemSelectionError, SystemSpec
 from hardware._step_profile import StepProfile
 
 PHASES = (
+    "host_compute",
     "host_io",
     "compute",
     "pipeline_bubble",
@@ -53,7 +55,15 @@ TRACK_HOST_LINK = "Host links (machine 0)"
 TRACK_IPU_LINKS = "IPU-Links"
 TRACK_GW_LINKS = "GW-Links"
 TRACK_HOST_SYNC = "Host sync"
-TRACKS = (TRACK_COMPUTE, TRACK_HOST_LINK, TRACK_IPU_LINKS, TRACK_GW_LINKS, TRACK_HOST_SYNC)
+TRACK_HOST = "Host CPU (instance 0)"
+TRACKS = (
+    TRACK_HOST,
+    TRACK_COMPUTE,
+    TRACK_HOST_LINK,
+    TRACK_IPU_LINKS,
+    TRACK_GW_LINKS,
+    TRACK_HOST_SYNC,
+)
 
 
 class TimelineEvent(NamedTuple):
@@ -92,6 +102,8 @@ class StepSimulation:
         prefetch_depth: micro-batches the infeed keeps ahead of the compute.
         pipeline: the pipeline part (``hardware._pipeline_step.PipelineReport``) when the
             replica runs as stages over its IPUs; None otherwise.
+        host_compute_seconds: the host's busy time per step preparing an instance's samples
+            on the POD (``hardware._host_compute``; 0 when not measured).
     """
 
     profile: StepProfile
@@ -107,6 +119,7 @@ class StepSimulation:
     events: tuple[TimelineEvent, ...]
     prefetch_depth: int
     pipeline: Any = None
+    host_compute_seconds: float = 0.0
 
     @property
     def memory_per_ipu(self) -> dict[str, int]:
@@ -119,8 +132,27 @@ class StepSimulation:
         p = self.profile
         return self.layout.num_replicas * p.samples_per_update * p.device_iterations
 
+    @property
+    def ipu_bound_samples_per_second(self) -> float:
+        """Throughput were the host free: the step without its exposed host compute."""
+        step = self.simulated_step_seconds - self.phases.get("host_compute", 0.0)
+        return self.samples_per_step / step if step > 0 else float("inf")
+
+    @property
+    def host_bound_samples_per_second(self) -> float:
+        """Throughput the hosts alone allow: every instance prepares its samples in parallel
+        (inf when the host's work was not measured)."""
+        host = self.host_compute_seconds
+        return self.samples_per_step / host if host > 0 else float("inf")
+
+    @property
+    def host_bound(self) -> bool:
+        """Whether the hosts, not the IPUs, decide the throughput."""
+        return self.host_bound_samples_per_second < self.ipu_bound_samples_per_second
+
 
 class _Durations(NamedTuple):
+    host: float
     io: float
     compute: float
     accumulate: float
@@ -180,28 +212,58 @@ def _durations(
         profile.host_bytes_per_micro_batch, system, layout.num_replicas, layout.ipus_per_replica
     )
     return _Durations(
-        io, compute, accumulate, collectives, update, streaming, params.host_sync_seconds
+        host_compute_seconds(profile, layout),
+        io,
+        compute,
+        accumulate,
+        collectives,
+        update,
+        streaming,
+        params.host_sync_seconds,
     )
 
 
 def _run_steps(d: _Durations, profile: StepProfile, depth: int, steps: int):
-    """Event-driven schedule of ``steps`` consecutive steps; returns (events, step ends)."""
+    """Event-driven schedule of ``steps`` consecutive steps; returns (events, step ends).
+
+    Lanes: the host's CPU prepares each step's samples (ahead of the IPUs by up to ``depth``
+    steps with ``profile.host_prefetch``, else between calls), the host link streams every
+    micro-batch (``depth`` micro-batches ahead), the IPUs compute, then the collectives,
+    the update and the host synchronisation.
+    """
     events: list[TimelineEvent] = []
     step_ends: list[float] = []
+    step_starts: list[float] = []
     compute_ends: list[float] = []
+    host_free = 0.0  # host CPU lane
     io_free = 0.0  # host link lane
     t = 0.0  # IPU lane
     j = 0  # micro-batch counter over all steps
-    for _ in range(steps):
+    for s in range(steps):
+        ready = 0.0
+        if d.host > 0:
+            if profile.host_prefetch:
+                # As the infeed's buffers: step s's batch is prepared once step s - depth - 1
+                # has taken its batch (begun).
+                freed_step = step_starts[s - depth - 1] if s - depth - 1 >= 0 else 0.0
+                host_start = max(host_free, freed_step)
+            else:
+                host_start = max(host_free, t)  # between calls: after the previous step
+            host_free = ready = host_start + d.host
+            events.append(TimelineEvent(TRACK_HOST, "host_compute", host_start, d.host))
+        first = True
         for _ in range(profile.device_iterations):
             for _ in range(profile.gradient_accumulation):
                 # Buffer j is free once micro-batch j - depth - 1 has been consumed.
                 freed = compute_ends[j - depth - 1] if j - depth - 1 >= 0 else 0.0
-                io_start = max(io_free, freed)
+                io_start = max(io_free, freed, ready)
                 io_free = io_start + d.io
                 if d.io > 0:
                     events.append(TimelineEvent(TRACK_HOST_LINK, "host_io", io_start, d.io))
-                start = max(t, io_free)
+                start = max(t, io_free, ready)
+                if first:
+                    step_starts.append(start)
+                    first = False
                 events.append(TimelineEvent(TRACK_COMPUTE, "compute", start, d.compute))
                 t = start + d.compute
                 compute_ends.append(t)
@@ -239,12 +301,16 @@ def samples_per_second(profile: StepProfile, layout: ReplicaLayout, step_seconds
     return samples / step_seconds if step_seconds > 0 else float("inf")
 
 
-def step_phases(d: _Durations, profile: StepProfile, exposed_io: float) -> dict[str, float]:
+def step_phases(
+    d: _Durations, profile: StepProfile, exposed_io: float, exposed_host: float = 0.0
+) -> dict[str, float]:
     """Seconds per step in each of ``PHASES``: every micro-batch's compute and accumulation,
-    each update's collectives, weight update and streaming, the exposed host IO and the one
-    host synchronisation (a pipelined step replaces the compute with its schedule's)."""
+    each update's collectives, weight update and streaming, the exposed host compute and
+    host IO and the one host synchronisation (a pipelined step replaces the compute with
+    its schedule's)."""
     n_micro = profile.gradient_accumulation * profile.device_iterations
     phases = dict.fromkeys(PHASES, 0.0)
+    phases["host_compute"] = exposed_host
     phases["host_io"] = exposed_io
     phases["compute"] = n_micro * d.compute
     phases["gradient_accumulation"] = n_micro * d.accumulate
@@ -257,12 +323,32 @@ def step_phases(d: _Durations, profile: StepProfile, exposed_io: float) -> dict[
 
 
 def _steady_step(d: _Durations, profile: StepProfile, depth: int):
-    """The second of two steps: the first fills the infeed as a running job has."""
-    events, ends = _run_steps(d, profile, depth, 2)
-    start, end = ends[0], ends[1]
-    # Host IO that ran before the step began was prefetched during the previous step.
-    shifted = tuple(e._replace(start=e.start - start) for e in events if start <= e.start < end)
-    return shifted, end - start
+    """A step in the steady state, once the host and the infeed have run ahead as far as
+    they can (as in a running job): the second of two steps, or with host compute the last
+    of ``depth + 2`` (the host's lane runs ahead by whole steps)."""
+    steps = max(depth, 1) + 2 if d.host > 0 else 2
+    events, ends = _run_steps(d, profile, depth, steps)
+    start, end = ends[-2], ends[-1]
+    # Host IO that ran before the step began was prefetched during earlier steps; the host's
+    # CPU work is drawn where it overlaps the step (it runs ahead, often across steps).
+    shifted = []
+    for e in events:
+        if start <= e.start < end:
+            shifted.append(e._replace(start=e.start - start))
+        elif e.track == TRACK_HOST and e.start < start < e.start + e.duration:
+            shifted.append(e._replace(start=0.0, duration=min(e.start + e.duration, end) - start))
+    return tuple(shifted), end - start
+
+
+def exposed_host_times(d: _Durations, profile: StepProfile, depth: int):
+    """The steady step's events and seconds, and the host compute and host IO it exposes:
+    what the step loses to each against the same step without it."""
+    events, step_seconds = _steady_step(d, profile, depth)
+    _, without_host = _steady_step(d._replace(host=0.0), profile, depth)
+    _, without_both = _steady_step(d._replace(host=0.0, io=0.0), profile, depth)
+    exposed_host = max(step_seconds - without_host, 0.0)
+    exposed_io = max(without_host - without_both, 0.0)
+    return events, step_seconds, exposed_io, exposed_host
 
 
 def simulate_step(
@@ -290,12 +376,10 @@ def simulate_step(
         raise ValueError(f"`prefetch_depth` must be >= 0, got {prefetch_depth}.")
     params = parameters if parameters is not None else load_parameters()
     d = _durations(profile, layout, system, params)
-    events, step_seconds = _steady_step(d, profile, prefetch_depth)
-    _, without_io = _steady_step(d._replace(io=0.0), profile, prefetch_depth)
-    exposed = max(step_seconds - without_io, 0.0)
+    events, step_seconds, exposed, exposed_host = exposed_host_times(d, profile, prefetch_depth)
 
     n_micro = profile.gradient_accumulation * profile.device_iterations
-    phases = step_phases(d, profile, exposed)
+    phases = step_phases(d, profile, exposed, exposed_host)
 
     return StepSimulation(
         profile=profile,
@@ -312,4 +396,5 @@ def simulate_step(
         host_io_seconds=n_micro * d.io,
         events=events,
         prefetch_depth=prefetch_depth,
+        host_compute_seconds=d.host,
     )
