@@ -342,7 +342,9 @@ def main(argv: list[str] | None = None) -> dict:
     shapes = batch_shapes(options, args.micro_batch_size)
     try:
         # Before any step, as Poplar refuses at compile time a graph that does not fit.
-        simulation = popdist.simulate(trainer, shapes, name="digits-cnn")
+        # Offline nothing trains, but the host's part is measured on a sample of batches.
+        sample = sample_loader(options, args) if trainer.offline else None
+        simulation = popdist.simulate(trainer, shapes, name="digits-cnn", infeed_stats=sample)
     except hardware.OutOfMemoryError as error:
         print(error, file=sys.stderr, flush=True)
         raise SystemExit(1) from None
@@ -383,6 +385,18 @@ def offline_report(trainer: popdist.Trainer, shapes: tuple, profile) -> dict:
         "micro_step_flops": float(profile.grad_flops),
         "allreduce_bytes": compiled.collectives[0].bytes,
     }
+
+
+def sample_loader(options: popdist.Options, args: argparse.Namespace, calls: int = 3):
+    """What the training's infeed would measure, from its first ``calls`` batches alone."""
+    data = popdist.load_digits_split(seed=0)
+    loader = popdist.ReplicaLoader(
+        (data.train_images, data.train_labels), args.micro_batch_size, options, seed=args.seed
+    )
+    with popdist.Infeed(loader.batch, calls, prefetch_depth=options.prefetch_depth) as feed:
+        for _ in feed:
+            pass
+    return feed.stats
 
 
 def train(

@@ -54,12 +54,18 @@ class InfeedStats(NamedTuple):
         produce_seconds: worker time spent inside ``produce`` for the delivered items.
         wait_seconds: consumer time spent waiting for an item that was not ready: the host IO
             that prefetching did not hide.
+        produce_cpu_seconds: CPU time of the worker threads inside ``produce`` for the
+            delivered items (``time.thread_time``): the host's work, which an oversubscribed
+            machine does not inflate as it does ``produce_seconds``.
+        workers: the infeed's worker threads.
     """
 
     items: int
     bytes: int
     produce_seconds: float
     wait_seconds: float
+    produce_cpu_seconds: float = 0.0
+    workers: int = 1
 
 
 class _Failure(NamedTuple):
@@ -121,13 +127,15 @@ class Infeed(Generic[T]):
         self._cond = threading.Condition()
         self._next_claim = start  # next index a worker will take
         self._next_deliver = start  # next index the consumer gets
-        self._ready: dict[int, tuple[Any, float]] = {}  # index -> (item or _Failure, seconds)
+        # index -> (item or _Failure, seconds, CPU seconds)
+        self._ready: dict[int, tuple[Any, float, float]] = {}
         self._stopping = False
         self._failed = False
         self._closed = False
         self._items = 0
         self._bytes = 0
         self._produce_seconds = 0.0
+        self._produce_cpu_seconds = 0.0
         self._wait_seconds = 0.0
         self._threads = [
             threading.Thread(target=self._work, name=f"{name}-worker-{i}", daemon=True)
@@ -153,14 +161,15 @@ class Infeed(Generic[T]):
 
     def _work(self) -> None:
         while (index := self._claim()) is not None:
-            began = time.perf_counter()
+            began, cpu = time.perf_counter(), time.thread_time()
             try:
                 result: Any = self._produce(index)
             except BaseException as error:  # handed to the consumer, never lost
                 result = _Failure(error)
             seconds = time.perf_counter() - began
+            cpu_seconds = time.thread_time() - cpu
             with self._cond:
-                self._ready[index] = (result, seconds)
+                self._ready[index] = (result, seconds, cpu_seconds)
                 if isinstance(result, _Failure):
                     # Stop claiming new items; the consumer raises when it reaches this index.
                     self._failed = True
@@ -187,7 +196,7 @@ class Infeed(Generic[T]):
                     )
                 self._cond.wait(timeout=0.5)
             self._wait_seconds += time.perf_counter() - began
-            result, seconds = self._ready.pop(index)
+            result, seconds, cpu_seconds = self._ready.pop(index)
             self._next_deliver += 1
             self._cond.notify_all()
         if isinstance(result, _Failure):
@@ -200,6 +209,7 @@ class Infeed(Generic[T]):
         self._items += 1
         self._bytes += tree_nbytes(result)
         self._produce_seconds += seconds
+        self._produce_cpu_seconds += cpu_seconds
         return result
 
     def _closed_by_consumer(self) -> None:
@@ -251,7 +261,14 @@ class Infeed(Generic[T]):
     @property
     def stats(self) -> InfeedStats:
         """Items and bytes delivered, worker time and the consumer's exposed waiting time."""
-        return InfeedStats(self._items, self._bytes, self._produce_seconds, self._wait_seconds)
+        return InfeedStats(
+            self._items,
+            self._bytes,
+            self._produce_seconds,
+            self._wait_seconds,
+            self._produce_cpu_seconds,
+            len(self._threads),
+        )
 
 
 # -- data-size reduction ---------------------------------------------------------------------

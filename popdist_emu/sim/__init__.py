@@ -6,6 +6,7 @@ from popdist_emu.sim._simulation import report_simulation as report_simulation
 from popdist_emu.sim._simulation import simulate as simulate
 from popdist_emu.sim._simulation import simulate_profile as simulate_profile
 from popdist_emu.sim._simulation import simulated_system as simulated_system
+from popdist_emu.sim._simulation import with_host_figures as with_host_figures
 from popdist_emu.sim._simulation import with_infeed_stats as with_infeed_stats
 
 __all__ = [
@@ -15,5 +16,6 @@ __all__ = [
     "simulate",
     "simulate_profile",
     "simulated_system",
+    "with_host_figures",
     "with_infeed_stats",
 ]

@@ -265,6 +265,7 @@ def simulate_pipeline(
     system: str,
     environ: Mapping[str, str],
     name: str = "model",
+    host: Mapping[str, Any] | None = None,
 ) -> hardware.StepSimulation:
     """``popdist_emu.simulate`` for a trainer with an execution strategy.
 
@@ -274,6 +275,7 @@ def simulate_pipeline(
         system: the ``--system`` name ("" for the smallest Mk2 POD that holds the job).
         environ: the environment ``simulate`` read, for ``poprun-emu-scaling``'s request.
         name: the model's name in reports.
+        host: measured host figures (``hardware.StepProfile`` fields) for the replica.
 
     Raises:
         hardware.OutOfMemoryError: an IPU of the replica does not fit its stage; the
@@ -296,7 +298,7 @@ def simulate_pipeline(
         partials_type=trainer.options.partials_type,
         analysis_only=trainer.offline,
     )
-    replica = replica_profile(trainer, batch, profiles, name)
+    replica = dataclasses.replace(replica_profile(trainer, batch, profiles, name), **(host or {}))
     stages = stage_costs(pipeline, profiles, replica, spec, params)
     strategy = pipeline.strategy.strategy
     depth = int(trainer.options.prefetch_depth)

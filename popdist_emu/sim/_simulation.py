@@ -28,6 +28,8 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+import jax
+
 import hardware
 from popdist_emu._environment import ENV_COMMAND, ENV_REPORT_DIR, ENV_SYSTEM, InstanceEnvironment
 from popdist_emu.data import InfeedStats
@@ -54,20 +56,6 @@ def job_layout(num_total_replicas: int, environ: Mapping[str, str]) -> hardware.
     )
 
 
-def _measured_host_bytes(
-    stats: InfeedStats, profile: hardware.StepProfile, local_replicas: int
-) -> int | None:
-    """Host bytes per micro-batch of one replica that the infeed actually delivered.
-
-    One infeed item is one call: ``device_iterations x gradient_accumulation`` micro-batches
-    for each of the instance's replicas.
-    """
-    if stats.items <= 0 or stats.bytes <= 0:
-        return None
-    per_item = profile.device_iterations * profile.gradient_accumulation * local_replicas
-    return round(stats.bytes / (stats.items * per_item))
-
-
 def simulate(
     trainer: Trainer,
     batch: Any,
@@ -76,6 +64,7 @@ def simulate(
     system: str | None = None,
     name: str = "model",
     environ: Mapping[str, str] | None = None,
+    host: Mapping[str, Any] | None = None,
 ) -> hardware.StepSimulation:
     """Simulates one step of ``trainer`` on the job's IPU system and checks that it fits.
 
@@ -84,9 +73,13 @@ def simulate(
         batch: one call's batch or its shapes (``jax.ShapeDtypeStruct`` leaves), laid out
             ``[device_iterations, gradient_accumulation, replication_factor, micro_batch,
             *sample]`` as ``Trainer.step`` takes it.
-        infeed_stats: ``Infeed.stats()`` of a functional run; when given, the host bytes per
-            micro-batch are the ones the infeed delivered (e.g. after ``compress``) instead
-            of the batch's shapes.
+        infeed_stats: ``Infeed.stats()`` of a run (or of a sample of its batches); when
+            given, the host bytes per micro-batch are the ones the infeed delivered (e.g.
+            after ``compress``) instead of the batch's shapes, and the CPU its workers spent
+            per sample is the host's share of the step.
+        host: measured host figures (``hardware.StepProfile``'s ``host_*`` fields), e.g.
+            from a PopTorch data loader; applied with ``infeed_stats``' before any
+            ``poprun-emu-scaling`` point is evaluated, so every point includes them.
         system: system name overriding ``POPDIST_EMU_SYSTEM``; None reads the environment.
         name: the model's name in the reports.
         environ: the environment to read (default ``os.environ``).
@@ -101,21 +94,38 @@ def simulate(
     """
     environ = os.environ if environ is None else environ
     opts = trainer.options
+    figures = dict(host or {})
+    if infeed_stats is not None:
+        figures |= infeed_figures(
+            infeed_stats,
+            opts.device_iterations,
+            opts.gradient_accumulation,
+            _micro_batch(batch),
+            opts.layout.num_local_replicas,
+        )
     if trainer.pipeline is not None:
         # Model parallelism: each stage profiled from its own compiled programs.
-        simulation = simulate_pipeline(
-            trainer, batch, system=_system(system, environ), environ=environ, name=name
-        )
-    else:
-        simulation = simulate_profile(
-            trainer.profile(batch, name=name),
-            layout=opts.layout,
-            prefetch_depth=int(opts.prefetch_depth),
-            system=system,
+        return simulate_pipeline(
+            trainer,
+            batch,
+            system=_system(system, environ),
             environ=environ,
-            relayout=trainer_relayout(trainer, batch),
+            name=name,
+            host=figures,
         )
-    return simulation if infeed_stats is None else with_infeed_stats(simulation, infeed_stats)
+    return simulate_profile(
+        dataclasses.replace(trainer.profile(batch, name=name), **figures),
+        layout=opts.layout,
+        prefetch_depth=int(opts.prefetch_depth),
+        system=system,
+        environ=environ,
+        relayout=trainer_relayout(trainer, batch),
+    )
+
+
+def _micro_batch(batch: Any) -> int:
+    """Samples per micro-batch of a call's batch (its first leaf's fourth axis)."""
+    return int(jax.tree_util.tree_leaves(batch)[0].shape[3])
 
 
 def simulate_profile(
@@ -184,19 +194,63 @@ def _system(system: str | None, environ: Mapping[str, str]) -> str:
 def with_infeed_stats(
     simulation: hardware.StepSimulation, stats: InfeedStats
 ) -> hardware.StepSimulation:
-    """The same step with the host bytes per micro-batch the infeed actually delivered.
+    """The same step with what the infeed measured: the host bytes per micro-batch it
+    delivered and the CPU its workers spent per sample preparing them.
 
     A functional run knows what crossed the host link (after ``compress``, say), which the
-    batch's shapes may overstate; offline there is no infeed and the shapes stand.
+    batch's shapes may overstate, and what preparing a sample costs the host
+    (``hardware._host_compute`` scales it to the POD's hosts); offline there is no infeed
+    and the shapes stand.
 
     Raises:
         hardware.OutOfMemoryError: as ``simulate``.
     """
-    profile = simulation.profile
-    measured = _measured_host_bytes(stats, profile, simulation.layout.num_local_replicas)
-    if measured is None or measured == profile.host_bytes_per_micro_batch:
+    p, local = simulation.profile, simulation.layout.num_local_replicas
+    figures = infeed_figures(
+        stats, p.device_iterations, p.gradient_accumulation, p.micro_batch_size, local
+    )
+    return with_host_figures(simulation, **figures)
+
+
+def infeed_figures(
+    stats: InfeedStats,
+    device_iterations: int,
+    gradient_accumulation: int,
+    micro_batch_size: int,
+    local_replicas: int,
+) -> dict[str, Any]:
+    """``hardware.StepProfile``'s host fields from what an infeed measured: the host bytes
+    per micro-batch of one replica it delivered, and its workers' CPU per sample (they
+    prepare items ahead of the consumer). One infeed item is one call: ``device_iterations
+    x gradient_accumulation`` micro-batches for each of the instance's replicas."""
+    if stats.items <= 0:
+        return {}
+    micro_batches = stats.items * device_iterations * gradient_accumulation * local_replicas
+    figures: dict[str, Any] = {}
+    if stats.bytes > 0:
+        figures["host_bytes_per_micro_batch"] = round(stats.bytes / micro_batches)
+    if stats.produce_cpu_seconds > 0:
+        figures["host_cpu_seconds_per_sample"] = stats.produce_cpu_seconds / (
+            micro_batches * micro_batch_size
+        )
+        figures["host_workers"] = stats.workers
+        figures["host_prefetch"] = True
+    return figures
+
+
+def with_host_figures(
+    simulation: hardware.StepSimulation, **figures: Any
+) -> hardware.StepSimulation:
+    """The same step with the host's measured figures (``hardware.StepProfile``'s
+    ``host_bytes_per_micro_batch``, ``host_cpu_seconds_per_sample``, ``host_workers``,
+    ``host_prefetch``) simulated again.
+
+    Raises:
+        hardware.OutOfMemoryError: as ``simulate``.
+    """
+    profile = dataclasses.replace(simulation.profile, **figures)
+    if profile == simulation.profile:
         return simulation
-    profile = dataclasses.replace(profile, host_bytes_per_micro_batch=measured)
     if simulation.pipeline is not None:
         return with_profile(simulation, profile)
     return _checked(

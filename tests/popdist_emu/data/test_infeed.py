@@ -112,6 +112,20 @@ def test_prefetch_and_more_workers_hide_io_behind_compute():
     assert overlapped < serial / 2
 
 
+def test_cpu_time_counts_the_workers_work_not_their_waits():
+    def produce(i):
+        time.sleep(0.02)  # waiting (IO, a crowded machine) is not the host's work
+        return sum(k * k for k in range(20_000))  # this is
+
+    with Infeed(produce, 4, prefetch_depth=2, workers=2) as feed:
+        for _ in feed:
+            pass
+    stats = feed.stats
+    assert stats.workers == 2 and stats.items == 4
+    assert stats.produce_seconds >= 4 * 0.02
+    assert 0 < stats.produce_cpu_seconds < stats.produce_seconds - 3 * 0.02
+
+
 def test_endless_stream_and_early_close():
     feed = Infeed(lambda i: i * i, None, prefetch_depth=4, workers=3)
     first = [next(feed) for _ in range(7)]

@@ -21,6 +21,15 @@ EXAMPLES = Path(__file__).parents[3] / "examples"
 TRAIN = EXAMPLES / "train.py"
 
 
+# What a run measures of its host (the sample of batches an offline run draws): two runs
+# measure it apart.
+HOST_MEASURED = (
+    "host_compute_seconds",
+    "host_cpu_seconds_per_sample",
+    "host_bound_samples_per_second",
+)
+
+
 def command(name: str) -> list[str]:
     script = shutil.which(name)
     if script:
@@ -165,6 +174,9 @@ def test_sweep_of_train_py_writes_every_output_and_equals_single_runs(tmp_path):
         "poprun-emu --offline-mode --num-replicas 4 --num-instances 1 --system pod16"
     )
     assert rows[1]["summary"].pop("run") is None  # a sweep point was not run by a command
+    # Each run measures the program's host work anew: the same fields, other measurements.
+    for key in HOST_MEASURED:
+        assert rows[1]["summary"].pop(key) and summary.pop(key), key
     assert rows[1]["summary"] == summary
     check_page(tmp_path / "single" / "report.html")  # the single run's own page
 
@@ -203,6 +215,8 @@ def test_pipelined_sweep_has_a_bubble_phase_and_equals_a_single_run(tmp_path):
     summary.pop("model_parameters")
     summary.pop("run")
     rows[1]["summary"].pop("run")
+    for key in HOST_MEASURED:
+        assert rows[1]["summary"].pop(key) and summary.pop(key), key
     assert rows[1]["summary"] == summary
 
 

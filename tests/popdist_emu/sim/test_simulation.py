@@ -124,7 +124,12 @@ def test_infeed_stats_set_the_host_bytes():
         for _ in feed:
             pass
         same = feed.stats
-    assert popdist_emu.with_infeed_stats(simulation, same) is simulation
+    measured = popdist_emu.with_infeed_stats(simulation, same)
+    assert measured.profile.host_bytes_per_micro_batch == per_micro  # the shapes were right
+    # The workers' CPU per sample: 3 items of 2 replicas x 4 samples.
+    per_sample = same.produce_cpu_seconds / (3 * 2 * 4)
+    assert measured.profile.host_cpu_seconds_per_sample == pytest.approx(per_sample)
+    assert measured.profile.host_workers == 1 and measured.host_compute_seconds > 0
 
     # The same call sent as uint8 (the infeed's data-size reduction): a quarter of the bytes.
     with popdist_emu.Infeed(lambda i: produce(i, np.uint8), 3, prefetch_depth=1) as feed:
@@ -182,6 +187,15 @@ def final_line(stdout: str) -> dict:
     return json.loads(line[line.index("{") :])
 
 
+# What a run measures of its host: two runs measure it apart.
+HOST_MEASURED = (
+    "host_compute_seconds",
+    "host_cpu_seconds_per_sample",
+    "host_bound_samples_per_second",
+    "ipu_bound_samples_per_second",
+)
+
+
 def test_functional_and_offline_runs_report_the_same_step(tmp_path):
     layout = ("--num-replicas", "4", "--num-instances", "2")
     args = (str(TRAIN), "--steps", "2", "--micro-batch-size", "4")
@@ -200,17 +214,29 @@ def test_functional_and_offline_runs_report_the_same_step(tmp_path):
         assert key in summary
     assert {"compute", "allreduce"} <= set(summary["phases"])
     assert summary["replicas"] == 4 and summary["system"] == "pod16"
-    assert json.loads((tmp_path / "off" / "summary.json").read_text()) == summary
+    # The same step; only the host's measured cost differs between two measurements.
+    offline_summary = json.loads((tmp_path / "off" / "summary.json").read_text())
+    assert offline_summary["phases"] == pytest.approx(summary["phases"], rel=1e-9, abs=1e-15)
+    measured = (*HOST_MEASURED, "simulated_step_seconds", "samples_per_second", "phases", "run")
+    for key in measured:
+        assert (offline_summary.pop(key) is None) == (summary[key] is None), key
+    assert offline_summary == {k: v for k, v in summary.items() if k not in measured}
+    assert summary["host_cpu_seconds_per_sample"] > 0 and not summary["host_bound"]
 
     trace = json.loads((tmp_path / "fun" / "trace.json").read_text())
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert spans and all(e["dur"] >= 0 and {"ts", "pid", "tid"} <= set(e) for e in spans)
 
-    for run in (functional, offline):
+    for run, report in ((functional, summary), (offline, None)):
         assert "[popdist-emu] simulated pod16" in run.stdout
         line = final_line(run.stdout)
-        assert line["simulated_step_seconds"] == summary["simulated_step_seconds"]
-        assert line["samples_per_second"] == summary["samples_per_second"]
+        expected = report or json.loads((tmp_path / "off" / "summary.json").read_text())
+        assert line["simulated_step_seconds"] == expected["simulated_step_seconds"]
+        assert line["samples_per_second"] == expected["samples_per_second"]
+        # Not host-bound: the IPUs' step, whatever the host measured.
+        assert line["simulated_step_seconds"] == pytest.approx(
+            summary["simulated_step_seconds"], rel=1e-9
+        )
 
 
 def test_offline_65536_replicas_picks_the_largest_pod(tmp_path):
