@@ -165,8 +165,12 @@ def run_program(examples: Path, name: str, mode: str, timeout: float) -> dict:
     # What the run shows: the program's test accuracy, offline the simulated step, for a
     # sweep its throughput and parallel efficiency.
     shown = [line.split(">:", 1)[-1].strip() for line in out.splitlines()]
-    wanted = ("parallel efficiency of",) if mode == "scaling" else ("ccuracy", "samples/s")
-    results = [line for line in shown if any(w in line for w in wanted)]
+    if mode == "scaling":
+        results = [line for line in shown if "parallel efficiency of" in line]
+    else:
+        results = [line for line in shown if "ccuracy" in line or line.startswith("step ")]
+    # Offline, the host's part too: its time per step and whether it decides the throughput.
+    host = [line for line in shown if line.startswith(("host:", "HOST-BOUND"))]
     return {
         "program": name,
         "path": program.path,
@@ -176,7 +180,7 @@ def run_program(examples: Path, name: str, mode: str, timeout: float) -> dict:
         ),
         "exit_code": code,
         "seconds": round(seconds, 1),
-        "result": results[-1] if results else "",
+        "result": "; ".join([*results[-1:], *(h.split(";")[0] for h in host)]),
         "last_lines": lines[-6:],
     }
 

@@ -17,14 +17,39 @@ References:
 
 from __future__ import annotations
 
+import time
+import weakref
 from collections.abc import Iterator, Sized
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
 import torch.utils.data
 
 from popdist_emu.popdist import PopTorchOptions
+from popdist_emu.poptorch._api import DataLoaderMode
+
+# The data loader that gave the program its latest batch (the one the model is then called
+# with), for the host-side cost of the simulated step.
+_ACTIVE: list[weakref.ref] = []
+# Samples prepared to measure a loader's cost per sample (a few calls' worth at most).
+PROBE_SAMPLES = 256
+
+
+class HostCost(NamedTuple):
+    """What a loader costs the host, for ``hardware.StepProfile``'s host fields.
+
+    Attributes:
+        cpu_seconds_per_sample: CPU time of preparing one sample (its ``dataset[i]`` and
+            its share of the collation), measured in this process.
+        workers: processes preparing samples in parallel (``num_workers``, at least 1).
+        prefetch: whether samples are prepared while the IPUs run (worker processes, or
+            PopTorch's asynchronous modes), rather than between calls.
+    """
+
+    cpu_seconds_per_sample: float
+    workers: int
+    prefetch: bool
 
 
 class _CombinedBatchSampler(torch.utils.data.Sampler[list[int]]):
@@ -112,6 +137,7 @@ class DataLoader(torch.utils.data.DataLoader):
                 f"accumulation x replicas); change the sizes, or pass drop_last=True."
             )
         self.options = options
+        self._asynchronous = mode in (DataLoaderMode.Async, DataLoaderMode.AsyncRebatched)
         self._combined_batch_size = (
             sampler.global_size // sampler.shape[2] * (sampler.local.stop - sampler.local.start)
         )
@@ -125,7 +151,40 @@ class DataLoader(torch.utils.data.DataLoader):
             **kwargs,
         )
 
+    def __iter__(self) -> Iterator[Any]:
+        """torch's iteration, remembering this loader as the one that fed the latest batch."""
+        for batch in super().__iter__():
+            _ACTIVE[:] = [weakref.ref(self)]
+            yield batch
+
+    def host_cost(self, samples: int = PROBE_SAMPLES) -> HostCost:
+        """Measures what preparing a sample costs the host: the first ``samples`` of the
+        dataset read and collated in batches of ``batch_size``, timed in CPU seconds of this
+        thread (so a crowded machine does not inflate it); the sampler is not touched."""
+        size = len(cast(Sized, self.dataset))
+        count = max(min(samples, size), 1)
+        sampler = cast(_CombinedBatchSampler, self.batch_sampler)
+        per_batch = max(sampler.shape[-1], 1)
+        began = time.thread_time()
+        for first in range(0, count, per_batch):
+            items = [self.dataset[i] for i in range(first, min(first + per_batch, count))]
+            self.collate_fn(items)
+        seconds = time.thread_time() - began
+        return HostCost(
+            seconds / count, max(self.num_workers, 1), self._asynchronous or self.num_workers > 0
+        )
+
     @property
     def combinedBatchSize(self) -> int:  # noqa: N802
         """Samples of one call on this instance (PopTorch's ``combinedBatchSize``)."""
         return self._combined_batch_size
+
+
+def active_loader() -> DataLoader | None:
+    """The ``poptorch.DataLoader`` that gave the program its latest batch, or None.
+
+    Programs build one ``poptorch.Options`` for the loader and another for the model, so
+    the loader is found by what fed the call rather than by its options.
+    """
+    loader = _ACTIVE[0]() if _ACTIVE else None
+    return loader if isinstance(loader, DataLoader) else None

@@ -58,6 +58,7 @@ from popdist_emu.poptorch._blocks import (
     recording_blocks,
     tracing_blocks,
 )
+from popdist_emu.poptorch._data import active_loader
 from popdist_emu.poptorch._random import (
     draws_random,
     holding_key,
@@ -323,7 +324,16 @@ class PoplarExecutor:
         if self._simulated:
             return
         name = type(self._user_model).__name__
-        simulation = popdist_emu.simulate(self._trainer, batch, name=name)
+        loader = active_loader()
+        host = None
+        if loader is not None:  # what the program's data loader costs the host
+            cost = loader.host_cost()
+            host = {
+                "host_cpu_seconds_per_sample": cost.cpu_seconds_per_sample,
+                "host_workers": cost.workers,
+                "host_prefetch": cost.prefetch,
+            }
+        simulation = popdist_emu.simulate(self._trainer, batch, name=name, host=host)
         popdist_emu.report_simulation(simulation, instance_index=self._mode_fields.instance_index)
         self._simulated = True
 

@@ -46,6 +46,9 @@ def test_offline_run_reports_the_pipeline_memory_per_ipu_and_throughput(tmp_path
     assert [s["blocks"] for s in stages] == [["B1"], ["B2"], ["B3"], ["B4"]]
     assert all(s["memory_total"] > 0 and s["fits_in_memory"] for s in stages)  # per IPU
     assert summary["phases"]["pipeline_bubble"] > 0
+    # The program's loader was measured: a tiny in-memory dataset, read between calls.
+    assert summary["host_cpu_seconds_per_sample"] > 0 and summary["host_compute_seconds"] > 0
+    assert not summary["host_bound"]
     for name in ("trace.json", "report.html"):
         assert (tmp_path / "report" / name).stat().st_size > 0
 
@@ -61,3 +64,66 @@ def test_scaling_sweeps_a_poptorch_program(tmp_path: Path) -> None:
     assert [r["status"] for r in rows] == ["ok", "ok", "ok"]
     assert rows[0]["summary"]["pipeline"]["strategy"] == "pipelined"
     assert rows[2]["samples_per_second"] > rows[0]["samples_per_second"]
+
+
+HOST_BOUND_PROGRAM = """
+import torch
+import popdist_emu.poptorch as poptorch
+
+
+class Augmented(torch.utils.data.Dataset):
+    \"\"\"Each sample built in Python, as a costly per-sample transform would be.\"\"\"
+
+    def __len__(self):
+        return 512
+
+    def __getitem__(self, i):
+        total = 0.0
+        for k in range(5_000):  # about a quarter of a millisecond of CPU per sample
+            total += (i * k) % 7
+        x = torch.full((8,), total / 1e5)
+        return x, torch.tensor(i % 3)
+
+
+class Loss(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 3)
+
+    def forward(self, x, y):
+        out = self.linear(x)
+        return out, torch.nn.functional.cross_entropy(out, y)
+
+
+opts = poptorch.Options()
+loader = poptorch.DataLoader(opts, Augmented(), batch_size=8, num_workers=WORKERS)
+model = poptorch.trainingModel(Loss(), opts, torch.optim.SGD(Loss().parameters(), lr=0.1))
+for x, y in loader:
+    model(x, y)
+"""
+
+
+@pytest.mark.parametrize("workers", [0, 8])
+def test_a_costly_loader_is_reported_host_bound_until_workers_share_it(
+    tmp_path: Path, workers: int
+) -> None:
+    program = tmp_path / "augmented.py"
+    program.write_text(HOST_BOUND_PROGRAM.replace("WORKERS", str(workers)))
+    report = tmp_path / "report"
+    out = _run(
+        "poprun-emu", "--offline-mode", "--num-replicas", "1", "--report-dir", str(report),
+        str(program),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["host_cpu_seconds_per_sample"] > 2e-5  # measured: the loop is real work
+    if workers == 0:  # read in the main thread, between calls: the IPUs wait for it
+        assert summary["host_bound"] and summary["phases"]["host_compute"] > 0
+        assert "HOST-BOUND" in out.stdout
+        assert summary["samples_per_second"] < summary["ipu_bound_samples_per_second"]
+    else:  # 8 worker processes ahead of the IPUs: hidden
+        assert not summary["host_bound"] and "HOST-BOUND" not in out.stdout
+        assert summary["samples_per_second"] == pytest.approx(
+            summary["ipu_bound_samples_per_second"]
+        )
+    assert "host_compute" in (report / "report.html").read_text()
