@@ -216,8 +216,31 @@ def _phase_two(entries: dict) -> str:
 
 
 def _host_section(sim: StepSimulation) -> str:
+    """The host's part: its data preparation (when measured), the host link and the sync."""
     p = sim.profile
-    rows = [
+    rows: list[list[object]] = []
+    verdict = ""
+    if sim.host_compute_seconds > 0:
+        rows += [
+            [
+                "data preparation per step (each instance, on the POD's hosts)",
+                f"{sim.host_compute_seconds * 1e3:.4f} ms",
+            ],
+            [
+                "of which the step waits for (host_compute)",
+                f"{sim.phases.get('host_compute', 0.0) * 1e3:.4f} ms",
+            ],
+            ["CPU per sample, measured here", f"{p.host_cpu_seconds_per_sample * 1e6:,.2f} us"],
+            ["loader workers", max(p.host_workers, 1)],
+            ["IPU-bound throughput", f"{sim.ipu_bound_samples_per_second:,.0f} samples/s"],
+            ["host-bound throughput", f"{sim.host_bound_samples_per_second:,.0f} samples/s"],
+        ]
+        if sim.host_bound:
+            verdict = (
+                '<p class="bad">Host-bound: the hosts, not the IPUs, decide the throughput. '
+                "More data-loader workers, more hosts or a cheaper loader would raise it.</p>"
+            )
+    rows += [
         ["host link busy per step", f"{sim.host_io_seconds * 1e3:.4f} ms"],
         [
             "host IO exposed per step (not hidden by prefetch)",
@@ -227,7 +250,7 @@ def _host_section(sim: StepSimulation) -> str:
         ["bytes from the host per micro-batch and replica", f"{p.host_bytes_per_micro_batch:,}"],
         ["host synchronisation per step", f"{sim.phases.get('host_sync', 0.0) * 1e3:.4f} ms"],
     ]
-    return "<h2>Host side</h2>" + table(["figure", "value"], rows)
+    return "<h2>Host side</h2>" + verdict + table(["figure", "value"], rows)
 
 
 def run_report_html(simulation: StepSimulation, run: RunInfo | None = None) -> str:

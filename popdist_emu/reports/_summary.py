@@ -13,6 +13,7 @@ References:
 from __future__ import annotations
 
 import json
+import math
 import os
 import pathlib
 
@@ -60,12 +61,22 @@ def summary(simulation: StepSimulation, run: RunInfo | None = None) -> dict:
         "fits_in_memory": sim.memory.fits,
         "host_io_exposed_seconds": sim.host_io_exposed_seconds,
         "host_io_seconds": sim.host_io_seconds,
+        "host_compute_seconds": sim.host_compute_seconds,
+        "host_cpu_seconds_per_sample": p.host_cpu_seconds_per_sample,
+        "ipu_bound_samples_per_second": _finite(sim.ipu_bound_samples_per_second),
+        "host_bound_samples_per_second": _finite(sim.host_bound_samples_per_second),
+        "host_bound": sim.host_bound,
         "prefetch_depth": sim.prefetch_depth,
         "model_parameters": sim.parameters.to_json(),
         "pipeline": pipeline_summary(sim),
         "available_memory": available_memory_summary(sim),
         "run": None if run is None else run.to_json(),
     }
+
+
+def _finite(value: float) -> float | None:
+    """JSON has no infinity: an unbounded throughput is null."""
+    return value if math.isfinite(value) else None
 
 
 def chrome_trace(simulation: StepSimulation) -> dict:
@@ -165,7 +176,32 @@ def format_summary(simulation: StepSimulation) -> str:
             f"  memory per IPU: {_bytes(memory.total)} of {_bytes(memory.capacity)} "
             f"({'fits' if memory.fits else 'DOES NOT FIT'}); largest: "
             + ", ".join(f"{name} {_bytes(value)}" for name, value in largest),
+            *host_lines(sim),
             *pipeline_lines(sim),
             *planner_lines(sim),
         ]
     )
+
+
+def host_lines(sim: StepSimulation) -> list[str]:
+    """The host's part, when the program's data loading was measured: its time per step on
+    the POD, the two throughputs it decides between, and a verdict when the host decides."""
+    host = sim.host_compute_seconds
+    if host <= 0:
+        return []
+    p = sim.profile
+    lines = [
+        f"  host: {_duration(host)} per step preparing each instance's samples on the POD's "
+        f"hosts ({p.host_cpu_seconds_per_sample * 1e6:,.1f} us of CPU per sample measured "
+        f"here, {max(p.host_workers, 1)} worker(s)); IPU-bound "
+        f"{sim.ipu_bound_samples_per_second:,.0f} samples/s, host-bound "
+        f"{sim.host_bound_samples_per_second:,.0f} samples/s"
+    ]
+    if sim.host_bound:
+        lines.append(
+            f"  HOST-BOUND: the hosts need {_duration(host)} per step but the IPUs only "
+            f"{_duration(sim.simulated_step_seconds - sim.phases.get('host_compute', 0.0))}; "
+            "more data-loader workers, more hosts (--host) or a cheaper loader would raise "
+            "the throughput"
+        )
+    return lines
