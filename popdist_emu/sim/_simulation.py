@@ -285,6 +285,7 @@ def report_simulation(
     environ: Mapping[str, str] | None = None,
     file: Any = None,
     instance_index: int | None = None,
+    command: str | None = None,
 ) -> str | None:
     """From instance 0: prints the short summary and writes the reports, if asked for.
 
@@ -296,6 +297,9 @@ def report_simulation(
         file: where the summary is printed (default ``sys.stdout``).
         instance_index: this instance's index (e.g. ``Options.instance_index``); None reads
             PopDist's from the environment.
+        command: the command line the reports name; None reads the launcher's
+            (``POPDIST_EMU_COMMAND``) when ``report_dir`` is read from the environment too,
+            else the program's own.
 
     Returns:
         The report directory written, or None (no directory asked for, or not instance 0).
@@ -309,5 +313,7 @@ def report_simulation(
     directory = environ.get(ENV_REPORT_DIR, "") if report_dir is None else report_dir
     if not directory:
         return None
-    run = run_info(environ.get(ENV_COMMAND, ""))
+    if command is None:
+        command = environ.get(ENV_COMMAND, "") if report_dir is None else ""
+    run = run_info(command)
     return str(write_reports(simulation, directory, run))
