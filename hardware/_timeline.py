@@ -346,6 +346,10 @@ def exposed_host_times(d: _Durations, profile: StepProfile, depth: int):
     events, step_seconds = _steady_step(d, profile, depth)
     _, without_host = _steady_step(d._replace(host=0.0), profile, depth)
     _, without_both = _steady_step(d._replace(host=0.0, io=0.0), profile, depth)
+    if step_seconds - without_host <= 1e-9 * without_host:
+        # Hidden host work: the same step, whose absolute times were only shifted by the
+        # first step's preparation (which rounds their differences in the last bits).
+        step_seconds = without_host
     exposed_host = max(step_seconds - without_host, 0.0)
     exposed_io = max(without_host - without_both, 0.0)
     return events, step_seconds, exposed_io, exposed_host
