@@ -221,18 +221,22 @@ def infeed_figures(
 ) -> dict[str, Any]:
     """``hardware.StepProfile``'s host fields from what an infeed measured: the host bytes
     per micro-batch of one replica it delivered, and its workers' CPU per sample (they
-    prepare items ahead of the consumer). One infeed item is one call: ``device_iterations
-    x gradient_accumulation`` micro-batches for each of the instance's replicas."""
+    prepare items ahead of the consumer; the first item is left out when there are others).
+    One infeed item is one call: ``device_iterations x gradient_accumulation`` micro-batches
+    for each of the instance's replicas."""
     if stats.items <= 0:
         return {}
     micro_batches = stats.items * device_iterations * gradient_accumulation * local_replicas
     figures: dict[str, Any] = {}
     if stats.bytes > 0:
         figures["host_bytes_per_micro_batch"] = round(stats.bytes / micro_batches)
-    if stats.produce_cpu_seconds > 0:
-        figures["host_cpu_seconds_per_sample"] = stats.produce_cpu_seconds / (
-            micro_batches * micro_batch_size
-        )
+    # The first item pays one-time costs (first calls, caches): left out when others exist.
+    cpu, items = stats.produce_cpu_seconds, stats.items
+    if items > 1:
+        cpu, items = cpu - stats.first_cpu_seconds, items - 1
+    if cpu > 0:
+        samples = items * device_iterations * gradient_accumulation * local_replicas
+        figures["host_cpu_seconds_per_sample"] = cpu / (samples * micro_batch_size)
         figures["host_workers"] = stats.workers
         figures["host_prefetch"] = True
     return figures
