@@ -25,12 +25,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 from launch._cleanup import remove_leftover_segments
 from launch._job import pid_path, status_path
+from launch._mpi_banner import BannerFilter
 from popdist_emu._files import pid_alive
 
 POLL_SECONDS = 0.1  # 16 instances = 32 small reads per poll; cheap, and failures end in seconds
@@ -182,6 +184,43 @@ def end_job(proc: subprocess.Popen, groups: _Groups) -> None:
         print(f"poprun-emu: mpiexec (pid {proc.pid}) did not end after SIGKILL", file=sys.stderr)
 
 
+class _Output:
+    """Copies mpiexec's piped stdout and stderr to ours as they come, without MPICH's
+    termination banner (``launch._mpi_banner``); nothing to do when they are not piped."""
+
+    def __init__(self, proc: subprocess.Popen, stdout: BinaryIO, stderr: BinaryIO) -> None:
+        self._threads = [
+            threading.Thread(target=_copy, args=(pipe, sink), daemon=True)
+            for pipe, sink in ((proc.stdout, stdout), (proc.stderr, stderr))
+            if pipe is not None
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def drain(self, timeout: float = GRACE_SECONDS) -> None:
+        """Waits (bounded) until the job's output is written: its processes have ended, so
+        the pipes close; a descendant that kept one open is not waited for longer."""
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+
+
+def _copy(pipe: BinaryIO, sink: BinaryIO) -> None:
+    banner = BannerFilter()
+    fd = pipe.fileno()
+    while chunk := os.read(fd, 65536):
+        _write(sink, banner.feed(chunk))
+    _write(sink, banner.flush())
+    pipe.close()
+
+
+def _write(sink: BinaryIO, data: bytes) -> None:
+    if data:
+        with contextlib.suppress(OSError, ValueError):  # a closed terminal loses nothing else
+            sink.write(data)
+            sink.flush()
+
+
 def _report(message: str) -> None:
     print(f"poprun-emu: {message}", file=sys.stderr, flush=True)
 
@@ -261,6 +300,8 @@ def run_job(
     job_dir: str,
     instances: Sequence[int],
     leave_timeout: float = math.inf,
+    mpi_banner: bool = False,
+    shown_alone: frozenset[int] = frozenset(),
 ) -> int:
     """Runs the job to its end and returns the launcher's exit code.
 
@@ -271,6 +312,11 @@ def run_job(
         instances: the instance indices expected to report.
         leave_timeout: seconds the others may run on after an instance exited 0 (the
             collective timeout); then the job is ended, naming the instance that returned.
+        mpi_banner: pass on MPICH's termination banner (``-v``); by default it is hidden,
+            since the launcher names the failed instance itself.
+        shown_alone: instances whose output reaches the terminal with no other instance's
+            (one instance, or ``--only-output-from-instance``): their last lines are already
+            right above, so a failure of theirs is not followed by them again.
 
     Returns:
         0 when every instance exited 0; the first failing instance's code (128+N for signal
@@ -278,8 +324,17 @@ def run_job(
     """
     previous = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
     started_ns = time.time_ns() - 1_000_000_000  # ctime granularity and clock steps
-    proc = subprocess.Popen(list(command), env=dict(env), start_new_session=True)
+    pipe = None if mpi_banner else subprocess.PIPE
+    proc = subprocess.Popen(
+        list(command), env=dict(env), start_new_session=True, stdout=pipe, stderr=pipe
+    )
+    output = _Output(proc, sys.stdout.buffer, sys.stderr.buffer)
     groups = _Groups(job_dir, instances, proc.pid)
+
+    def end_job_and_output() -> None:
+        end_job(proc, groups)
+        output.drain()  # every line the job printed, before the launcher's own
+
     seen_stopped: set[int] = set()  # looked for every second, to name them if the job fails
     returned: dict[int, float] = {}  # instance -> when its exit 0 was first seen (monotonic)
     next_scan = time.monotonic() + 1.0
@@ -297,7 +352,7 @@ def run_job(
             if failures or lost:
                 running = not finished and len(exits) < len(instances)
                 stopped = sorted(seen_stopped.union(_stopped(groups, exits)))
-                end_job(proc, groups)
+                end_job_and_output()
                 tail = "; ended the other instances" if running else ""
                 for i in stopped:
                     _report(f"instance {i} was stopped (SIGSTOP or a debugger) and never answered")
@@ -313,7 +368,8 @@ def run_job(
                         _report(_ended_by_mpiexec(left[0], failures))
                         return 1
                     _report(first.describe() + tail)
-                    _report_tail(job_dir, first.instance)
+                    if first.instance not in shown_alone:
+                        _report_tail(job_dir, first.instance)
                     return first.launcher_code
                 _report(f"instance {lost[0]} was killed before reporting its exit status{tail}")
                 return 1
@@ -326,17 +382,18 @@ def run_job(
                 and now - min(returned.values()) > leave_timeout
             ):
                 stopped = sorted(seen_stopped.union(_stopped(groups, exits)))
-                end_job(proc, groups)
+                end_job_and_output()
                 for i in stopped:
                     _report(f"instance {i} was stopped (SIGSTOP or a debugger) and never answered")
                 _report(_left_early(exits, instances, returned, stopped))
                 return 1
             if finished:
+                output.drain()
                 break
             time.sleep(POLL_SECONDS)
         missing = [i for i in instances if i not in exits]
         if proc.returncode != 0 or missing:
-            end_job(proc, groups)  # the instances a dead mpiexec left behind
+            end_job_and_output()  # the instances a dead mpiexec left behind
             _report(
                 f"mpiexec {_ended(proc.returncode)} and instances {missing} reported no exit "
                 f"status; see the MPI messages above"
@@ -344,16 +401,17 @@ def run_job(
             return _launcher_code(proc.returncode) or 1
         return 0
     except KeyboardInterrupt:
-        end_job(proc, groups)
+        end_job_and_output()
         _report("interrupted; ended all instances")
         return 130
     except _Terminated as stop:
-        end_job(proc, groups)
+        end_job_and_output()
         _report(f"got signal {stop.args[0]}; ended all instances")
         return 128 + int(stop.args[0])
     finally:
         if proc.poll() is None:
             end_job(proc, groups)
+        output.drain()
         remove_leftover_segments(started_ns)
         for s, handler in previous.items():
             signal.signal(s, handler)
