@@ -9,7 +9,8 @@ child is the MPI process (MPICH's ``PMI_FD`` stays open for it). It
   BLAS libraries single-threaded, because XLA sizes its thread pool from the CPUs a process may
   use and that changes float bits: every instance computes under the same CPU allowance;
 - puts the ``popdist`` shim on PYTHONPATH, so ``import popdist`` works inside instances only;
-- tags each output line as Open MPI's ``--tag-output`` does (``[1,<i>]<stdout>:``), or with
+- tags each output line as Open MPI's ``--tag-output`` does (``[1,<i>]<stdout>:``) when
+  several instances print (or ``--tag-output`` is given), or with
   ``--only-output-from-instance K`` passes K's output untagged and silences the others;
 - keeps the last lines of the child's stderr, whatever the output mode, and writes them to
   ``$JOB_DIR/instance-<i>.stderr`` when the child ends, so the launcher can show them when this
@@ -161,9 +162,12 @@ def run_instance(program: list[str], config: JobConfig) -> int:
         return 1
 
     only = config.only_output_from
-    tagged = only is None
+    shown = only is None or only == instance
+    # Tags tell several instances' lines apart: none when one instance prints, always under
+    # an explicit --tag-output (as mpirun's).
+    several = config.instance is None and config.layout.num_instances > 1
+    tagged = only is None and (several or config.tag_output)
     output_dir = config.output_dir
-    shown = tagged or only == instance
     # stderr always comes through a pipe, for its last lines; stdout when tagged or logged.
     stdout = subprocess.PIPE if tagged or output_dir else None if shown else subprocess.DEVNULL
     stderr = subprocess.PIPE

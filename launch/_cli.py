@@ -263,6 +263,7 @@ def launch(
             progress=sys.stderr.isatty(),
             output_dir=output_dir or "",
             command=command_line,
+            tag_output=global_args.tag_output or local_args.tag_output,
         )
         bootstrap = [sys.executable, "-m", "launch._bootstrap", "--", *program]
         if single:
@@ -301,9 +302,19 @@ def launch(
             # Offline instances call no collective, so none waits for another: each may
             # compile for as long as it takes.
             leave_timeout=math.inf if options.offline_mode else leave_timeout,
+            mpi_banner=options.verbosity >= 1,
+            shown_alone=_shown_alone(options, layout, single),
         )
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)
+
+
+def _shown_alone(options: LaunchOptions, layout: ReplicaLayout, single: bool) -> frozenset[int]:
+    """Instances whose output is the only output on the terminal."""
+    only = options.only_output_from_instance
+    if only is not None:
+        return frozenset({only})
+    return frozenset({0}) if single or layout.num_instances == 1 else frozenset()
 
 
 def _leave_timeout(exports: Sequence[tuple[str, str]]) -> float:

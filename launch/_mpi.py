@@ -157,6 +157,7 @@ class MpiArgs(NamedTuple):
         dropped: options not honoured, each with the reason, for one note line.
         output_dir: ``--output-filename DIR`` (absolute), or "".
         translated: options honoured by poprun-emu itself rather than by mpiexec.
+        tag_output: ``--tag-output`` was given: tag every line, even of one instance.
     """
 
     args: tuple[str, ...]
@@ -164,6 +165,7 @@ class MpiArgs(NamedTuple):
     dropped: tuple[str, ...]
     output_dir: str = ""
     translated: tuple[str, ...] = ()
+    tag_output: bool = False
 
 
 def _flavour_name(flavour: Flavour) -> str:
@@ -189,7 +191,7 @@ def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str
 
     - Translated whatever the MPI: ``-x NAME=VALUE`` exports the value to every instance and
       ``-x NAME`` the launcher's own value (skipped when unset, as mpirun does);
-      ``--tag-output`` (the bootstrap always tags); ``--output-filename DIR`` (per-instance
+      ``--tag-output`` (the bootstrap tags); ``--output-filename DIR`` (per-instance
       files written by the bootstrap in Open MPI's layout); ``--allow-run-as-root`` and
       ``--oversubscribe`` (added for Open MPI as needed, Hydra needs neither); ``--bind-to
       core|hwthread`` (each instance is pinned to one CPU anyway).
@@ -292,7 +294,10 @@ def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str
         else:
             args.append(token)  # not ours to judge: the MPI in use reads it (or fails on it)
         i += 1
-    return MpiArgs(tuple(args), tuple(exports), tuple(dropped), output_dir, tuple(translated))
+    tag_output = any(t.startswith("--tag-output") for t in translated)
+    return MpiArgs(
+        tuple(args), tuple(exports), tuple(dropped), output_dir, tuple(translated), tag_output
+    )
 
 
 def mpiexec_command(

@@ -219,7 +219,8 @@ class JobConfig:
         layout: the validated layout.
         job_dir: the launcher's job directory (pid and status files for the watchdog).
         exports: ``(name, value)`` pairs exported to every instance (``-x NAME=VALUE``).
-        only_output_from: ``--only-output-from-instance``; None = every instance, tagged.
+        only_output_from: ``--only-output-from-instance``; None = every instance (tagged
+            when several print).
         system: ``--system``; empty = the smallest Mk2 POD that holds the job.
         report_dir: ``--report-dir``; empty = no report files.
         offline: ``--offline-mode``.
@@ -233,6 +234,7 @@ class JobConfig:
         output_dir: Open MPI's ``--output-filename DIR``: every instance's stdout and stderr
             are also written under DIR in Open MPI's layout; empty = no log files.
         command: the ``poprun-emu`` command line, shell-quoted, for the reports.
+        tag_output: ``--tag-output`` given: tag every line, even where one instance prints.
     """
 
     layout: ReplicaLayout
@@ -248,6 +250,7 @@ class JobConfig:
     progress: bool = False
     output_dir: str = ""
     command: str = ""
+    tag_output: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exports", tuple((str(k), str(v)) for k, v in self.exports))

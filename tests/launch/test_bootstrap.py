@@ -92,8 +92,14 @@ def test_single_instance(poprun, client):
     views = _views(out)
     _check_layout(views, replicas=1, instances=1, ipus=1, local_indices=[0])
     assert views[0]["getDeviceId"] == 0
-    assert result.stdout == "[1,0]<stdout>:hello from 0\n"
-    assert result.stderr == "[1,0]<stderr>:note from 0\n"
+    # One instance prints: its lines come untagged (tags tell several instances apart).
+    assert result.stdout == "hello from 0\n"
+    assert result.stderr == "note from 0\n"
+    # PopRun users pass --tag-output: then even one instance's lines are tagged.
+    tagged = poprun("--mpi-global-args=--tag-output", program, str(out))
+    assert tagged.returncode == 0, tagged.stderr
+    assert tagged.stdout == "[1,0]<stdout>:hello from 0\n"
+    assert tagged.stderr == "[1,0]<stderr>:note from 0\n"
 
 
 def test_four_replicas_on_two_instances_with_mpi_and_exports(poprun, client, tmp_path):

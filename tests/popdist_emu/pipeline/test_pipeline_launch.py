@@ -24,7 +24,8 @@ def test_pipelined_two_instances_equals_sharded_one_instance(tmp_path):
         ]  # fmt: skip
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, f"{strategy} on {instances} failed:\n{proc.stderr[-3000:]}"
-        line = json.loads(proc.stdout.strip().splitlines()[-1].split(":", 1)[-1])
+        last = proc.stdout.strip().splitlines()[-1]
+        line = json.loads(last[last.index("{") :])  # tagged with several instances
         assert (line["ipus_per_replica"], line["strategy"]) == (2, strategy)
         with np.load(out) as params:
             saved[strategy] = {k: params[k] for k in params.files}
