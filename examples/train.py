@@ -180,29 +180,62 @@ def save_params(path: str, arrays: dict[str, np.ndarray]) -> None:
         np.savez(f, **arrays)
 
 
-# What the data stream and the step depend on: a resumed run must use the same values.
-_RESUME_KEYS: tuple[str, ...] = ("seed", "micro_batch_size", "gradient_accumulation")
-_RESUME_KEYS += ("device_iterations", "learning_rate")  # and the optimiser's learning rate
+# What decides which samples each step reads: a resume that changes one changes the data
+# stream, refused unless --allow-new-data-order says that is what the user wants.
+_DATA_KEYS: tuple[str, ...] = ("replicas", "seed", "micro_batch_size", "gradient_accumulation")
+_DATA_KEYS += ("device_iterations",)
+# Kept in the checkpoint and always checked: the optimiser's learning rate.
+_RESUME_KEYS: tuple[str, ...] = (*_DATA_KEYS, "learning_rate")
+
+
+def _resume_values(args: argparse.Namespace) -> dict:
+    """The values a checkpoint records and a resume compares: the flags', and the job's
+    replica count (PopRun's, read without JAX)."""
+    return {key: getattr(args, key) for key in _RESUME_KEYS if key != "replicas"} | {
+        "replicas": popdist.getNumTotalReplicas()
+    }
 
 
 def check_resumable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuses, before any JAX work, a --resume whose checkpoint is missing or was written
-    with another data stream (the replicas' layout may change; these may not)."""
+    """Refuses, before any JAX work, a --resume whose checkpoint is missing, was written with
+    another learning rate, or with another data stream (replicas, micro-batch, accumulation,
+    device iterations, seed) unless --allow-new-data-order; and ends a resume with nothing
+    left to run in one line."""
     try:
         meta = popdist.read_checkpoint_meta(args.checkpoint_dir)
     except popdist.CheckpointError as error:
         parser.error(str(error))
+    now = _resume_values(args)
     for key in _RESUME_KEYS:
-        if meta.get(key) != getattr(args, key):
-            parser.error(
-                f"--resume: the checkpoint was written with --{key.replace('_', '-')} "
-                f"{meta.get(key)}, not {getattr(args, key)}: resume with the same value."
-            )
+        if key not in meta:  # a checkpoint of an older train.py: not recorded, not checked
+            continue
+        if meta[key] == now[key] or (key in _DATA_KEYS and args.allow_new_data_order):
+            continue
+        flag = "--num-replicas (poprun-emu)" if key == "replicas" else f"--{key.replace('_', '-')}"
+        fix = (
+            "resume with the same value, or add --allow-new-data-order to read a different "
+            "sample order from here on"
+            if key in _DATA_KEYS
+            else "resume with the same value"
+        )
+        parser.error(
+            f"--resume: the checkpoint was written with {flag} {meta[key]}, not {now[key]}: {fix}."
+        )
     if meta["step"] > args.steps:
         parser.error(
             f"--resume: the checkpoint is at step {meta['step']}, past --steps {args.steps}: "
             f"give --steps >= {meta['step']} (the total, not the steps still to run)."
         )
+    if meta["step"] == args.steps:
+        if popdist.getInstanceIndex() == 0:
+            print(
+                f"train.py: --resume: the checkpoint in {args.checkpoint_dir} is already at "
+                f"step {args.steps} of --steps {args.steps}: nothing to run (give a larger "
+                f"--steps to train on).",
+                file=sys.stderr,
+                flush=True,
+            )
+        raise SystemExit(0)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -260,7 +293,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="continue from --checkpoint-dir's checkpoint up to --steps steps in all",
     )
+    parser.add_argument(
+        "--allow-new-data-order",
+        action="store_true",
+        help="with --resume: accept another replica count, micro-batch, accumulation, "
+        "device iterations or seed (the steps from here on read other samples)",
+    )
     args = parser.parse_args(argv)
+    if args.allow_new_data_order and not args.resume:
+        parser.error("--allow-new-data-order applies to --resume: add --resume or remove it.")
     if (args.checkpoint_every or args.resume) and not args.checkpoint_dir:
         parser.error("--checkpoint-every and --resume need --checkpoint-dir DIR: add it.")
     if args.checkpoint_every and args.checkpoint_every % args.device_iterations:
@@ -417,7 +458,7 @@ def train(
         (data.train_images, data.train_labels), args.micro_batch_size, options, seed=args.seed
     )
     calls = args.steps // options.device_iterations
-    meta = {key: getattr(args, key) for key in _RESUME_KEYS}
+    meta = _resume_values(args)
     first = 0
     if args.resume:
         # The loader is a pure function of the call index: the step is its position.

@@ -39,6 +39,7 @@ import numpy as np
 import gcl
 from popdist_emu._environment import InstanceEnvironment
 from popdist_emu._files import atomic_write, pid_alive, write_atomically
+from popdist_emu._progress import LOGGER
 from popdist_emu.runtime._offload import StreamingState, stream_out
 from popdist_emu.runtime._replica_step import TrainState
 from popdist_emu.runtime._sharded_update import ShardedOptState, shard_state, unshard_state
@@ -312,6 +313,7 @@ def save_checkpoint(
         # numpy's stub lets a ** key stand for the bool `allow_pickle`; these keys are
         # "params/00000"-style names, never that one.
         np.savez(f, **arrays)  # type: ignore[arg-type]
+    LOGGER.info("checkpoint of step %d written to %s", trainer.steps_done, path)
     return path
 
 
@@ -399,4 +401,6 @@ def restore_checkpoint(directory: str | os.PathLike[str], trainer: Trainer) -> d
     )
     trainer.state = TrainState(params_tree, opt_state)
     trainer.steps_done = int(meta["step"])
+    if trainer.options.instance_index == 0:
+        LOGGER.info("resumed from %s at step %d", path, trainer.steps_done)
     return _public(meta)

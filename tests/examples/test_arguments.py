@@ -1,6 +1,7 @@
 """The examples refuse bad flags in one line before any JAX work; --save writes exactly PATH."""
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -195,6 +196,54 @@ def test_train_resume_refuses_damage_and_another_learning_rate_before_compile(tm
     path.write_bytes(path.read_bytes()[:-100])
     line = _refused_before_compile(*resume)
     assert "checkpoint.npz is damaged" in line
+
+
+def test_train_resume_speaks_refuses_another_data_stream_and_ends_when_done(tmp_path):
+    """Checkpoints and resumes are announced in one line each; a resume that would read
+    other samples (another replica count, micro-batch, ...) is refused unless
+    --allow-new-data-order; a resume with nothing left says so and runs nothing."""
+    ckpt = tmp_path / "ck"
+    train = EXAMPLES / "train.py"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+
+    def run(*argv, replicas=1):
+        layout = {
+            "POPDIST_NUM_TOTAL_REPLICAS": str(replicas),
+            "POPDIST_NUM_LOCAL_REPLICAS": str(replicas),
+        }
+        return subprocess.run(
+            [sys.executable, str(train), "--checkpoint-dir", str(ckpt), *argv],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**env, **layout},
+        )
+
+    first = run("--steps", "2")
+    assert first.returncode == 0, first.stderr
+    written = [line for line in first.stderr.splitlines() if "checkpoint of step" in line]
+    assert written == [f"[popdist-emu] checkpoint of step 2 written to {ckpt}/checkpoint.npz"]
+    other = _refused_before_compile(
+        train, "--steps", "4", "--checkpoint-dir", ckpt, "--resume", "--micro-batch-size", "4"
+    )
+    assert "written with --micro-batch-size 8, not 4" in other
+    assert "--allow-new-data-order" in other
+    wider = run("--steps", "4", "--resume", replicas=2)
+    assert (
+        wider.returncode == 2
+        and "written with --num-replicas (poprun-emu) 1, not 2" in wider.stderr
+    )
+    allowed = run("--steps", "4", "--resume", "--allow-new-data-order", replicas=2)
+    assert allowed.returncode == 0, allowed.stderr
+    assert f"[popdist-emu] resumed from {ckpt}/checkpoint.npz at step 2" in allowed.stderr
+    assert json.loads(allowed.stdout.strip().splitlines()[-1])["final_loss"] is not None
+    done = run("--steps", "4", "--resume", "--allow-new-data-order", replicas=2)
+    assert done.returncode == 0
+    assert done.stderr.strip().splitlines() == [
+        f"train.py: --resume: the checkpoint in {ckpt} is already at step 4 of --steps 4: "
+        "nothing to run (give a larger --steps to train on)."
+    ]
+    assert done.stdout == ""  # no null losses, no JSON line
 
 
 @pytest.mark.timeout(300)
