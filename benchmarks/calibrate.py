@@ -147,6 +147,8 @@ def main(argv=None) -> int:
             "parameters": params.to_json(),
             "fitted_by": "python benchmarks/calibrate.py --write",
             "data": "MLPerf Training v1.1 Graphcore ResNet-50, POD16/64/128/256",
+            # The model the compute efficiency was fitted on (hardware._uncertainty).
+            "model_families": ["ResNet-50"],
             "rows": rows,
         }
         CALIBRATION_FILE.write_text(json.dumps(record, indent=2) + "\n")

@@ -71,6 +71,8 @@ from hardware._timeline import TRACKS as TRACKS
 from hardware._timeline import StepSimulation as StepSimulation
 from hardware._timeline import TimelineEvent as TimelineEvent
 from hardware._timeline import simulate_step as simulate_step
+from hardware._uncertainty import Calibration as Calibration
+from hardware._uncertainty import load_calibration as load_calibration
 
 __all__ = [
     "BOW_2000",
@@ -88,6 +90,7 @@ __all__ = [
     "SYSTEMS",
     "TRACKS",
     "VALID_IPUS_PER_REPLICA",
+    "Calibration",
     "CollectiveRecord",
     "CollectiveTime",
     "ConvOp",
@@ -122,6 +125,7 @@ __all__ = [
     "host_servers",
     "ipu_track",
     "link_bandwidths",
+    "load_calibration",
     "load_parameters",
     "memory_per_ipu",
     "min_gradient_accumulation",
