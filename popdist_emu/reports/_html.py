@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from hardware import StepSimulation
 from popdist_emu._files import write_atomically
+from popdist_emu.reports._confidence import uncertainty_html
 from popdist_emu.reports._pipeline import (
     BALANCE_DEFINITION,
     BUBBLE_DEFINITION,
@@ -288,6 +289,7 @@ def run_report_html(simulation: StepSimulation, run: RunInfo | None = None) -> s
         f"<h1>Simulated step: {html.escape(p.name)} on {html.escape(sim.system.name)}</h1>"
         + _provenance(run)
         + table(["configuration", "value"], config)
+        + uncertainty_html(sim)
         + "<h2>Phases of one step</h2>"
         + f'<img alt="phases of one step" src="{data_uri(single_phases_plot(sim.phases, step))}">'
         + table(["phase", "ms per step", "% of step"], phases)

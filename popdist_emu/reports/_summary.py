@@ -19,6 +19,7 @@ import pathlib
 
 from hardware import TRACKS, StepSimulation
 from popdist_emu._files import write_atomically
+from popdist_emu.reports._confidence import uncertainty_lines, uncertainty_summary
 from popdist_emu.reports._html import write_run_report
 from popdist_emu.reports._pipeline import (
     memory_counter_events,
@@ -70,6 +71,7 @@ def summary(simulation: StepSimulation, run: RunInfo | None = None) -> dict:
         "model_parameters": sim.parameters.to_json(),
         "pipeline": pipeline_summary(sim),
         "available_memory": available_memory_summary(sim),
+        "uncertainty": uncertainty_summary(sim),
         "run": None if run is None else run.to_json(),
     }
 
@@ -176,6 +178,7 @@ def format_summary(simulation: StepSimulation) -> str:
             f"  memory per IPU: {_bytes(memory.total)} of {_bytes(memory.capacity)} "
             f"({'fits' if memory.fits else 'DOES NOT FIT'}); largest: "
             + ", ".join(f"{name} {_bytes(value)}" for name, value in largest),
+            *uncertainty_lines(sim),
             *host_lines(sim),
             *pipeline_lines(sim),
             *planner_lines(sim),

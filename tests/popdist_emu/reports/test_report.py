@@ -5,7 +5,7 @@ import json
 import pytest
 
 import hardware
-from popdist_emu.reports._summary import chrome_trace, format_summary, write_reports
+from popdist_emu.reports._summary import chrome_trace, format_summary, summary, write_reports
 
 PROFILE = hardware.StepProfile(
     grad_flops=2e11,
@@ -83,6 +83,21 @@ def test_format_summary_is_short_and_says_what_matters(simulation):
     assert len(text.splitlines()) <= 6
     assert "pod128" in text and "128 replicas" in text and "samples/s" in text
     assert "memory per IPU" in text and "fits" in text
+    # Every prediction with its band, and what it extrapolates (a toy model: not ResNet-50).
+    assert "uncertainty: +/-3.6 % (leave-one-out RMS relative error" in text
+    assert "EXTRAPOLATED: model toy: the compute efficiency was fitted on ResNet-50" in text
+
+
+def test_summary_json_carries_the_band_and_the_extrapolations(simulation):
+    u = summary(simulation)["uncertainty"]
+    sigma = u["relative"]
+    low, high = u["samples_per_second"]
+    assert low == pytest.approx(simulation.samples_per_second * (1 - sigma))
+    assert high == pytest.approx(simulation.samples_per_second * (1 + sigma))
+    fast, slow = u["simulated_step_seconds"]
+    assert fast < simulation.simulated_step_seconds < slow
+    assert "leave-one-out" in u["method"] and "MLPerf" in u["calibration"]
+    assert [line.split(":")[0] for line in u["extrapolations"]] == ["model toy"]
 
 
 def test_reports_replace_a_planted_symlink_instead_of_following_it(simulation, tmp_path):

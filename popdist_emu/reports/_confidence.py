@@ -1,0 +1,60 @@
+"""How far a single run's prediction can be trusted: its band and what it extrapolates.
+
+Every predicted throughput and step time is shown with the calibration's leave-one-out
+spread (``hardware._uncertainty``), and a configuration the calibration rows do not cover
+says what it extrapolates, in ``summary.json``, the printed summary and the page alike.
+"""
+
+from __future__ import annotations
+
+import html
+from typing import Any
+
+from hardware import StepSimulation, load_calibration
+
+
+def uncertainty_summary(sim: StepSimulation) -> dict[str, Any]:
+    """``summary.json``'s ``uncertainty``: the bands, how they were derived, and the
+    extrapolations (empty when the configuration is inside the calibrated range)."""
+    calibration = load_calibration()
+    low, high = calibration.band(sim.samples_per_second)
+    fast, slow = calibration.step_band(sim.simulated_step_seconds)
+    return {
+        "method": calibration.method,
+        "calibration": calibration.data,
+        "relative": calibration.relative_spread,
+        "samples_per_second": [low, high],
+        "simulated_step_seconds": [fast, slow],
+        "extrapolations": calibration.extrapolations(sim.layout, sim.system, sim.profile.name),
+    }
+
+
+def uncertainty_lines(sim: StepSimulation) -> list[str]:
+    """The printed summary's lines: the band, then one line per extrapolation."""
+    u = uncertainty_summary(sim)
+    low, high = u["samples_per_second"]
+    lines = [
+        f"  uncertainty: +/-{100 * u['relative']:.1f} % ({u['method']}): "
+        f"{low:,.0f} to {high:,.0f} samples/s"
+    ]
+    lines += [f"  EXTRAPOLATED: {line}" for line in u["extrapolations"]]
+    return lines
+
+
+def uncertainty_html(sim: StepSimulation) -> str:
+    """The page's paragraph on the band and the extrapolations."""
+    u = uncertainty_summary(sim)
+    low, high = u["samples_per_second"]
+    fast, slow = u["simulated_step_seconds"]
+    text = (
+        f"<p>Uncertainty: &plusmn;{100 * u['relative']:.1f} %, the {html.escape(u['method'])} "
+        f"({html.escape(u['calibration'])}): {low:,.0f} to {high:,.0f} samples/s, a step of "
+        f"{fast * 1e3:.3f} to {slow * 1e3:.3f} ms.</p>"
+    )
+    if u["extrapolations"]:
+        items = "".join(f"<li>{html.escape(line)}</li>" for line in u["extrapolations"])
+        text += (
+            '<p class="bad">Outside the calibrated range, so the band understates the '
+            f"error:</p><ul>{items}</ul>"
+        )
+    return text
