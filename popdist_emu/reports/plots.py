@@ -86,7 +86,8 @@ def throughput_plot(series: Sequence[Mapping[str, Any]], published: Sequence[Map
 
     Args:
         series: per series ``label``, ``replicas``, ``throughput`` (valid points only),
-            and optionally ``fit_replicas``/``fit_throughput`` (the fitted law).
+            optionally ``throughput_low``/``throughput_high`` (the uncertainty band, drawn
+            shaded) and ``fit_replicas``/``fit_throughput`` (the fitted law).
         published: measured points: ``replicas``, ``throughput``, ``label``.
     """
     fig = Figure(figsize=(8, 5), layout="constrained")
@@ -99,6 +100,16 @@ def throughput_plot(series: Sequence[Mapping[str, Any]], published: Sequence[Map
             continue
         all_replicas += n
         ax.plot(n, x, "o-", color=color, label=f"{s['label']} (simulated)")
+        if s.get("throughput_low") and all(v is not None for v in s["throughput_low"]):
+            ax.fill_between(
+                n,
+                s["throughput_low"],
+                s["throughput_high"],
+                color=color,
+                alpha=0.15,
+                linewidth=0,
+                label=f"{s['label']} uncertainty (calibration leave-one-out)",
+            )
         ideal = [x[0] * m / n[0] for m in n]
         ax.plot(n, ideal, ":", color=color, alpha=0.6, label=f"{s['label']} ideal (linear)")
         if s.get("fit_replicas"):

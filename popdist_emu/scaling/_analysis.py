@@ -138,6 +138,25 @@ def fit_law(law: str, p: ArrayLike, speedup: ArrayLike) -> Fit | None:
     return Fit(law, float(value), stderr, float(np.sqrt(np.mean(residual**2))), int(n.size))
 
 
+# A fit whose RMS residual exceeds this share of the mean speed-up does not describe the
+# points: 5 % is well above the scatter of simulated points about a law that does (they
+# follow it to rounding) and below the misses seen when a law does not apply (e.g. 0.85
+# against speed-ups of 1 to 2.9, about 40 %).
+POOR_FIT_RELATIVE_RMS = 0.05
+
+
+def relative_rms_residual(fit: Fit, speedup: Sequence[float]) -> float:
+    """The fit's RMS residual as a share of the mean speed-up it was fitted to."""
+    values = [s for s in speedup if s is not None and np.isfinite(s)]
+    mean = float(np.mean(values)) if values else 0.0
+    return fit.rms_residual / mean if mean > 0 else math.inf
+
+
+def poor_fit(fit: Fit, speedup: Sequence[float]) -> bool:
+    """Whether the law misses the points by more than ``POOR_FIT_RELATIVE_RMS`` (RMS)."""
+    return relative_rms_residual(fit, speedup) > POOR_FIT_RELATIVE_RMS
+
+
 def first_below(replicas: Sequence[float], eff: Sequence[float], threshold: float) -> int | None:
     """The smallest replica count whose efficiency is below ``threshold`` (None if none)."""
     below = [int(n) for n, e in zip(replicas, eff, strict=True) if np.isfinite(e) and e < threshold]

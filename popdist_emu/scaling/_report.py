@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from hardware import load_calibration
 from popdist_emu._files import write_atomically
 from popdist_emu.reports import html_page as page
 from popdist_emu.reports import html_table as table
@@ -55,10 +56,12 @@ def _plot_series(series: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
             "label": s["label"],
             "replicas": [r["replicas"] for r in good],
             "throughput": [r["samples_per_second"] for r in good],
+            "throughput_low": [r["samples_per_second_low"] for r in good],
+            "throughput_high": [r["samples_per_second_high"] for r in good],
             "efficiency": [r["efficiency"] for r in good],
         }
         fit = s["analysis"]["fit"]
-        if fit and good:
+        if fit and good and not fit.get("poor"):
             n0, x0 = good[0]["replicas"], good[0]["samples_per_second"]
             grid = np.geomspace(n0, good[-1]["replicas"], 50)
             entry["fit_replicas"] = grid.tolist()
@@ -136,6 +139,12 @@ def narrative(series: Mapping[str, Any]) -> list[str]:
             f"{err} (RMS residual of the speed-up {fit['rms_residual']:.3g} over "
             f"{fit['points']} points)."
         )
+        if fit.get("poor"):
+            lines.append(
+                f"POOR FIT: {LAW_NAMES[fit['law']]} misses these points by "
+                f"{100 * fit['relative_rms_residual']:.0f} % of the mean speed-up (RMS), so it "
+                "does not describe them; where its curve crosses an efficiency is not stated."
+            )
     for key, below in a["efficiency_below"].items():
         sim, fitted = below["first_simulated_replicas"], below["fitted_replicas"]
         where = (
@@ -157,28 +166,50 @@ def narrative(series: Mapping[str, Any]) -> list[str]:
         )
     elif len(good) > 1:
         lines.append("No phase's share of the step grows with the replica count.")
-    return lines + bad
+    return lines + _extrapolated(rows) + bad
 
 
-def _published_rows(series, published) -> list[list[str]]:
-    rows = []
+def _extrapolated(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """One sentence per kind of extrapolation, naming the points it concerns."""
+    by_reason: dict[str, list[int]] = {}
+    for r in rows:
+        for line in r.get("extrapolations", []):
+            key = line.split(":", 1)[1].strip() if line[0].isdigit() else line
+            by_reason.setdefault(key, []).append(r["replicas"])
+    return [
+        f"EXTRAPOLATED at {', '.join(f'{n:,}' for n in replicas)} replicas: {reason}"
+        for reason, replicas in by_reason.items()
+    ]
+
+
+def _published_rows(series, published) -> tuple[list[list[str]], list[list[str]]]:
+    """The published points against the predictions: the calibration rows (the parameters
+    were fitted on them, so their error is no check; their leave-one-out error is), and the
+    held-out rows, which are checks."""
+    calibration = load_calibration()
+    fitted, held_out = [], []
     for m in published:
         for s in series:
             match = [r for r in _good(s["rows"]) if r["replicas"] == int(m["replicas"])]
-            if match:
-                predicted = match[0]["samples_per_second"]
-                error = predicted / float(m["throughput"]) - 1
-                rows.append(
-                    [
-                        m["label"],
-                        s["label"],
-                        f"{int(m['replicas']):,}",
-                        f"{float(m['throughput']):,.0f}",
-                        f"{predicted:,.0f}",
-                        f"{100 * error:+.1f} %",
-                    ]
-                )
-    return rows
+            if not match:
+                continue
+            r = match[0]
+            error = r["samples_per_second"] / float(m["throughput"]) - 1
+            row = [
+                m["label"],
+                s["label"],
+                f"{int(m['replicas']):,}",
+                f"{float(m['throughput']):,.0f}",
+                f"{r['samples_per_second']:,.0f}",
+                f"{r['samples_per_second_low']:,.0f} to {r['samples_per_second_high']:,.0f}",
+                f"{100 * error:+.1f} %",
+            ]
+            calibrated = calibration.row_for(int(m["replicas"]), float(m["throughput"]))
+            if calibrated is None:
+                held_out.append(row)
+            else:
+                fitted.append([*row, f"{100 * calibrated.leave_one_out_error:+.1f} %"])
+    return fitted, held_out
 
 
 def _point_table(rows: Sequence[Mapping[str, Any]]) -> str:
@@ -192,6 +223,7 @@ def _point_table(rows: Sequence[Mapping[str, Any]]) -> str:
         "global batch",
         "step (ms)",
         "samples/s",
+        "band",
         "speed-up",
         "efficiency",
         "Karp-Flatt e",
@@ -212,6 +244,12 @@ def _point_table(rows: Sequence[Mapping[str, Any]]) -> str:
                 _fmt(r["global_batch"], "int"),
                 _fmt(r["simulated_step_seconds"], "ms"),
                 _fmt(r["samples_per_second"], "int"),
+                (
+                    f"{_fmt(r['samples_per_second_low'], 'int')} to "
+                    f"{_fmt(r['samples_per_second_high'], 'int')}"
+                    if r["samples_per_second_low"] is not None
+                    else "-"
+                ),
                 _fmt(r["speedup"]),
                 _fmt(r["efficiency"], "pct"),
                 _fmt(r["karp_flatt"], "e"),
@@ -270,6 +308,7 @@ def report_html(doc: Mapping[str, Any]) -> str:
                     _fmt(e50.get("first_simulated_replicas"), "int"),
                     _fmt(e50.get("fitted_replicas"), "int"),
                     a["fastest_growing_phase"] or "-",
+                    "NO (poor fit)" if f.get("poor") else "yes",
                 ]
             )
     if fits:
@@ -287,26 +326,41 @@ def report_html(doc: Mapping[str, Any]) -> str:
                     "E < 50 % at (simulated)",
                     "E < 50 % at (fit)",
                     "fastest-growing phase",
+                    "describes the points",
                 ],
                 fits,
             )
         )
-    comparison = _published_rows(series, published)
-    if comparison:
+    fitted, held_out = _published_rows(series, published)
+    header = [
+        "published",
+        "series",
+        "replicas",
+        "published samples/s",
+        "predicted samples/s",
+        "band",
+        "error",
+    ]
+    calibration = load_calibration()
+    spread = (
+        f"&plusmn;{100 * calibration.relative_spread:.1f} %, the {html.escape(calibration.method)} "
+        f"({html.escape(calibration.data)})"
+    )
+    if fitted or held_out:
         parts.append("<h2>Published against predicted</h2>")
         parts.append(
-            table(
-                [
-                    "published",
-                    "series",
-                    "replicas",
-                    "published samples/s",
-                    "predicted samples/s",
-                    "error",
-                ],
-                comparison,
-            )
+            f"<p>Every prediction carries a band of {spread}: how far a configuration "
+            "predicted by a fit made without it was off.</p>"
         )
+    if fitted:
+        parts.append(
+            "<h3>Calibration rows (fitted: the model's parameters were fitted on these, so "
+            "their error is no check; the leave-one-out error is)</h3>"
+        )
+        parts.append(table([*header, "leave-one-out error"], fitted))
+    if held_out:
+        parts.append("<h3>Held-out rows (not used for fitting: these are checks)</h3>")
+        parts.append(table(header, held_out))
     titles = {
         "throughput": "Throughput against replicas",
         "efficiency": "Parallel efficiency",

@@ -69,6 +69,10 @@ def series_rows(label: str, points: Sequence[EvaluatedPoint]) -> list[dict[str, 
             ),
             "simulated_step_seconds": s["simulated_step_seconds"] if s else None,
             "samples_per_second": s["samples_per_second"] if s else None,
+            # The calibration's leave-one-out band, and what the point extrapolates.
+            "samples_per_second_low": s["uncertainty"]["samples_per_second"][0] if s else None,
+            "samples_per_second_high": s["uncertainty"]["samples_per_second"][1] if s else None,
+            "extrapolations": list(s["uncertainty"]["extrapolations"]) if s else [],
             "speedup": None,
             "efficiency": None,
             "karp_flatt": None,
@@ -122,13 +126,19 @@ def analyse_series(rows: Sequence[Mapping[str, Any]], law: str) -> dict[str, Any
             "fitted_replicas": _finite(fitted),
         }
     if fit is not None:
+        poor = analysis.poor_fit(fit, speed)
         result["fit"] = {
             "law": fit.law,
             "serial_fraction": fit.serial_fraction,
             "stderr": _finite(fit.stderr),
             "rms_residual": fit.rms_residual,
             "points": fit.points,
+            "relative_rms_residual": analysis.relative_rms_residual(fit, speed),
+            "poor": poor,
         }
+        if poor:  # its crossings describe the law, not these points: none is stated
+            for below in result["efficiency_below"].values():
+                below["fitted_replicas"] = None
     phases = [
         plotted_phases({"summary": {"phases": r["phases"]}, "link_tiers": r["link_tiers"]})
         for r in good
@@ -160,6 +170,8 @@ CSV_FIELDS = (
     "global_batch",
     "simulated_step_seconds",
     "samples_per_second",
+    "samples_per_second_low",
+    "samples_per_second_high",
     "speedup",
     "efficiency",
     "karp_flatt",
@@ -179,6 +191,7 @@ def csv_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
         tiers += [k for k in r["link_tiers"] if k not in tiers]
     return [
         *CSV_FIELDS,
+        "extrapolated",
         *(f"phase_{k}_seconds" for k in phases),
         *(f"{k}_seconds" for k in tiers),
     ]
@@ -187,6 +200,7 @@ def csv_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
 def csv_record(row: Mapping[str, Any]) -> dict[str, Any]:
     """A row flattened for ``csv.DictWriter`` (phases and tiers as their own columns)."""
     record = {k: row[k] for k in CSV_FIELDS}
+    record["extrapolated"] = "; ".join(row["extrapolations"])
     record.update({f"phase_{k}_seconds": v for k, v in row["phases"].items()})
     record.update({f"{k}_seconds": v for k, v in row["link_tiers"].items()})
     return {k: ("" if v is None else v) for k, v in record.items()}

@@ -84,3 +84,39 @@ def test_first_below_and_fastest_growing_phase():
     assert slopes["allreduce"] > 0 > slopes["compute"]
     assert sa.fastest_growing_phase(slopes) == "allreduce"
     assert sa.fastest_growing_phase({"compute": -0.1}) is None
+
+
+@settings(max_examples=20, derandomize=True, deadline=None)
+@given(st.floats(1e-4, 0.2), st.sampled_from(["amdahl", "gustafson"]))
+def test_points_that_follow_the_law_are_a_good_fit(serial, law):
+    p = np.array([1.0, 2.0, 4.0, 8.0, 16.0])
+    speedup = sa.LAWS[law](p, serial)
+    fit = sa.fit_law(law, p, speedup)
+    assert not sa.poor_fit(fit, speedup)
+
+
+def test_points_the_law_misses_are_flagged_and_their_crossings_not_stated():
+    """A weak-scaling sweep whose speed-ups rise and then fall: no serial fraction makes
+    Gustafson's straight line pass near them."""
+    from popdist_emu.scaling._table import analyse_series
+
+    p = [1, 2, 4, 8, 16]
+    speedup = [1.0, 1.9, 2.9, 2.2, 1.4]
+    fit = sa.fit_law("gustafson", p, speedup)
+    assert sa.relative_rms_residual(fit, speedup) > sa.POOR_FIT_RELATIVE_RMS
+    assert sa.poor_fit(fit, speedup)
+    rows = [
+        {
+            "status": "ok",
+            "replicas": n,
+            "speedup": s,
+            "efficiency": s / n,
+            "phases": {"compute": 1e-3},
+            "link_tiers": {},
+            "simulated_step_seconds": 1e-3,
+        }
+        for n, s in zip(p, speedup, strict=True)
+    ]
+    analysis = analyse_series(rows, "gustafson")
+    assert analysis["fit"]["poor"]
+    assert all(v["fitted_replicas"] is None for v in analysis["efficiency_below"].values())

@@ -132,6 +132,10 @@ def test_sweep_of_train_py_writes_every_output_and_equals_single_runs(tmp_path):
     assert {"throughput.png", "efficiency.png", "phases.png", "memory.png"} <= set(page.links)
     text = (out / "report.html").read_text()
     assert "lab run B" in text and "not a power of two" in text and "Amdahl" in text
+    # A measured point that no fit used is a check, shown apart from calibration rows, and
+    # every prediction carries its band.
+    assert "Held-out rows (not used for fitting" in text and "Calibration rows" not in text
+    assert "leave-one-out RMS relative error of the calibration rows" in text
 
     doc = json.loads((out / "scaling.json").read_text())
     assert doc["mode"] == "strong" and doc["law"] == "amdahl"
