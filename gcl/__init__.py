@@ -31,6 +31,7 @@ from gcl._groups import Orthogonal as Orthogonal
 from gcl._operators import Operator as Operator
 from gcl._recording import group_name as group_name
 from gcl._recording import recording as recording
+from gcl._recording import timed_recording as timed_recording
 from gcl._reduce_scatter import reduce_scatter as reduce_scatter
 from gcl._routes import METHODS as METHODS
 from gcl._routes import collective_method as collective_method
@@ -54,4 +55,5 @@ __all__ = [
     "recording",
     "reduce_scatter",
     "resolve_method",
+    "timed_recording",
 ]

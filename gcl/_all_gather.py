@@ -11,6 +11,7 @@ References:
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -145,6 +146,7 @@ def all_gather(
         Per local replica, a pytree like ``like`` with the full leaves (padding dropped).
         Replicas of one group share the same read-only arrays.
     """
+    started = time.perf_counter()
     group = as_group(group)
     transport = transport_for(comm)
     deadline = deadline_of(timeout)
@@ -182,7 +184,7 @@ def all_gather(
     out = all_gather_packed(call, rows, layout, group, transport, deadline, "all_gather")
     result = finish_replicas(call, out, layout, group, like_tree)[mine]
     gathered = sum(math.prod(shape) * np.dtype(d).itemsize for shape, d in like_specs)
-    record("all_gather", collective_method("all_gather", 0, size), group, gathered)
+    record("all_gather", collective_method("all_gather", 0, size), group, gathered, started=started)
     return result
 
 

@@ -7,6 +7,7 @@ References:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,10 +50,11 @@ def all_reduce(
         ValueError: replicas or instances disagree on structure, shapes, dtypes or options.
         gcl.CollectiveTimeout: a peer instance did not take part within ``timeout``.
     """
+    started = time.perf_counter()
     s = reduce_scatter_replicas(values, "all_reduce", op, method, group, comm, timeout)
     out = all_gather_packed(
         s.call, s.rows, s.layout, s.group, s.transport, s.deadline, "all_reduce"
     )
     result = finish_replicas(s.call, out, s.layout, s.group, s.call.treedef)[s.mine]
-    record("all_reduce", s.method, s.group, s.nbytes)
+    record("all_reduce", s.method, s.group, s.nbytes, started=started)
     return result

@@ -6,6 +6,7 @@ References:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -46,6 +47,7 @@ def broadcast(
         Per local replica, its group root's pytree (numpy leaves, read-only, shared by the
         replicas of one group).
     """
+    started = time.perf_counter()
     group = as_group(group)
     transport = transport_for(comm)
     deadline = deadline_of(timeout)
@@ -84,5 +86,7 @@ def broadcast(
     run_copy_items(transport, items, call, out, lambda it: 0, source, deadline, "broadcast")
     result = finish_replicas(call, out, layout, group, call.treedef)[mine]
     nbytes = sum(leaf.nbytes for leaf in call.leaves[0])
-    record("broadcast", collective_method("broadcast", nbytes, size), group, nbytes)
+    record(
+        "broadcast", collective_method("broadcast", nbytes, size), group, nbytes, started=started
+    )
     return result

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 
 from gcl._groups import All, Consecutive, Group, Orthogonal
@@ -17,6 +18,8 @@ from hardware import CollectiveRecord
 
 _lock = threading.Lock()
 _recorders: list[list[CollectiveRecord]] = []
+# (record, started, finished) in ``time.perf_counter`` seconds, for a host timeline.
+_timed: list[list[tuple[CollectiveRecord, float, float]]] = []
 
 
 def group_name(group: Group) -> str:
@@ -49,11 +52,29 @@ def recording() -> Iterator[list[CollectiveRecord]]:
             _recorders.remove(records)
 
 
-def record(kind: str, method: str, group: Group, nbytes: int) -> None:
-    """Notes one completed collective for the active :func:`recording` blocks (if any)."""
-    if not _recorders:
+@contextlib.contextmanager
+def timed_recording() -> Iterator[list[tuple[CollectiveRecord, float, float]]]:
+    """As :func:`recording`, each record with when the collective started and finished
+    (``time.perf_counter`` seconds): what a host timeline of the run shows."""
+    records: list[tuple[CollectiveRecord, float, float]] = []
+    with _lock:
+        _timed.append(records)
+    try:
+        yield records
+    finally:
+        with _lock:
+            _timed.remove(records)
+
+
+def record(kind: str, method: str, group: Group, nbytes: int, started: float | None = None) -> None:
+    """Notes one completed collective for the active :func:`recording` and
+    :func:`timed_recording` blocks (if any); ``started`` is when it began."""
+    if not (_recorders or _timed):
         return
     entry = CollectiveRecord(kind, method, group_name(group), int(nbytes))
+    finished = time.perf_counter()
     with _lock:
         for records in _recorders:
             records.append(entry)
+        for timed in _timed:
+            timed.append((entry, finished if started is None else started, finished))

@@ -8,6 +8,7 @@ References:
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
@@ -186,10 +187,11 @@ def reduce_scatter(
         ``ceil(leaf.size / G)`` elements: shard ``p`` (the replica's position in its group)
         of the reduced leaf, zero-padded at the end.
     """
+    started = time.perf_counter()
     scattered = reduce_scatter_replicas(values, "reduce_scatter", op, method, group, comm, timeout)
     call, layout, rows, mine = scattered.call, scattered.layout, scattered.rows, scattered.mine
     out = [unflatten(call.treedef, unpack_rows(r, layout)) for r in rows[mine]]
-    record("reduce_scatter", scattered.method, scattered.group, scattered.nbytes)
+    record("reduce_scatter", scattered.method, scattered.group, scattered.nbytes, started=started)
     return out
 
 

@@ -11,6 +11,8 @@ import os
 from collections.abc import Mapping
 
 from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig
+from popdist_emu._environment import pid_path as pid_path
+from popdist_emu._environment import status_path as status_path
 from popdist_emu._files import write_atomically as write_atomically
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
@@ -18,16 +20,6 @@ SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
 # name, and "--intra_op_parallelism_threads" is refused as unknown): its CPU thread pool is
 # sized from the CPUs the process may use, which the bootstrap pins to one.
 _SINGLE_THREAD_XLA = "--xla_cpu_multi_thread_eigen=false"
-
-
-def pid_path(job_dir: str, instance: int) -> str:
-    """Where instance ``instance`` records its pid and process group."""
-    return os.path.join(job_dir, f"instance-{instance}.pid")
-
-
-def status_path(job_dir: str, instance: int) -> str:
-    """Where instance ``instance`` records its program's exit status."""
-    return os.path.join(job_dir, f"instance-{instance}.status")
 
 
 def instance_environment(

@@ -196,6 +196,17 @@ class InstanceEnvironment:
         }
 
 
+def pid_path(job_dir: str, instance: int) -> str:
+    """Where the launcher's bootstrap of ``instance`` records its pid and process group (in
+    the job directory, which the instances also read)."""
+    return os.path.join(job_dir, f"instance-{instance}.pid")
+
+
+def status_path(job_dir: str, instance: int) -> str:
+    """Where the bootstrap of ``instance`` records its program's exit status."""
+    return os.path.join(job_dir, f"instance-{instance}.status")
+
+
 def layout_environment(layout: ReplicaLayout, instance: int) -> dict[str, str]:
     """PopRun's view of ``instance`` of ``layout`` as variables (no emulator settings).
 

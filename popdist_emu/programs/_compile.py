@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import jax
 
+from popdist_emu._host_timeline import TIMELINE
 from popdist_emu._progress import phase
 from popdist_emu.programs._compile_lock import compile_lock
 from popdist_emu.programs._shapes import shape_struct
@@ -101,7 +102,10 @@ def compile_program(
     if program is None:
         jitted = fn if hasattr(fn, "trace") else jax.jit(fn)
         label = label or getattr(fn, "__name__", "a program")
-        with phase(f"compiling {label}", f"compiled {label}"):
+        with (
+            phase(f"compiling {label}", f"compiled {label}"),
+            TIMELINE.span("compile", program=label),
+        ):
             traced = jitted.trace(*structs)
             lowered = traced.lower()
             # The instances of a job compile the same programs: one compiles, the others

@@ -37,8 +37,10 @@ import jax
 import numpy as np
 import optax
 
+import gcl
 import hardware
 from hardware import CollectiveRecord, StepProfile
+from popdist_emu._host_timeline import TIMELINE
 from popdist_emu._options import Options
 from popdist_emu.pipeline import make_pipeline
 from popdist_emu.programs import StepSettings, StepShapes, profile_step_programs
@@ -282,16 +284,28 @@ class Trainer:
         state = self._live_state("Trainer.step")
         if self._zeros is None:
             raise RuntimeError("Trainer.step: the step was not prepared for this batch.")
-        sums, flags = accumulate(
-            batch,
-            d,
-            params=state.params,
-            options=self.options,
-            micro_step=self._compiled_step().micro_step,
-            pipeline=self.pipeline,
-            zeros=self._zeros,
-        )
-        result = self.reduce_update(state, sums)
+        with TIMELINE.span("micro-steps", step=self.steps_done + 1):
+            sums, flags = accumulate(
+                batch,
+                d,
+                params=state.params,
+                options=self.options,
+                micro_step=self._compiled_step().micro_step,
+                pipeline=self.pipeline,
+                zeros=self._zeros,
+            )
+        # The collectives as gcl ran them, for the host timeline of the run.
+        with gcl.timed_recording() as ran, TIMELINE.span("reduce and update"):
+            result = self.reduce_update(state, sums)
+        for record, started, finished in ran:
+            TIMELINE.add(
+                record.kind,
+                started,
+                finished,
+                method=record.method,
+                group=record.group,
+                bytes=record.bytes,
+            )
         if not result.finite:
             raise_non_finite(
                 flags,
