@@ -51,14 +51,10 @@ from hardware._timeline import (
     TimelineEvent,
     _durations,
     exposed_host_times,
+    ipu_track,
     samples_per_second,
     step_phases,
 )
-
-
-def ipu_track(ipu: int) -> str:
-    """The trace track of one IPU of replica 0."""
-    return f"IPU {ipu} (replica 0)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -225,14 +221,47 @@ def check_pipeline_memory(sim: StepSimulation) -> None:
         raise OutOfMemoryError("\n".join(lines))
 
 
-def _pipeline_events(pipe: PipelineSchedule, offset: float) -> list[TimelineEvent]:
+def _pipeline_events(
+    pipe: PipelineSchedule, offset: float, about: tuple = ()
+) -> list[TimelineEvent]:
+    """One weight update's passes from ``offset``: each stage's forward (``F3``), backward
+    (``B3``) and IPU-Link exchange on its IPU's track, with the stage, its blocks and the
+    micro-batch as arguments (``about``: the step's)."""
     out = []
     for e in pipe.events:
         name = {"forward": "F", "backward": "B", "transfer": "IPU-Link "}[e.kind]
+        stage = next(i for i, s in enumerate(pipe.stages) if s.ipu == e.ipu)
+        cost = pipe.stages[stage]
+        args = (
+            *about,
+            ("stage", stage),
+            ("blocks", ", ".join(cost.blocks)),
+            ("micro_batch", e.micro_batch),
+            ("pass", e.kind),
+        )
+        if e.kind == "transfer":
+            args += (("bytes", cost.output_bytes),)
         out.append(
-            TimelineEvent(ipu_track(e.ipu), f"{name}{e.micro_batch}", offset + e.start, e.duration)
+            TimelineEvent(
+                ipu_track(e.ipu), f"{name}{e.micro_batch}", offset + e.start, e.duration, args
+            )
         )
     return out
+
+
+def _expand_pipelines(events, pipe: PipelineSchedule, ga: int) -> tuple[TimelineEvent, ...]:
+    """The step's compute intervals replaced by the pipeline's passes: one pipeline per
+    weight update, drawn from the update's first compute interval."""
+    out, seen = [], 0
+    for event in events:
+        if event.track == TRACK_COMPUTE and event.name == "compute":
+            if seen % ga == 0:
+                step = tuple(a for a in event.args if a[0] == "step")
+                out.extend(_pipeline_events(pipe, event.start, step))
+            seen += 1
+            continue
+        out.append(event)
+    return tuple(out)
 
 
 def simulate_pipeline_step(
@@ -286,17 +315,11 @@ def simulate_pipeline_step(
         compute=pipe.seconds / profile.gradient_accumulation,
         accumulate=accumulate if profile.gradient_accumulation > 1 else 0.0,
     )
-    events, step_seconds, exposed, exposed_host = exposed_host_times(d, profile, prefetch_depth)
-    # One pipeline per weight update, drawn from the update's first compute interval.
-    out, seen = [], 0
+    events, step_seconds, exposed, exposed_host, run = exposed_host_times(
+        d, profile, prefetch_depth
+    )
     ga = profile.gradient_accumulation
-    for event in events:
-        if event.track == TRACK_COMPUTE and event.name == "compute":
-            if seen % ga == 0:
-                out.extend(_pipeline_events(pipe, event.start))
-            seen += 1
-            continue
-        out.append(event)
+    out = _expand_pipelines(events, pipe, ga)
     n_micro = ga * profile.device_iterations
     phases = step_phases(d, profile, exposed, exposed_host)
     # The IPUs' idle share of the pipeline's time is a phase of its own, so reports and the
@@ -342,8 +365,9 @@ def simulate_pipeline_step(
         memory=memories[report.worst_stage],
         host_io_exposed_seconds=exposed,
         host_io_seconds=n_micro * d.io,
-        events=tuple(out),
+        events=out,
         prefetch_depth=prefetch_depth,
         pipeline=report,
         host_compute_seconds=d.host,
+        run_events=_expand_pipelines(run, pipe, ga),
     )

@@ -28,7 +28,7 @@ from hardware._memory import MemoryBreakdown, memory_per_ipu, optimiser_shards
 from hardware._parameters import DEFAULT_PREFETCH_DEPTH, ModelParameters, load_parameters
 from hardware._planner_step import plan_profile
 from hardware._specs import SystemSelectionError, SystemSpec
-from hardware._step_profile import StepProfile
+from hardware._step_profile import CollectiveRecord, StepProfile
 
 PHASES = (
     "host_compute",
@@ -50,7 +50,14 @@ _PHASE_OF_KIND = {
     "all_gather": "all_gather",
     "broadcast": "broadcast",
 }
-TRACK_COMPUTE = "IPU 0 compute (replica 0)"
+
+
+def ipu_track(ipu: int) -> str:
+    """The trace track of one IPU of replica 0 (its compute, and a pipeline's stages)."""
+    return f"IPU {ipu} (replica 0)"
+
+
+TRACK_COMPUTE = ipu_track(0)
 TRACK_HOST_LINK = "Host links (machine 0)"
 TRACK_IPU_LINKS = "IPU-Links"
 TRACK_GW_LINKS = "GW-Links"
@@ -70,16 +77,19 @@ class TimelineEvent(NamedTuple):
     """One interval of the simulated step.
 
     Attributes:
-        track: the resource it occupies (one of ``TRACKS``).
+        track: the resource it occupies (one of ``TRACKS``, or an IPU's ``ipu_track``).
         name: what runs.
         start: seconds from the start of the step.
         duration: seconds.
+        args: ``(name, value)`` pairs describing it, for a trace's details: the step and
+            micro-batch, flops and bytes, a collective's kind, method, group and link tier.
     """
 
     track: str
     name: str
     start: float
     duration: float
+    args: tuple[tuple[str, Any], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +114,8 @@ class StepSimulation:
             replica runs as stages over its IPUs; None otherwise.
         host_compute_seconds: the host's busy time per step preparing an instance's samples
             on the POD (``hardware._host_compute``; 0 when not measured).
+        run_events: every interval of the first steps of a run, from an empty infeed (the
+            first step waits for its data, later ones find it prefetched), for the trace.
     """
 
     profile: StepProfile
@@ -120,6 +132,7 @@ class StepSimulation:
     prefetch_depth: int
     pipeline: Any = None
     host_compute_seconds: float = 0.0
+    run_events: tuple[TimelineEvent, ...] = ()
 
     @property
     def memory_per_ipu(self) -> dict[str, int]:
@@ -156,7 +169,7 @@ class _Durations(NamedTuple):
     io: float
     compute: float
     accumulate: float
-    collectives: tuple[tuple[str, CollectiveTime], ...]
+    collectives: tuple[tuple[str, CollectiveTime, CollectiveRecord], ...]
     update: float
     streaming: float
     sync: float
@@ -204,7 +217,7 @@ def _durations(
         else 0.0
     )
     collectives = tuple(
-        (r.kind, collective_time(r, layout, system, params))
+        (r.kind, collective_time(r, layout, system, params), r)
         for r in profile.collectives
         if layout.num_replicas > 1
     )
@@ -250,7 +263,16 @@ def _run_steps(d: _Durations, profile: StepProfile, depth: int, steps: int):
             else:
                 host_start = max(host_free, t)  # between calls: after the previous step
             host_free = ready = host_start + d.host
-            events.append(TimelineEvent(TRACK_HOST, "host_compute", host_start, d.host))
+            samples = profile.samples_per_update * profile.device_iterations
+            events.append(
+                TimelineEvent(
+                    TRACK_HOST,
+                    "host_compute",
+                    host_start,
+                    d.host,
+                    (("step", s), ("samples_per_replica", samples)),
+                )
+            )
         first = True
         for _ in range(profile.device_iterations):
             for _ in range(profile.gradient_accumulation):
@@ -259,37 +281,102 @@ def _run_steps(d: _Durations, profile: StepProfile, depth: int, steps: int):
                 io_start = max(io_free, freed, ready)
                 io_free = io_start + d.io
                 if d.io > 0:
-                    events.append(TimelineEvent(TRACK_HOST_LINK, "host_io", io_start, d.io))
+                    io_args = (
+                        ("step", s),
+                        ("micro_batch", j),
+                        ("bytes_per_replica", profile.host_bytes_per_micro_batch),
+                    )
+                    events.append(
+                        TimelineEvent(TRACK_HOST_LINK, "host_io", io_start, d.io, io_args)
+                    )
                 start = max(t, io_free, ready)
                 if first:
                     step_starts.append(start)
                     first = False
-                events.append(TimelineEvent(TRACK_COMPUTE, "compute", start, d.compute))
+                events.append(
+                    TimelineEvent(
+                        TRACK_COMPUTE,
+                        "compute",
+                        start,
+                        d.compute,
+                        (
+                            ("step", s),
+                            ("micro_batch", j),
+                            ("flops", profile.grad_flops),
+                            ("bytes_accessed", profile.grad_bytes_accessed),
+                        ),
+                    )
+                )
                 t = start + d.compute
                 compute_ends.append(t)
                 if d.accumulate > 0:
                     events.append(
-                        TimelineEvent(TRACK_COMPUTE, "gradient_accumulation", t, d.accumulate)
+                        TimelineEvent(
+                            TRACK_COMPUTE,
+                            "gradient_accumulation",
+                            t,
+                            d.accumulate,
+                            (("step", s), ("micro_batch", j), ("bytes", profile.gradient_bytes)),
+                        )
                     )
                     t += d.accumulate
                 j += 1
-            for kind, cost in d.collectives:
+            for kind, cost, record in d.collectives:
+                about = (
+                    ("step", s),
+                    ("kind", kind),
+                    ("method", record.method),
+                    ("group", record.group),
+                    ("bytes", record.bytes),
+                )
                 if cost.ipu_links > 0:
-                    events.append(TimelineEvent(TRACK_IPU_LINKS, kind, t, cost.ipu_links))
+                    events.append(
+                        TimelineEvent(
+                            TRACK_IPU_LINKS,
+                            kind,
+                            t,
+                            cost.ipu_links,
+                            (*about, ("tier", "IPU-Links")),
+                        )
+                    )
                 if cost.gw_links > 0:
                     events.append(
-                        TimelineEvent(TRACK_GW_LINKS, kind, t + cost.ipu_links, cost.gw_links)
+                        TimelineEvent(
+                            TRACK_GW_LINKS,
+                            kind,
+                            t + cost.ipu_links,
+                            cost.gw_links,
+                            (*about, ("tier", "GW-Links")),
+                        )
                     )
                 t += cost.total
-            for name, seconds in (("streaming", d.streaming / 2), ("weight_update", d.update)):
+            state = profile.optimiser_state_bytes
+            update = (
+                ("step", s),
+                ("flops", profile.update_flops),
+                ("bytes_accessed", profile.update_bytes_accessed),
+            )
+            passes: tuple[tuple[str, float, tuple[tuple[str, Any], ...]], ...] = (
+                ("streaming", d.streaming / 2, (("step", s), ("bytes_in", state))),
+                ("weight_update", d.update, update),
+            )
+            for name, seconds, info in passes:
                 if seconds > 0:
-                    events.append(TimelineEvent(TRACK_COMPUTE, name, t, seconds))
+                    events.append(TimelineEvent(TRACK_COMPUTE, name, t, seconds, info))
                     t += seconds
             if d.streaming > 0:
-                events.append(TimelineEvent(TRACK_COMPUTE, "streaming", t, d.streaming / 2))
+                events.append(
+                    TimelineEvent(
+                        TRACK_COMPUTE,
+                        "streaming",
+                        t,
+                        d.streaming / 2,
+                        (("step", s), ("bytes_out", state)),
+                    )
+                )
                 t += d.streaming / 2
         if d.sync > 0:
-            events.append(TimelineEvent(TRACK_HOST_SYNC, "host_sync", t, d.sync))
+            events.append(TimelineEvent(TRACK_HOST_SYNC, "host_sync", t, d.sync, (("step", s),)))
             t += d.sync
         step_ends.append(t)
     return events, step_ends
@@ -314,7 +401,7 @@ def step_phases(
     phases["host_io"] = exposed_io
     phases["compute"] = n_micro * d.compute
     phases["gradient_accumulation"] = n_micro * d.accumulate
-    for kind, cost in d.collectives:
+    for kind, cost, _ in d.collectives:
         phases[_PHASE_OF_KIND[kind]] += profile.device_iterations * cost.total
     phases["weight_update"] = profile.device_iterations * d.update
     phases["streaming"] = profile.device_iterations * d.streaming
@@ -337,22 +424,22 @@ def _steady_step(d: _Durations, profile: StepProfile, depth: int):
             shifted.append(e._replace(start=e.start - start))
         elif e.track == TRACK_HOST and e.start < start < e.start + e.duration:
             shifted.append(e._replace(start=0.0, duration=min(e.start + e.duration, end) - start))
-    return tuple(shifted), end - start
+    return tuple(shifted), end - start, tuple(events)
 
 
 def exposed_host_times(d: _Durations, profile: StepProfile, depth: int):
     """The steady step's events and seconds, and the host compute and host IO it exposes:
     what the step loses to each against the same step without it."""
-    events, step_seconds = _steady_step(d, profile, depth)
-    _, without_host = _steady_step(d._replace(host=0.0), profile, depth)
-    _, without_both = _steady_step(d._replace(host=0.0, io=0.0), profile, depth)
+    events, step_seconds, run_events = _steady_step(d, profile, depth)
+    _, without_host, _ = _steady_step(d._replace(host=0.0), profile, depth)
+    _, without_both, _ = _steady_step(d._replace(host=0.0, io=0.0), profile, depth)
     if step_seconds - without_host <= 1e-9 * without_host:
         # Hidden host work: the same step, whose absolute times were only shifted by the
         # first step's preparation (which rounds their differences in the last bits).
         step_seconds = without_host
     exposed_host = max(step_seconds - without_host, 0.0)
     exposed_io = max(without_host - without_both, 0.0)
-    return events, step_seconds, exposed_io, exposed_host
+    return events, step_seconds, exposed_io, exposed_host, run_events
 
 
 def simulate_step(
@@ -380,7 +467,9 @@ def simulate_step(
         raise ValueError(f"`prefetch_depth` must be >= 0, got {prefetch_depth}.")
     params = parameters if parameters is not None else load_parameters()
     d = _durations(profile, layout, system, params)
-    events, step_seconds, exposed, exposed_host = exposed_host_times(d, profile, prefetch_depth)
+    events, step_seconds, exposed, exposed_host, run = exposed_host_times(
+        d, profile, prefetch_depth
+    )
 
     n_micro = profile.gradient_accumulation * profile.device_iterations
     phases = step_phases(d, profile, exposed, exposed_host)
@@ -401,4 +490,5 @@ def simulate_step(
         events=events,
         prefetch_depth=prefetch_depth,
         host_compute_seconds=d.host,
+        run_events=run,
     )

@@ -12,7 +12,9 @@ References:
 
 from __future__ import annotations
 
-from hardware import StepSimulation, ipu_track
+from collections.abc import Sequence
+
+from hardware import StepSimulation, TimelineEvent, ipu_track
 
 # One definition of the bubble and of the balance for the terminal, summary.json and the page.
 BUBBLE_DEFINITION = (
@@ -89,8 +91,10 @@ def pipeline_tracks(sim: StepSimulation) -> tuple[str, ...]:
     return tuple(ipu_track(stage.ipu) for stage in sim.pipeline.schedule.stages)
 
 
-def memory_counter_events(sim: StepSimulation, pid: int) -> list[dict]:
-    """Chrome "C" events: bytes live on each IPU over the step."""
+def memory_counter_events(
+    sim: StepSimulation, pid: int, events: Sequence[TimelineEvent] | None = None
+) -> list[dict]:
+    """Chrome "C" events: bytes live on each IPU over ``events`` (default the step's)."""
     report = sim.pipeline
     if report is None:
         return []
@@ -100,7 +104,7 @@ def memory_counter_events(sim: StepSimulation, pid: int) -> list[dict]:
         entry = stage.input_bytes if report.recomputation else stage.activation_bytes
         live = report.stage_memory[i].always_live
         changes = [(0.0, 0)]
-        for e in sim.events:
+        for e in sim.events if events is None else events:
             if e.track != track:
                 continue
             if e.name.startswith("F"):

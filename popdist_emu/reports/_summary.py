@@ -1,14 +1,5 @@
-"""Reports of a simulated step: ``summary.json``, ``trace.json`` and the printed summary.
-
-``trace.json`` is in the Chrome trace event format (complete "X" events in microseconds,
-with "M" metadata events naming the process and one thread per track), so it opens in
-Perfetto (ui.perfetto.dev) and chrome://tracing.
-
-References:
-    "Trace Event Format", the Catapult trace-viewer project's specification:
-    "X" complete events with ``ts`` and ``dur`` in microseconds; "M" metadata events
-    ``process_name`` and ``thread_name``.
-"""
+"""Reports of a simulated step: ``summary.json``, the printed summary, and writing them
+with ``trace.json`` (``popdist_emu.reports._trace``) and ``report.html``."""
 
 from __future__ import annotations
 
@@ -16,19 +7,17 @@ import json
 import math
 import os
 import pathlib
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from hardware import TRACKS, StepSimulation
+from hardware import StepSimulation
 from popdist_emu._files import write_atomically
 from popdist_emu.reports._confidence import uncertainty_lines, uncertainty_summary
 from popdist_emu.reports._html import write_run_report
-from popdist_emu.reports._pipeline import (
-    memory_counter_events,
-    pipeline_lines,
-    pipeline_summary,
-    pipeline_tracks,
-)
+from popdist_emu.reports._pipeline import pipeline_lines, pipeline_summary
 from popdist_emu.reports._planner import available_memory_summary, planner_lines
 from popdist_emu.reports._run_info import RunInfo
+from popdist_emu.reports._trace import chrome_trace
 
 SUMMARY_FILE = "summary.json"
 TRACE_FILE = "trace.json"
@@ -81,57 +70,17 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def chrome_trace(simulation: StepSimulation) -> dict:
-    """The step's timeline as a Chrome trace: one thread per IPU role and link tier."""
-    pid = 1
-    events: list[dict] = [
-        {
-            "name": "process_name",
-            "ph": "M",
-            "pid": pid,
-            "tid": 0,
-            "args": {
-                "name": f"{simulation.system.name}: {simulation.layout.num_replicas} replicas "
-                "(simulated step)"
-            },
-        }
-    ]
-    tids = {track: i + 1 for i, track in enumerate(TRACKS + pipeline_tracks(simulation))}
-    for track, tid in tids.items():
-        events.append(
-            {"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": track}}
-        )
-        events.append(
-            {
-                "name": "thread_sort_index",
-                "ph": "M",
-                "pid": pid,
-                "tid": tid,
-                "args": {"sort_index": tid},
-            }
-        )
-    for event in simulation.events:
-        events.append(
-            {
-                "name": event.name,
-                "cat": event.track,
-                "ph": "X",
-                "pid": pid,
-                "tid": tids[event.track],
-                "ts": event.start * 1e6,
-                "dur": event.duration * 1e6,
-            }
-        )
-    events.extend(memory_counter_events(simulation, pid))
-    return {"traceEvents": events, "displayTimeUnit": "ms"}
-
-
 def write_reports(
-    simulation: StepSimulation, report_dir: str | os.PathLike, run: RunInfo | None = None
+    simulation: StepSimulation,
+    report_dir: str | os.PathLike,
+    run: RunInfo | None = None,
+    host: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
+    missing: Sequence[int] = (),
 ) -> pathlib.Path:
     """Writes ``summary.json``, ``trace.json`` and ``report.html`` into ``report_dir``
     (created if needed); ``run`` (the command, date and versions) goes into the first and
-    the last.
+    the last, the instances' ``host`` timelines (``popdist_emu._host_timeline``) into the
+    trace, ``missing`` naming those that did not arrive.
 
     Returns:
         The report directory.
@@ -141,7 +90,8 @@ def write_reports(
     # Renamed into place: a failed write keeps the old report, a symlink is replaced.
     text = json.dumps(summary(simulation, run), indent=2) + "\n"
     write_atomically(directory / SUMMARY_FILE, text)
-    write_atomically(directory / TRACE_FILE, json.dumps(chrome_trace(simulation)) + "\n")
+    trace = chrome_trace(simulation, host, missing)
+    write_atomically(directory / TRACE_FILE, json.dumps(trace) + "\n")
     write_run_report(simulation, directory, run)  # report.html: the same figures as pictures
     return directory
 

@@ -31,7 +31,14 @@ from typing import Any
 import jax
 
 import hardware
-from popdist_emu._environment import ENV_COMMAND, ENV_REPORT_DIR, ENV_SYSTEM, InstanceEnvironment
+from popdist_emu._environment import (
+    ENV_COMMAND,
+    ENV_JOB_DIR,
+    ENV_REPORT_DIR,
+    ENV_SYSTEM,
+    InstanceEnvironment,
+)
+from popdist_emu._host_timeline import collect, publish
 from popdist_emu.data import InfeedStats
 from popdist_emu.reports import format_summary, print_planner_warnings, run_info, write_reports
 from popdist_emu.runtime import Trainer
@@ -311,13 +318,18 @@ def report_simulation(
     environ = os.environ if environ is None else environ
     if instance_index is None:
         instance_index = InstanceEnvironment.from_environ(environ).instance
+    directory = environ.get(ENV_REPORT_DIR, "") if report_dir is None else report_dir
+    # The launcher's job directory carries the instances' host timelines to instance 0;
+    # a call given its report directory reads nothing from the environment.
+    job_dir = environ.get(ENV_JOB_DIR, "") if report_dir is None else ""
     if instance_index != 0:
+        if directory:
+            publish(job_dir, instance_index)
         return None
     print(format_summary(simulation), file=file or sys.stdout, flush=True)
-    directory = environ.get(ENV_REPORT_DIR, "") if report_dir is None else report_dir
     if not directory:
         return None
     if command is None:
         command = environ.get(ENV_COMMAND, "") if report_dir is None else ""
-    run = run_info(command)
-    return str(write_reports(simulation, directory, run))
+    host, missing = collect(job_dir, 0)
+    return str(write_reports(simulation, directory, run_info(command), host, missing))

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import hardware
-from popdist_emu.reports._summary import chrome_trace, format_summary, summary, write_reports
+from popdist_emu.reports._summary import format_summary, summary, write_reports
 
 PROFILE = hardware.StepProfile(
     grad_flops=2e11,
@@ -44,38 +44,6 @@ def test_summary_json_has_the_contract_keys(simulation, tmp_path):
     assert summary["phases"]["allreduce"] > 0
     assert summary["memory_per_ipu"] == simulation.memory_per_ipu
     assert summary["host_io_exposed_seconds"] == simulation.host_io_exposed_seconds
-
-
-def test_trace_is_valid_chrome_trace_json(simulation, tmp_path):
-    write_reports(simulation, tmp_path)
-    trace = json.loads((tmp_path / "trace.json").read_text())
-    events = trace["traceEvents"]
-    assert isinstance(events, list) and events
-    threads = {}
-    for event in events:
-        assert event["ph"] in ("X", "M")
-        assert isinstance(event["pid"], int) and isinstance(event["tid"], int)
-        assert isinstance(event["name"], str)
-        if event["ph"] == "M" and event["name"] == "thread_name":
-            threads[event["tid"]] = event["args"]["name"]
-    complete = [e for e in events if e["ph"] == "X"]
-    assert complete
-    for event in complete:
-        assert event["ts"] >= 0 and event["dur"] >= 0
-        assert event["tid"] in threads
-    # One track per IPU role and per link tier, each named.
-    assert set(threads.values()) == set(hardware.TRACKS)
-    used = {threads[e["tid"]] for e in complete}
-    assert {"IPU 0 compute (replica 0)", "IPU-Links", "GW-Links", "Host sync"} <= used
-    step_us = simulation.simulated_step_seconds * 1e6
-    assert max(e["ts"] + e["dur"] for e in complete) == pytest.approx(step_us)
-
-
-def test_trace_matches_the_simulation_events(simulation):
-    complete = [e for e in chrome_trace(simulation)["traceEvents"] if e["ph"] == "X"]
-    assert len(complete) == len(simulation.events)
-    compute_us = sum(e["dur"] for e in complete if e["name"] == "compute")
-    assert compute_us == pytest.approx(simulation.phases["compute"] * 1e6)
 
 
 def test_format_summary_is_short_and_says_what_matters(simulation):
