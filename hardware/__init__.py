@@ -66,10 +66,10 @@ from hardware._specs import select_system as select_system
 from hardware._step_profile import CollectiveRecord as CollectiveRecord
 from hardware._step_profile import StepProfile as StepProfile
 from hardware._step_profile import resolve_group as resolve_group
-from hardware._timeline import PHASES as PHASES
-from hardware._timeline import TRACKS as TRACKS
-from hardware._timeline import StepSimulation as StepSimulation
-from hardware._timeline import TimelineEvent as TimelineEvent
+from hardware._step_simulation import PHASES as PHASES
+from hardware._step_simulation import TRACKS as TRACKS
+from hardware._step_simulation import StepSimulation as StepSimulation
+from hardware._step_simulation import TimelineEvent as TimelineEvent
 from hardware._timeline import simulate_step as simulate_step
 from hardware._uncertainty import Calibration as Calibration
 from hardware._uncertainty import load_calibration as load_calibration

@@ -45,16 +45,8 @@ from hardware._pipeline import (
 )
 from hardware._specs import IpuSpec, SystemSelectionError, SystemSpec
 from hardware._step_profile import StepProfile
-from hardware._timeline import (
-    TRACK_COMPUTE,
-    StepSimulation,
-    TimelineEvent,
-    _durations,
-    exposed_host_times,
-    ipu_track,
-    samples_per_second,
-    step_phases,
-)
+from hardware._step_simulation import TRACK_COMPUTE, StepSimulation, TimelineEvent, ipu_track
+from hardware._timeline import _durations, exposed_host_times, samples_per_second, step_phases
 
 
 @dataclasses.dataclass(frozen=True)
