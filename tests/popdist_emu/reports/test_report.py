@@ -4,33 +4,7 @@ import json
 
 import pytest
 
-import hardware
 from popdist_emu.reports._summary import format_summary, summary, write_reports
-
-PROFILE = hardware.StepProfile(
-    grad_flops=2e11,
-    grad_bytes_accessed=1e10,
-    update_flops=1e8,
-    update_bytes_accessed=5e8,
-    parameter_bytes=50_000_000,
-    optimiser_state_bytes=50_000_000,
-    gradient_bytes=50_000_000,
-    activation_bytes=200_000_000,
-    host_bytes_per_micro_batch=3_000_000,
-    num_ops=1000,
-    micro_batch_size=20,
-    gradient_accumulation=2,
-    precision="float16",
-    collectives=[("all_reduce", "auto", "all", 50_000_000)],
-    name="toy",
-)
-
-
-@pytest.fixture(scope="module")
-def simulation():
-    return hardware.simulate_step(
-        PROFILE, hardware.ReplicaLayout(128, 64), hardware.get_system("pod128")
-    )
 
 
 def test_summary_json_has_the_contract_keys(simulation, tmp_path):

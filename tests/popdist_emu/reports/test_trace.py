@@ -17,23 +17,6 @@ from popdist_emu._host_timeline import HostTimeline, collect, publish
 from popdist_emu.reports._trace import chrome_trace
 
 TRAIN = Path(__file__).parents[3] / "examples" / "train.py"
-PROFILE = hardware.StepProfile(
-    grad_flops=2e11,
-    grad_bytes_accessed=1e10,
-    update_flops=1e8,
-    update_bytes_accessed=5e8,
-    parameter_bytes=50_000_000,
-    optimiser_state_bytes=50_000_000,
-    gradient_bytes=50_000_000,
-    activation_bytes=200_000_000,
-    host_bytes_per_micro_batch=3_000_000,
-    num_ops=1000,
-    micro_batch_size=20,
-    gradient_accumulation=2,
-    precision="float16",
-    collectives=[("all_reduce", "auto", "all", 50_000_000)],
-    name="toy",
-)
 
 
 def check_trace_event_format(trace: dict) -> dict[tuple[int, int], str]:
@@ -77,27 +60,28 @@ def check_trace_event_format(trace: dict) -> dict[tuple[int, int], str]:
     return threads
 
 
-def test_every_event_has_its_arguments_and_each_track_is_named_once():
-    sim = hardware.simulate_step(
-        PROFILE, hardware.ReplicaLayout(128, 64), hardware.get_system("pod128")
-    )
+def test_every_event_has_its_arguments_and_each_track_is_named_once(simulation, toy_profile):
+    sim = simulation
     trace = chrome_trace(sim)
     threads = check_trace_event_format(trace)
     complete = [e for e in trace["traceEvents"] if e["ph"] == "X"]
     assert len(complete) == len(sim.run_events)
     by_name = {e["name"]: e["args"] for e in complete}
-    assert by_name["compute"]["flops"] == PROFILE.grad_flops and "micro_batch" in by_name["compute"]
+    assert (
+        by_name["compute"]["flops"] == toy_profile.grad_flops
+        and "micro_batch" in by_name["compute"]
+    )
     reduce = by_name["all_reduce"]
     assert (reduce["kind"], reduce["group"], reduce["bytes"]) == ("all_reduce", "all", 50_000_000)
     assert reduce["method"] == "auto" and reduce["tier"] in ("IPU-Links", "GW-Links")
-    assert by_name["host_io"]["bytes_per_replica"] == PROFILE.host_bytes_per_micro_batch
+    assert by_name["host_io"]["bytes_per_replica"] == toy_profile.host_bytes_per_micro_batch
     assert set(threads.values()) >= {"IPU 0 (replica 0)", "IPU-Links", "GW-Links", "Host sync"}
 
 
-def test_the_trace_shows_several_steps_and_the_first_one_waits_for_its_data():
-    sim = hardware.simulate_step(
-        PROFILE, hardware.ReplicaLayout(128, 64), hardware.get_system("pod128")
-    )
+def test_the_trace_shows_several_steps_and_the_first_one_waits_for_its_data(
+    simulation, toy_profile
+):
+    sim = simulation
     complete = [e for e in chrome_trace(sim)["traceEvents"] if e["ph"] == "X"]
     steps = sorted({e["args"]["step"] for e in complete})
     assert len(steps) >= 2
@@ -109,7 +93,7 @@ def test_the_trace_shows_several_steps_and_the_first_one_waits_for_its_data():
         s: min(e["ts"] for e in complete if e["name"] == "host_io" and e["args"]["step"] == s)
         for s in steps
     }
-    io_us = sim.host_io_seconds * 1e6 / PROFILE.gradient_accumulation
+    io_us = sim.host_io_seconds * 1e6 / toy_profile.gradient_accumulation
     # Step 0 computes the moment its first micro-batch has crossed the host link; in the last
     # step that micro-batch was prefetched while the IPUs were still busy.
     waited = [first_compute[s] - (first_io[s] + io_us) for s in steps]
