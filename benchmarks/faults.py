@@ -33,6 +33,7 @@ DESCRIPTION = {
     "inside": "exception raised inside a collective's wait",
     "after": "uncaught exception after the last collective",
     "exit": "sys.exit(0) while the peer waits in a collective",
+    "exit3": "sys.exit(3) while the peer waits in a collective",
     "extra": "peer calls one collective more (victim returned)",
     "kill": "SIGKILL",
     "stop": "SIGSTOP, --collective-timeout 3",

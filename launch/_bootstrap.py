@@ -137,6 +137,14 @@ def _watch_launcher(launcher_pid: int, child: subprocess.Popen) -> None:
             return
 
 
+def _with_runner(program: list[str]) -> list[str]:
+    """A script run by this interpreter goes through ``launch._runner``, which tells the
+    launcher a failing exit code before MPI's finalisation can hold it back."""
+    if len(program) >= 2 and program[0] == sys.executable and program[1].endswith(".py"):
+        return [sys.executable, "-m", "launch._runner", *program[1:]]
+    return program
+
+
 def run_instance(program: list[str], config: JobConfig) -> int:
     """Runs ``program`` as this rank's instance; returns the exit code for this process."""
     forced = config.instance
@@ -186,7 +194,7 @@ def run_instance(program: list[str], config: JobConfig) -> int:
     pmi_fd = os.environ.get("PMI_FD", "")
     try:
         child = subprocess.Popen(
-            program,
+            _with_runner(program),
             env=instance_environment(config, instance, os.environ),
             stdout=stdout,
             stderr=stderr,

@@ -11,6 +11,7 @@ import os
 from collections.abc import Mapping
 
 from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig
+from popdist_emu._environment import leaving_path as leaving_path
 from popdist_emu._environment import pid_path as pid_path
 from popdist_emu._environment import status_path as status_path
 from popdist_emu._files import write_atomically as write_atomically

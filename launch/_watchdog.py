@@ -27,11 +27,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import BinaryIO, NamedTuple
 
 from launch._cleanup import remove_leftover_segments
-from launch._job import pid_path, status_path
+from launch._job import leaving_path, pid_path, status_path
 from launch._mpi_banner import BannerFilter
 from popdist_emu._files import pid_alive
 
@@ -84,11 +84,14 @@ def _raise_terminated(signum: int, _frame: object) -> None:
     raise _Terminated(signum)
 
 
-def read_exits(job_dir: str, instances: Sequence[int]) -> dict[int, InstanceExit]:
-    """The exit statuses the bootstraps wrote so far."""
+def read_exits(
+    job_dir: str, instances: Sequence[int], path_of: Callable[[str, int], str] = status_path
+) -> dict[int, InstanceExit]:
+    """The exit statuses the bootstraps wrote so far (``path_of=leaving_path``: the failing
+    statuses programs announced before their exit handlers ran)."""
     exits = {}
     for i in instances:
-        path = status_path(job_dir, i)
+        path = path_of(job_dir, i)
         try:
             with open(path) as f:
                 text = f.read().strip()
@@ -189,11 +192,15 @@ class _Output:
     termination banner (``launch._mpi_banner``); nothing to do when they are not piped."""
 
     def __init__(self, proc: subprocess.Popen, stdout: BinaryIO, stderr: BinaryIO) -> None:
-        self._threads = [
-            threading.Thread(target=_copy, args=(pipe, sink), daemon=True)
-            for pipe, sink in ((proc.stdout, stdout), (proc.stderr, stderr))
-            if pipe is not None
-        ]
+        self._filters: list[BannerFilter] = []
+        self._threads = []
+        for pipe, sink in ((proc.stdout, stdout), (proc.stderr, stderr)):
+            if pipe is not None:
+                banner = BannerFilter()
+                self._filters.append(banner)
+                self._threads.append(
+                    threading.Thread(target=_copy, args=(pipe, sink, banner), daemon=True)
+                )
         for thread in self._threads:
             thread.start()
 
@@ -204,9 +211,14 @@ class _Output:
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
 
+    def show_hidden(self) -> None:
+        """Prints the MPI's termination notices that were held back: the launcher could not
+        explain the end itself, so they may be all there is."""
+        for banner in self._filters:
+            _write(sys.stderr.buffer, b"".join(banner.hidden))
 
-def _copy(pipe: BinaryIO, sink: BinaryIO) -> None:
-    banner = BannerFilter()
+
+def _copy(pipe: BinaryIO, sink: BinaryIO, banner: BannerFilter) -> None:
     fd = pipe.fileno()
     while chunk := os.read(fd, 65536):
         _write(sink, banner.feed(chunk))
@@ -342,11 +354,19 @@ def run_job(
         while True:
             finished = proc.poll() is not None
             exits = read_exits(job_dir, instances)
+            # A program ending with a failing status says so before MPI's finalisation, in
+            # which a peer's collective could otherwise fail first and be named instead.
+            leaving = {
+                i: e
+                for i, e in read_exits(job_dir, instances, leaving_path).items()
+                if i not in exits and e.code != 0
+            }
             if time.monotonic() > next_scan:
                 seen_stopped.update(_stopped(groups, exits))
                 next_scan = time.monotonic() + 1.0
             failures = sorted(
-                (e for e in exits.values() if e.code != 0), key=lambda e: (e.when_ns, e.instance)
+                (e for e in (*exits.values(), *leaving.values()) if e.code != 0),
+                key=lambda e: (e.when_ns, e.instance),
             )
             lost = [] if failures else list(_vanished(groups, exits))
             if failures or lost:
@@ -394,6 +414,7 @@ def run_job(
         missing = [i for i in instances if i not in exits]
         if proc.returncode != 0 or missing:
             end_job_and_output()  # the instances a dead mpiexec left behind
+            output.show_hidden()
             _report(
                 f"mpiexec {_ended(proc.returncode)} and instances {missing} reported no exit "
                 f"status; see the MPI messages above"

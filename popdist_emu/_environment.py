@@ -207,6 +207,12 @@ def status_path(job_dir: str, instance: int) -> str:
     return os.path.join(job_dir, f"instance-{instance}.status")
 
 
+def leaving_path(job_dir: str, instance: int) -> str:
+    """Where the program of ``instance`` records the non-zero status it is ending with,
+    before its exit handlers (and MPI's finalisation) run."""
+    return os.path.join(job_dir, f"instance-{instance}.leaving")
+
+
 def layout_environment(layout: ReplicaLayout, instance: int) -> dict[str, str]:
     """PopRun's view of ``instance`` of ``layout`` as variables (no emulator settings).
 

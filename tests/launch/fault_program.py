@@ -26,6 +26,7 @@ CASES = (
     "inside",
     "after",
     "exit",
+    "exit3",
     "extra",
     "kill",
     "stop",
@@ -74,6 +75,9 @@ def main(case: str, out: str) -> None:
     if victim and case == "exit":
         fault()
         sys.exit(0)
+    if victim and case == "exit3":
+        fault()
+        sys.exit(3)  # its peer waits in the next collective
     if victim and case == "stopboot":
         fault()
         os.kill(os.getppid(), signal.SIGSTOP)  # its bootstrap: the program itself runs on

@@ -27,12 +27,24 @@ BANNER = (
     b"This typically refers to a problem with your application.\n"
     b"Please see the FAQ page for debugging suggestions\n"
 )
+# What Open MPI 5's prterun printed here when an instance of a 2-instance job exited with 1.
+OPENMPI_NOTICE = (
+    b"--------------------------------------------------------------------------\n"
+    b"prterun detected that one or more processes exited with non-zero status,\n"
+    b"thus causing the job to be terminated. The first process to do so was:\n"
+    b"\n"
+    b"   Process name: [prterun-vm-20993@1,1]\n"
+    b"   Exit code:    1\n"
+    b"--------------------------------------------------------------------------\n"
+)
 lines_st = st.lists(
     st.sampled_from(
         [
             b"[1,0]<stdout>:step 1/2 loss 2.3\n",
             b"\n",
             b"=====\n",
+            b"------------------------------\n",
+            b"an Open MPI help block's line\n",
             b"== not a banner ==\n",
             b"progress 10%\r",
             b'{"loss": 1.0}\n',
@@ -53,13 +65,24 @@ def _through(data: bytes, cuts: list[int]) -> bytes:
 
 
 @settings(max_examples=200, derandomize=True, deadline=None)
-@given(before=lines_st, after=lines_st, cuts=st.lists(st.integers(0, 600), max_size=8))
-def test_the_banner_goes_and_everything_else_stays_whatever_the_chunks(before, after, cuts):
+@given(
+    before=lines_st,
+    after=lines_st,
+    cuts=st.lists(st.integers(0, 600), max_size=8),
+    notice=st.sampled_from([BANNER, OPENMPI_NOTICE]),
+)
+def test_the_notices_go_and_everything_else_stays_whatever_the_chunks(before, after, cuts, notice):
     head, tail = b"".join(before), b"".join(after)
     assert _through(head + tail, cuts) == head + tail
     if head and not head.endswith(b"\n"):
-        head += b"\n"  # the banner's opening newline would end an unfinished line
-    assert _through(head + BANNER + tail, cuts) == head + tail
+        head += b"\n"  # a notice opens on a line of its own
+    assert _through(head + notice + tail, cuts) == head + tail
+
+
+def test_what_was_hidden_is_kept_for_when_the_launcher_cannot_explain():
+    f = BannerFilter()
+    assert f.feed(b"ok\n" + BANNER + OPENMPI_NOTICE) == b"ok\n"
+    assert b"".join(f.hidden) == BANNER + OPENMPI_NOTICE
 
 
 def test_a_partial_line_passes_at_once():
