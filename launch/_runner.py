@@ -15,6 +15,7 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import runpy
 import sys
@@ -50,17 +51,28 @@ def main() -> None:
     try:
         runpy.run_path(script, run_name="__main__")
     except SystemExit as end:
-        _leaving(exit_status(end.code))
-        raise
+        status = exit_status(end.code)
+        if status and not isinstance(end.code, int):
+            print(end.code, file=sys.stderr)  # as the interpreter prints sys.exit("why")
+        _flush()  # what the program printed reaches the launcher before its status does
+        _leaving(status)
+        raise SystemExit(status) from None
     except KeyboardInterrupt:
         raise  # the interpreter's own ending (killed by SIGINT), as without the runner
     except BaseException as error:
-        _leaving(1)
         # The traceback as ``python script.py`` prints it: from the script's frame, without
         # this runner's and runpy's, through the hook in force (gcl's ends the job at once).
         trimmed = _from_script(error.__traceback__, script)
         sys.excepthook(type(error), error.with_traceback(trimmed), trimmed)
+        _flush()
+        _leaving(1)
         raise SystemExit(1) from None
+
+
+def _flush() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # closed, replaced
+            stream.flush()
 
 
 def _from_script(tb: TracebackType | None, script: str) -> TracebackType | None:

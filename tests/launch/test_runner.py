@@ -47,3 +47,22 @@ def test_a_script_runs_as_main_with_its_argv_and_its_folder_on_the_path(tmp_path
         leaving = job / "instance-0.leaving"
         assert leaving.exists() == (code != 0)
     assert (job / "instance-0.leaving").read_text() == "3\n"
+
+
+def test_an_exit_message_is_printed_before_the_status_is_left(tmp_path):
+    """``sys.exit("why")``: the message reaches stderr before the launcher hears of the
+    failure (it may end the job at once), and the status is 1, as without the runner."""
+    script = tmp_path / "prog.py"
+    script.write_text("import sys\nprint('working', flush=True)\nsys.exit('usage: bad --x')\n")
+    job = tmp_path / "job"
+    job.mkdir()
+    env = {**os.environ, "POPDIST_EMU_JOB_DIR": str(job), "POPDIST_EMU_INSTANCE_INDEX": "1"}
+    run = subprocess.run(
+        [sys.executable, "-m", "launch._runner", str(script)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert (run.returncode, run.stdout, run.stderr) == (1, "working\n", "usage: bad --x\n")
+    assert (job / "instance-1.leaving").read_text() == "1\n"
