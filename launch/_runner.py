@@ -38,9 +38,12 @@ def _leaving(status: int) -> None:
     """Tells the launcher this instance is ending with ``status`` (only a failure matters)."""
     if status == 0:
         return
-    view = InstanceEnvironment.from_environ()
-    if view.job_dir and os.path.isdir(view.job_dir):
-        write_atomically(leaving_path(view.job_dir, view.instance), f"{status}\n")
+    try:
+        view = InstanceEnvironment.from_environ()
+        if view.job_dir and os.path.isdir(view.job_dir):
+            write_atomically(leaving_path(view.job_dir, view.instance), f"{status}\n")
+    except Exception as error:  # never in the way of the program's own ending
+        print(f"poprun-emu runner: could not record exit status {status}: {error}", file=sys.stderr)
 
 
 def main() -> None:

@@ -56,7 +56,13 @@ def test_an_exit_message_is_printed_before_the_status_is_left(tmp_path):
     script.write_text("import sys\nprint('working', flush=True)\nsys.exit('usage: bad --x')\n")
     job = tmp_path / "job"
     job.mkdir()
-    env = {**os.environ, "POPDIST_EMU_JOB_DIR": str(job), "POPDIST_EMU_INSTANCE_INDEX": "1"}
+    layout = {"POPDIST_NUM_TOTAL_REPLICAS": "2", "POPDIST_NUM_LOCAL_REPLICAS": "1"}
+    env = {
+        **os.environ,
+        **layout,
+        "POPDIST_EMU_JOB_DIR": str(job),
+        "POPDIST_EMU_INSTANCE_INDEX": "1",
+    }
     run = subprocess.run(
         [sys.executable, "-m", "launch._runner", str(script)],
         capture_output=True,
