@@ -46,11 +46,6 @@ def host_compute_seconds(profile: StepProfile, layout: ReplicaLayout) -> float:
     program's loader was not measured)."""
     if profile.host_cpu_seconds_per_sample <= 0:
         return 0.0
-    samples = (
-        layout.num_local_replicas
-        * profile.micro_batch_size
-        * profile.gradient_accumulation
-        * profile.device_iterations
-    )
+    samples = layout.num_local_replicas * profile.samples_per_update * profile.device_iterations
     parallel = min(max(profile.host_workers, 1), cores_per_instance(layout))
     return profile.host_cpu_seconds_per_sample * HOST_SPEED_FACTOR * samples / parallel

@@ -220,9 +220,10 @@ def _pipeline_events(
     (``B3``) and IPU-Link exchange on its IPU's track, with the stage, its blocks and the
     micro-batch as arguments (``about``: the step's)."""
     out = []
+    stage_of_ipu = {s.ipu: i for i, s in enumerate(pipe.stages)}
     for e in pipe.events:
         name = {"forward": "F", "backward": "B", "transfer": "IPU-Link "}[e.kind]
-        stage = next(i for i, s in enumerate(pipe.stages) if s.ipu == e.ipu)
+        stage = stage_of_ipu[e.ipu]
         cost = pipe.stages[stage]
         args = (
             *about,

@@ -21,6 +21,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import pathlib
@@ -128,9 +129,11 @@ class Calibration:
         return out
 
 
+@functools.lru_cache(maxsize=8)
 def load_calibration(path: str | pathlib.Path | None = None) -> Calibration:
     """The calibration rows of ``path`` (default: the packaged calibration.json); none when
-    the file does not exist (a checkout before anyone calibrated)."""
+    the file does not exist (a checkout before anyone calibrated). Read once per process:
+    every report and every point of a sweep asks for it."""
     file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
     if not file.exists():
         return Calibration((), "", ())

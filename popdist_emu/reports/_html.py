@@ -119,7 +119,7 @@ def _pipeline_section(sim: StepSimulation) -> str:
             rows,
             left=(1, 2),
         )
-        + f"<p>{html.escape(bubble.capitalize()[0] + bubble[1:])}. "
+        + f"<p>{html.escape(bubble[:1].upper() + bubble[1:])}. "
         + f"{html.escape(BUBBLE_DEFINITION)}.</p>"
         + f"<p>Balance {summary['balance']:.2f}: {html.escape(BALANCE_DEFINITION)}</p>"
     )

@@ -233,17 +233,16 @@ def infeed_figures(
     for each of the instance's replicas."""
     if stats.items <= 0:
         return {}
-    micro_batches = stats.items * device_iterations * gradient_accumulation * local_replicas
+    per_item = device_iterations * gradient_accumulation * local_replicas  # micro-batches
     figures: dict[str, Any] = {}
     if stats.bytes > 0:
-        figures["host_bytes_per_micro_batch"] = round(stats.bytes / micro_batches)
+        figures["host_bytes_per_micro_batch"] = round(stats.bytes / (stats.items * per_item))
     # The first item pays one-time costs (first calls, caches): left out when others exist.
     cpu, items = stats.produce_cpu_seconds, stats.items
     if items > 1:
         cpu, items = cpu - stats.first_cpu_seconds, items - 1
     if cpu > 0:
-        samples = items * device_iterations * gradient_accumulation * local_replicas
-        figures["host_cpu_seconds_per_sample"] = cpu / (samples * micro_batch_size)
+        figures["host_cpu_seconds_per_sample"] = cpu / (items * per_item * micro_batch_size)
         figures["host_workers"] = stats.workers
         figures["host_prefetch"] = True
     return figures
