@@ -36,8 +36,10 @@ from collections.abc import Iterator, Mapping
 from typing import BinaryIO
 
 from launch._job import (
+    HEARTBEAT_SECONDS,
     instance_environment,
     pid_path,
+    pid_space,
     status_path,
     write_atomically,
 )
@@ -137,6 +139,18 @@ def _watch_launcher(launcher_pid: int, child: subprocess.Popen) -> None:
             return
 
 
+def _heartbeat(job_dir: str, instance: int, child: subprocess.Popen) -> None:
+    """Renews the pid file's modification time while the program runs: the launcher's sign
+    that this instance lives, where it cannot see the process (another host)."""
+    path = pid_path(job_dir, instance)
+    while child.poll() is None:
+        time.sleep(HEARTBEAT_SECONDS)
+        try:
+            os.utime(path)
+        except OSError:  # the job directory is gone: the launcher ended the job
+            return
+
+
 def _with_runner(program: list[str]) -> list[str]:
     """A script run by this interpreter goes through ``launch._runner``, which tells the
     launcher a failing exit code before MPI's finalisation can hold it back."""
@@ -232,8 +246,14 @@ def run_instance(program: list[str], config: JobConfig) -> int:
             threading.Thread(target=_pump, args=(child.stdout, sink, tag, None, log), daemon=True)
         )
     launcher_pid = config.launcher_pid
-    watcher = threading.Thread(target=_watch_launcher, args=(launcher_pid, child), daemon=True)
-    for thread in (*pumps, watcher) if isinstance(launcher_pid, int) else pumps:
+    # Only where the launcher's pid means the launcher: on another host it is someone else's.
+    watched = isinstance(launcher_pid, int) and config.launcher_pid_space == pid_space()
+    watchers = [threading.Thread(target=_heartbeat, args=(job_dir, instance, child), daemon=True)]
+    if watched:
+        watchers.append(
+            threading.Thread(target=_watch_launcher, args=(launcher_pid, child), daemon=True)
+        )
+    for thread in (*pumps, *watchers):
         thread.start()
     code = child.wait()  # retried after a forwarded signal (PEP 475)
     if code != 0:
@@ -245,7 +265,7 @@ def run_instance(program: list[str], config: JobConfig) -> int:
         write_atomically(status_path(job_dir, instance), f"{code}\n")
     for thread in pumps:
         thread.join(timeout=5)  # a grandchild holding the pipes must not keep us alive
-    if isinstance(launcher_pid, int) and not _is_running(launcher_pid):
+    if isinstance(launcher_pid, int) and watched and not _is_running(launcher_pid):
         shutil.rmtree(job_dir, ignore_errors=True)  # the launcher can no longer do it
     return code if code >= 0 else 128 - code
 

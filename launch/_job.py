@@ -3,7 +3,8 @@
 The launcher passes the job to every bootstrap as a :class:`~popdist_emu._environment.JobConfig`
 in JSON, in one variable (never as a shell string); each bootstrap writes two small files into
 the job directory, which the watchdog polls: ``instance-<i>.pid`` (``"<pid> <process group>"``,
-when it starts) and ``instance-<i>.status`` (the program's ``Popen.returncode``, when it ends).
+when it starts, its modification time renewed every :data:`HEARTBEAT_SECONDS` while the program
+runs) and ``instance-<i>.status`` (the program's ``Popen.returncode``, when it ends).
 The variable names themselves live in ``popdist_emu._environment``, the contract module.
 """
 
@@ -15,6 +16,10 @@ from popdist_emu._environment import leaving_path as leaving_path
 from popdist_emu._environment import pid_path as pid_path
 from popdist_emu._environment import status_path as status_path
 from popdist_emu._files import write_atomically as write_atomically
+
+# How often a bootstrap renews its pid file's modification time: the launcher's only sign of
+# life from an instance on another host, whose processes it cannot see.
+HEARTBEAT_SECONDS = 0.5
 
 SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_shim")
 # XLA has no intra_op_parallelism_threads flag (a bare word in XLA_FLAGS is read as a file
@@ -40,3 +45,15 @@ def instance_environment(
     # Lines reach the launcher as they are printed, and survive a watchdog SIGTERM.
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
+
+
+def pid_space() -> str:
+    """Which process-id space this process is in: the kernel's boot id and the pid
+    namespace, so that a bootstrap on another host (or in another container) never reads
+    the launcher's pid as one of its own processes; empty where neither can be read."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""

@@ -242,6 +242,8 @@ class JobConfig:
         report_dir: ``--report-dir``; empty = no report files.
         offline: ``--offline-mode``.
         launcher_pid: the launcher's pid, so an instance ends when its launcher dies.
+        launcher_pid_space: the launcher's process-id space (``launch._job.pid_space``):
+            only a bootstrap in the same space can watch ``launcher_pid``.
         instance: the instance index a bootstrap takes without an MPI rank (offline mode's
             representative process); None = the MPI rank.
         executable_cache_path: JAX's persistent compilation cache directory (PopRun's
@@ -262,6 +264,7 @@ class JobConfig:
     report_dir: str = ""
     offline: bool = False
     launcher_pid: int | None = None
+    launcher_pid_space: str = ""
     instance: int | None = None
     executable_cache_path: str = ""
     progress: bool = False
