@@ -25,18 +25,17 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import BinaryIO, NamedTuple
+from typing import NamedTuple
 
 from launch._cleanup import remove_leftover_segments
+from launch._host_watch import explain, stale
 from launch._job import leaving_path, pid_path, status_path
-from launch._mpi_banner import BannerFilter
+from launch._job_output import GRACE_SECONDS, JobOutput
 from popdist_emu._files import pid_alive
 
 POLL_SECONDS = 0.1  # 16 instances = 32 small reads per poll; cheap, and failures end in seconds
-GRACE_SECONDS = 3.0
 
 
 def tail_path(job_dir: str, instance: int) -> str:
@@ -134,10 +133,11 @@ class _Groups:
     def __init__(self, job_dir: str, instances: Sequence[int], root: int) -> None:
         self.job_dir, self.instances, self.root = job_dir, instances, root
         self.known: dict[int, tuple[int, int]] = {}
+        self.remote: set[int] = set()  # started where /proc does not show them (another host)
 
     def __call__(self) -> dict[int, tuple[int, int]]:
         for i in self.instances:
-            if i in self.known:
+            if i in self.known or i in self.remote:
                 continue
             try:
                 with open(pid_path(self.job_dir, i)) as f:
@@ -146,13 +146,20 @@ class _Groups:
                 continue
             if _ours(pid, pgid, self.root):
                 self.known[i] = (pid, pgid)
+            else:
+                self.remote.add(i)
         return dict(self.known)
 
 
 def _vanished(groups: _Groups, exits: Mapping[int, InstanceExit]):
-    """Instances whose bootstrap is gone without writing a status (it was killed)."""
+    """Instances whose bootstrap is gone without writing a status (it was killed); on another
+    host, that stopped renewing its pid file."""
     for i, (pid, _) in groups().items():
         if i not in exits and not pid_alive(pid):
+            yield i
+    now_ns = time.time_ns()
+    for i in sorted(groups.remote):
+        if i not in exits and stale(groups.job_dir, i, now_ns):
             yield i
 
 
@@ -185,52 +192,6 @@ def end_job(proc: subprocess.Popen, groups: _Groups) -> None:
         proc.wait(timeout=GRACE_SECONDS)
     except subprocess.TimeoutExpired:
         print(f"poprun-emu: mpiexec (pid {proc.pid}) did not end after SIGKILL", file=sys.stderr)
-
-
-class _Output:
-    """Copies mpiexec's piped stdout and stderr to ours as they come, without MPICH's
-    termination banner (``launch._mpi_banner``); nothing to do when they are not piped."""
-
-    def __init__(self, proc: subprocess.Popen, stdout: BinaryIO, stderr: BinaryIO) -> None:
-        self._filters: list[BannerFilter] = []
-        self._threads = []
-        for pipe, sink in ((proc.stdout, stdout), (proc.stderr, stderr)):
-            if pipe is not None:
-                banner = BannerFilter()
-                self._filters.append(banner)
-                self._threads.append(
-                    threading.Thread(target=_copy, args=(pipe, sink, banner), daemon=True)
-                )
-        for thread in self._threads:
-            thread.start()
-
-    def drain(self, timeout: float = GRACE_SECONDS) -> None:
-        """Waits (bounded) until the job's output is written: its processes have ended, so
-        the pipes close; a descendant that kept one open is not waited for longer."""
-        deadline = time.monotonic() + timeout
-        for thread in self._threads:
-            thread.join(timeout=max(0.0, deadline - time.monotonic()))
-
-    def show_hidden(self) -> None:
-        """Prints the MPI's termination notices that were held back: the launcher could not
-        explain the end itself, so they may be all there is."""
-        for banner in self._filters:
-            _write(sys.stderr.buffer, b"".join(banner.hidden))
-
-
-def _copy(pipe: BinaryIO, sink: BinaryIO, banner: BannerFilter) -> None:
-    fd = pipe.fileno()
-    while chunk := os.read(fd, 65536):
-        _write(sink, banner.feed(chunk))
-    _write(sink, banner.flush())
-    pipe.close()
-
-
-def _write(sink: BinaryIO, data: bytes) -> None:
-    if data:
-        with contextlib.suppress(OSError, ValueError):  # a closed terminal loses nothing else
-            sink.write(data)
-            sink.flush()
 
 
 def _report(message: str) -> None:
@@ -314,6 +275,7 @@ def run_job(
     leave_timeout: float = math.inf,
     mpi_banner: bool = False,
     shown_alone: frozenset[int] = frozenset(),
+    host_of: Sequence[str] = (),
 ) -> int:
     """Runs the job to its end and returns the launcher's exit code.
 
@@ -329,6 +291,9 @@ def run_job(
         shown_alone: instances whose output reaches the terminal with no other instance's
             (one instance, or ``--only-output-from-instance``): their last lines are already
             right above, so a failure of theirs is not followed by them again.
+        host_of: with ``--real-hosts``, the host of each instance: every instance must start
+            within ``leave_timeout`` of the launch, and a failure names the hosts that stopped
+            answering or lost their instances (``launch._host_watch``).
 
     Returns:
         0 when every instance exited 0; the first failing instance's code (128+N for signal
@@ -340,12 +305,34 @@ def run_job(
     proc = subprocess.Popen(
         list(command), env=dict(env), start_new_session=True, stdout=pipe, stderr=pipe
     )
-    output = _Output(proc, sys.stdout.buffer, sys.stderr.buffer)
+    output = JobOutput(proc, sys.stdout.buffer, sys.stderr.buffer)
     groups = _Groups(job_dir, instances, proc.pid)
 
     def end_job_and_output() -> None:
         end_job(proc, groups)
         output.drain()  # every line the job printed, before the launcher's own
+
+    launched = time.monotonic()
+
+    def end_on_hosts(exits: Mapping[int, InstanceExit], start: float = 0.0) -> list[int]:
+        """Ends the job; with real hosts, says first what became of them (looked at before
+        the job is ended) and returns the instances gone without a status, the cause."""
+        lines, lost = (
+            explain(
+                job_dir,
+                host_of,
+                [i for i in instances if i not in exits],
+                lambda: read_exits(job_dir, instances).keys(),
+                start,
+                output.recent_errors(),
+            )
+            if host_of
+            else ([], [])
+        )
+        end_job_and_output()
+        for line in lines:
+            _report(line)
+        return lost
 
     seen_stopped: set[int] = set()  # looked for every second, to name them if the job fails
     returned: dict[int, float] = {}  # instance -> when its exit 0 was first seen (monotonic)
@@ -372,7 +359,8 @@ def run_job(
             if failures or lost:
                 running = not finished and len(exits) < len(instances)
                 stopped = sorted(seen_stopped.union(_stopped(groups, exits)))
-                end_job_and_output()
+                if end_on_hosts(exits):
+                    return 1  # instances gone with their host: the others' failures follow
                 tail = "; ended the other instances" if running else ""
                 for i in stopped:
                     _report(f"instance {i} was stopped (SIGSTOP or a debugger) and never answered")
@@ -394,6 +382,14 @@ def run_job(
                 _report(f"instance {lost[0]} was killed before reporting its exit status{tail}")
                 return 1
             now = time.monotonic()
+            if (
+                host_of
+                and not finished
+                and now - launched > leave_timeout
+                and any(not os.path.exists(pid_path(job_dir, i)) for i in instances)
+            ):
+                end_on_hosts(exits, leave_timeout)
+                return 1
             returned |= {i: now for i in exits if i not in returned}
             if (
                 not finished
@@ -413,7 +409,7 @@ def run_job(
             time.sleep(POLL_SECONDS)
         missing = [i for i in instances if i not in exits]
         if proc.returncode != 0 or missing:
-            end_job_and_output()  # the instances a dead mpiexec left behind
+            end_on_hosts(exits)  # and the instances a dead mpiexec left behind
             output.show_hidden()
             _report(
                 f"mpiexec {_ended(proc.returncode)} and instances {missing} reported no exit "
