@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from hardware import LayoutError, ReplicaLayout, SystemSelectionError, select_system
 from launch._cache import executable_cache_dir
 from launch._errors import UsageError
-from launch._job import instance_environment
+from launch._job import instance_environment, pid_space
 from launch._mpi import Flavour, adapt_mpi_args, find_mpiexec, mpi_flavour, mpiexec_command
 from launch._options import OPTIONS, LaunchOptions, parse_command_line
 from launch._output import log_problem
@@ -34,6 +34,7 @@ from launch._preflight import (
     compute_device_exports,
 )
 from launch._program import program_command
+from launch._subnet import host_subnet_arguments
 from launch._topology import format_topology
 from launch._version import launcher_version
 from launch._watchdog import run_job
@@ -195,9 +196,10 @@ def launch(
     ``command_line`` is the launcher's own command line, passed on for the reports.
     """
     cache = executable_cache_dir(options.executable_cache_path)  # refused before any start
-    if options.no_effect:
+    no_effect = [f for f in options.no_effect if not (options.real_hosts and f == "--host-subnet")]
+    if no_effect:
         _log(
-            f"{', '.join(options.no_effect)}: no effect in the emulator (there is no V-IPU "
+            f"{', '.join(no_effect)}: no effect in the emulator (there is no V-IPU "
             f"server; the IPUs are simulated)"
         )
     representative = _offline_representative(options, layout)
@@ -258,6 +260,7 @@ def launch(
             report_dir=options.report_dir or "",
             offline=options.offline_mode,
             launcher_pid=os.getpid(),
+            launcher_pid_space=pid_space(),
             instance=0 if single else None,
             executable_cache_path=cache,
             progress=sys.stderr.isatty(),
@@ -276,6 +279,8 @@ def launch(
                 )
                 if flavour == "openmpi":
                     extra += _openmpi_forwarded()
+                if options.host_subnet:
+                    extra += host_subnet_arguments(flavour, options.host_subnet)
             command = mpiexec_command(
                 mpiexec,
                 flavour,
@@ -304,6 +309,7 @@ def launch(
             leave_timeout=math.inf if options.offline_mode else leave_timeout,
             mpi_banner=options.verbosity >= 1,
             shown_alone=_shown_alone(options, layout, single),
+            host_of=([layout.host_of_instance(i) for i in instances] if options.real_hosts else ()),
         )
     finally:
         shutil.rmtree(job_dir, ignore_errors=True)

@@ -243,7 +243,9 @@ OPTIONS: tuple[OptionSpec, ...] = (
         ("--host-subnet",),
         "str",
         "host_subnet",
-        "No effect (subnet of the hosts' MPI traffic).",
+        "With --real-hosts: the subnet of the hosts' MPI traffic and daemons (Hydra's -iface "
+        "of the interface here in it; Open MPI's oob_tcp_if_include and btl_tcp_if_include). "
+        "No effect otherwise.",
         "SUBNET",
         True,
     ),
@@ -294,6 +296,7 @@ class LaunchOptions:
     collective_timeout: str = ""
     compute_device: str = "cpu"
     real_hosts: bool = False
+    host_subnet: str = ""
     offline_representative: bool = False
     mpiexec: str = ""
     libmpi: str = ""
