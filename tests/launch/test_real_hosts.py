@@ -16,8 +16,8 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 
+import _sshd
 import pytest
 
 from launch._mpi import find_mpiexec, mpi_flavour
@@ -53,24 +53,6 @@ PROBE = textwrap.dedent(
 )
 
 
-def _find_sshd():
-    found = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
-    if found or os.geteuid() != 0 or shutil.which("apt-get") is None:
-        return found
-    for command in (["apt-get", "install", "-y", "openssh-server"], ["apt-get", "update"]):
-        subprocess.run(command, capture_output=True, timeout=300, check=False)
-        if command[1] == "update":
-            subprocess.run(
-                ["apt-get", "install", "-y", "openssh-server"],
-                capture_output=True,
-                timeout=300,
-                check=False,
-            )
-        if os.path.exists("/usr/sbin/sshd"):
-            return "/usr/sbin/sshd"
-    return None
-
-
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -80,52 +62,24 @@ def _free_port():
 @pytest.fixture(scope="module")
 def ssh_launcher(tmp_path_factory):
     """An sshd on 127.0.0.1 and 127.0.0.2; yields an ssh wrapper script that reaches it."""
-    sshd = _find_sshd()
+    sshd = _sshd.install("sshd", "openssh-server")
     if sshd is None or shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
         pytest.skip("no sshd/ssh here and openssh-server could not be installed (needs root)")
     d = tmp_path_factory.mktemp("sshd")
-    for name in ("host_key", "client_key"):
-        subprocess.run(
-            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(d / name)], check=True
-        )
-    shutil.copy(d / "client_key.pub", d / "authorized_keys")
-    if os.geteuid() == 0:
-        os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege-separation directory
+    _sshd.keys(d)
     port = _free_port()
-    (d / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nListenAddress 127.0.0.2\n"
-        f"HostKey {d / 'host_key'}\nAuthorizedKeysFile {d / 'authorized_keys'}\n"
-        f"PidFile {d / 'sshd.pid'}\nStrictModes no\nUsePAM no\nPermitRootLogin yes\n"
-        "PasswordAuthentication no\nKbdInteractiveAuthentication no\n"
-    )
+    config = _sshd.config(d, "loopback", port, ["127.0.0.1", "127.0.0.2"])
     log = open(d / "sshd.log", "wb")  # noqa: SIM115 - closed at teardown
-    daemon = subprocess.Popen([sshd, "-D", "-e", "-f", str(d / "sshd_config")], stderr=log)
-    wrapper = d / "ssh"
-    wrapper.write_text(
-        f"#!/bin/sh\nexec ssh -F /dev/null -p {port} -i {d / 'client_key'} "
-        "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null -o BatchMode=yes "
-        '-o LogLevel=ERROR "$@"\n'
-    )
-    wrapper.chmod(0o755)
+    daemon = subprocess.Popen([sshd, "-D", "-e", "-f", str(config)], stderr=log)
+    wrapper = _sshd.wrapper(d, port)
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            probe = subprocess.run(
-                [str(wrapper), "127.0.0.2", "true"], capture_output=True, timeout=15, check=False
-            )
-            if probe.returncode == 0:
-                break
-            if daemon.poll() is not None or time.monotonic() > deadline:
-                pytest.skip(f"sshd could not be run here: {(d / 'sshd.log').read_text()[-500:]}")
-            time.sleep(0.2)
-        yield str(wrapper)
-    finally:
-        daemon.terminate()
         try:
-            daemon.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            daemon.kill()
-            daemon.wait(timeout=10)
+            _sshd.wait_until_reachable(wrapper, "127.0.0.2", daemon, d / "sshd.log")
+        except RuntimeError as why:
+            pytest.skip(str(why))
+        yield wrapper
+    finally:
+        _sshd.stop(daemon)
         log.close()
 
 

@@ -1,0 +1,120 @@
+"""How long a lost host takes to end a ``poprun-emu --real-hosts`` job, and what is said.
+
+Two hosts made of network namespaces (tests/launch/_netns.py: a bridge, veth pairs, an sshd
+and a host name each; needs root), 4 instances of tests/launch/host_program.py, 2 on each,
+``--collective-timeout 5``. For each fault, ``--repeats`` jobs; the seconds run from the
+fault to the launcher's exit (for the faults at start, from the launch). Prints one JSON
+line per run, then a Markdown table (median, min, max) with the launcher's line about the host.
+
+Usage::
+
+    sudo python benchmarks/host_faults.py [--repeats 3] [--cases link,kill,...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "launch"))
+import _netns  # noqa: E402 - the tests' namespace hosts, shared with them
+
+PROGRAM = ROOT / "tests" / "launch" / "host_program.py"
+TIMEOUT_S = 5
+DESCRIPTION = {
+    "link": "host 2's link taken down mid-run",
+    "kill": "every process of host 2 killed (SIGKILL) mid-run",
+    "start-link": "host 2's link down before the start",
+    "start-sshd": "host 2's sshd stopped (SIGSTOP) before the start",
+}
+
+
+def _launch(hosts: _netns.Hosts, marks: str) -> subprocess.Popen:
+    command = [
+        sys.executable, "-m", "launch", "--real-hosts", "-H", ",".join(hosts.address),
+        "--host-subnet", hosts.subnet, "--num-replicas=4", "--num-instances=4",
+        f"--collective-timeout={TIMEOUT_S}",
+        f"--mpi-global-args=-launcher ssh -launcher-exec {hosts.ssh}",
+        str(PROGRAM), marks, "100000",
+    ]  # fmt: skip
+    return subprocess.Popen(
+        command,
+        cwd=marks,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "UCX_TLS": "tcp,self"},
+    )
+
+
+def run_case(hosts: _netns.Hosts, case: str) -> dict:
+    """One job with the fault ``case``: seconds from the fault to the launcher's exit."""
+    listener = hosts.daemons[1].pid
+    with tempfile.TemporaryDirectory(prefix="host-faults-") as marks:
+        try:
+            if case == "start-link":
+                _netns.ip("link", "set", hosts.link[1], "down")
+            elif case == "start-sshd":
+                os.kill(listener, signal.SIGSTOP)
+            job = _launch(hosts, marks)
+            fault = time.monotonic()
+            if not case.startswith("start"):
+                while len(os.listdir(marks)) < 4 + 1:  # four marks and the job directory
+                    if job.poll() is not None:
+                        raise RuntimeError(f"the job ended before the fault: {job.stderr}")
+                    time.sleep(0.05)
+                if case == "link":
+                    _netns.ip("link", "set", hosts.link[1], "down")
+                else:
+                    hosts.kill_all(1)
+                fault = time.monotonic()
+            _, err = job.communicate(timeout=120)
+            took = time.monotonic() - fault
+        finally:
+            _netns.ip("link", "set", hosts.link[1], "up")
+            os.kill(listener, signal.SIGCONT)
+    said = next((line for line in err.splitlines() if "host 10." in line), "")
+    return {"case": case, "exit_code": job.returncode, "seconds": round(took, 2), "said": said}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--cases", default=",".join(DESCRIPTION))
+    args = parser.parse_args()
+    cases = args.cases.split(",")
+    unknown = sorted(set(cases) - set(DESCRIPTION))
+    if unknown or args.repeats < 1:
+        parser.error(f"--cases {unknown} unknown (know {', '.join(DESCRIPTION)}) or --repeats < 1")
+    rows = []
+    with tempfile.TemporaryDirectory() as directory, _netns.two_hosts(Path(directory)) as hosts:
+        for case in cases:
+            for _ in range(args.repeats):
+                row = run_case(hosts, case)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                time.sleep(4)  # sshd drops the dead sessions (ClientAliveInterval 1, count 3)
+    print("\n| fault | exit code | seconds to end the job: median (min-max) | the launcher says |")
+    print("|---|---|---|---|")
+    for case in cases:
+        mine = [r for r in rows if r["case"] == case]
+        s = [r["seconds"] for r in mine]
+        codes = ",".join(sorted({str(r["exit_code"]) for r in mine}))
+        said = mine[-1]["said"].replace("poprun-emu: ", "")
+        print(
+            f"| {DESCRIPTION[case]} | {codes} | {statistics.median(s):.2f} "
+            f"({min(s):.2f}-{max(s):.2f}) | {said} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
