@@ -3,8 +3,8 @@
 For every case of tests/launch/fault_program.py (2 instances; instance 1 fails) this runs
 the job ``--repeats`` times and measures the seconds from the fault (the wall-clock time
 the victim records just before it) to the launcher's exit, and the launcher's exit code.
-The SIGSTOP and early-exit cases run with ``--collective-timeout 3``: they end when the
-timeout expires.
+The SIGSTOP, early-exit and stuck (sleep, spin, loader) cases run with
+``--collective-timeout 3``: they end when the timeout expires.
 Prints one JSON line per run, then a Markdown table (median, min, max).
 
 Usage::
@@ -38,6 +38,9 @@ DESCRIPTION = {
     "kill": "SIGKILL",
     "stop": "SIGSTOP, --collective-timeout 3",
     "stopboot": "SIGSTOP of its bootstrap (the program runs on), --collective-timeout 3",
+    "sleep": "sleeps in its program (peer waits in a collective), --collective-timeout 3",
+    "spin": "spins in its program (peer waits in a collective), --collective-timeout 3",
+    "loader": "waits on a data loader that never delivers, --collective-timeout 3",
 }
 CASES = tuple(DESCRIPTION)  # the cases of tests/launch/fault_program.py, in its order
 STOP_TIMEOUT_S = 3
@@ -52,7 +55,7 @@ def run_case(case: str) -> dict:
     """One job with the fault ``case``: seconds from the fault to the launcher's exit."""
     with tempfile.TemporaryDirectory(prefix="faults-") as out:
         command = [*_launcher(), "--num-replicas", "2", "--num-instances", "2"]
-        if case in ("stop", "early", "stopboot"):
+        if case in ("stop", "early", "stopboot", "sleep", "spin", "loader"):
             command += ["--collective-timeout", str(STOP_TIMEOUT_S)]
         command += [str(PROGRAM), case, out]
         proc = subprocess.run(command, capture_output=True, text=True, timeout=600)

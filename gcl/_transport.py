@@ -31,12 +31,31 @@ from typing import Any
 import numpy as np
 
 from gcl._knobs import DEFAULT_TIMEOUT_S as _UNSET_TIMEOUT_S
-from gcl._knobs import ENV_ON_FAILURE, ENV_TIMEOUT
+from gcl._knobs import ENV_ON_FAILURE, ENV_TIMEOUT, ENV_WAITING_FILE
 
 # The launcher's --collective-timeout sets GCL_EMU_TIMEOUT for every instance.
 DEFAULT_TIMEOUT_S = float(os.environ.get(ENV_TIMEOUT, _UNSET_TIMEOUT_S))
 # How often a waiting instance looks for a peer's leaving notice (a cheap Iprobe).
 _LEAVE_PROBE_S = 0.05
+# A wait longer than this is recorded in the launcher's file (GCL_EMU_WAITING_FILE), so that
+# when a collective times out the launcher can tell the instances that waited in it from one
+# that never came (stuck in its program: a sleep, a loop, a hung data loader).
+_ANNOUNCE_WAIT_S = 1.0
+_WAITING_FILE = os.environ.get(ENV_WAITING_FILE, "")
+
+
+def _record_waiting(what: str, collectives: int) -> None:
+    """Leaves ``what`` and the collective's number in the launcher's waiting file."""
+    temporary = f"{_WAITING_FILE}.{os.getpid()}.tmp"
+    with contextlib.suppress(OSError):  # no job directory: nobody to tell
+        with open(temporary, "w") as f:
+            f.write(f"{collectives} {what}\n")
+        os.replace(temporary, _WAITING_FILE)
+
+
+def _done_waiting() -> None:
+    with contextlib.suppress(OSError):
+        os.remove(_WAITING_FILE)
 
 
 def _default_busy_s() -> float:
@@ -308,12 +327,18 @@ class Transport:
         polls = 0
         started = 0.0
         next_probe = time.monotonic() + _LEAVE_PROBE_S
+        announced = False  # a timeout or PeerLeft leaves the record for the launcher
         while True:
             done = MPI.Request.Testsome(requests)
             if done:
+                if announced:
+                    _done_waiting()
                 return list(done)
             polls += 1
             now = time.monotonic()
+            if _WAITING_FILE and not announced and polls > 1 and now - started > _ANNOUNCE_WAIT_S:
+                _record_waiting(what, self.collectives)
+                announced = True
             if probe and now > next_probe:
                 next_probe = now + _LEAVE_PROBE_S
                 waiting = [p for p, r in zip(peers, requests, strict=True) if r != MPI.REQUEST_NULL]

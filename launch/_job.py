@@ -9,12 +9,13 @@ The variable names themselves live in ``popdist_emu._environment``, the contract
 """
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig
 from popdist_emu._environment import leaving_path as leaving_path
 from popdist_emu._environment import pid_path as pid_path
 from popdist_emu._environment import status_path as status_path
+from popdist_emu._environment import waiting_path as waiting_path
 from popdist_emu._files import write_atomically as write_atomically
 
 # How often a bootstrap renews its pid file's modification time: the launcher's only sign of
@@ -57,3 +58,9 @@ def pid_space() -> str:
         return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
     except OSError:
         return ""
+
+
+def waiting_in_collectives(job_dir: str, instances: Sequence[int]) -> set[int]:
+    """The instances whose gcl recorded a wait of over a second in a collective that has not
+    ended (timed out, or still waiting)."""
+    return {i for i in instances if os.path.exists(waiting_path(job_dir, i))}

@@ -31,7 +31,7 @@ from typing import NamedTuple
 
 from launch._cleanup import remove_leftover_segments
 from launch._host_watch import explain, stale
-from launch._job import leaving_path, pid_path, status_path
+from launch._job import leaving_path, pid_path, status_path, waiting_in_collectives
 from launch._job_output import GRACE_SECONDS, JobOutput
 from popdist_emu._files import pid_alive
 
@@ -375,6 +375,16 @@ def run_job(
                         # returned before MPI_Init, with SIGTERM to the others.
                         _report(_ended_by_mpiexec(left[0], failures))
                         return 1
+                    waiting = waiting_in_collectives(job_dir, instances)
+                    came = {*exits, *leaving, *stopped, *waiting}
+                    timed_out = first.instance in waiting  # it failed waiting for a peer
+                    stuck = [i for i in instances if i not in came] if timed_out else []
+                    if stuck:
+                        _report(
+                            f"instance(s) {', '.join(map(str, stuck))} never reached the "
+                            f"collective that instance {first.instance} waited in: stuck in the "
+                            f"program (a sleep, a loop, a hung data loader?)"
+                        )
                     _report(first.describe() + tail)
                     if first.instance not in shown_alone:
                         _report_tail(job_dir, first.instance)

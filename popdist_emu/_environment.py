@@ -81,6 +81,7 @@ ENV_MPI4PY_LIBMPI = "MPI4PY_LIBMPI"  # mpi4py's own variable: the libmpi it load
 ENV_GCL_TIMEOUT = gcl_knobs.ENV_TIMEOUT  # --collective-timeout, seconds
 DEFAULT_GCL_TIMEOUT_S = gcl_knobs.DEFAULT_TIMEOUT_S  # the timeout when none is given
 ENV_GCL_ON_FAILURE = gcl_knobs.ENV_ON_FAILURE  # "exit" under the launcher, else MPI_Abort
+ENV_GCL_WAITING_FILE = gcl_knobs.ENV_WAITING_FILE  # the instance's waiting_path
 
 # -- JAX's persistent compilation cache (read by JAX itself at import) --------------------------
 ENV_JAX_CACHE_DIR = "JAX_COMPILATION_CACHE_DIR"
@@ -207,6 +208,12 @@ def status_path(job_dir: str, instance: int) -> str:
     return os.path.join(job_dir, f"instance-{instance}.status")
 
 
+def waiting_path(job_dir: str, instance: int) -> str:
+    """Where gcl in ``instance`` records that it has waited over a second in a collective
+    (removed when the wait ends; left when it times out)."""
+    return os.path.join(job_dir, f"instance-{instance}.waiting")
+
+
 def leaving_path(job_dir: str, instance: int) -> str:
     """Where the program of ``instance`` records the non-zero status it is ending with,
     before its exit handlers (and MPI's finalisation) run."""
@@ -314,6 +321,8 @@ class JobConfig:
         # A failing instance exits without MPI_Finalize, so its bootstrap records the code
         # and the launcher names it (MPI_Abort would let mpiexec kill every bootstrap first).
         env[ENV_GCL_ON_FAILURE] = "exit"
+        if self.job_dir:
+            env[ENV_GCL_WAITING_FILE] = waiting_path(self.job_dir, instance)
         if self.executable_cache_path:
             env[ENV_JAX_CACHE_DIR] = self.executable_cache_path
             # Cache every program: the emulator's steps compile in well under JAX's default

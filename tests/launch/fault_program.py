@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -31,6 +33,9 @@ CASES = (
     "kill",
     "stop",
     "stopboot",
+    "sleep",
+    "spin",
+    "loader",
 )
 
 
@@ -84,6 +89,18 @@ def main(case: str, out: str) -> None:
     if victim and case in ("kill", "stop"):
         fault()
         os.kill(os.getpid(), signal.SIGKILL if case == "kill" else signal.SIGSTOP)
+    if victim and case in ("sleep", "spin", "loader"):
+        # Stuck in the program, never reaching the next collective its peer waits in.
+        fault()
+        if case == "sleep":
+            time.sleep(3600)
+        elif case == "spin":
+            while True:
+                pass
+        else:  # a data loader whose worker never delivers a batch
+            batches: queue.Queue = queue.Queue()
+            threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+            batches.get()
     if case == "inside":
         if victim:
 

@@ -31,7 +31,12 @@ EXPECTED = {
     "kill": (137, "instance 1 was killed by signal 9 (SIGKILL)"),
     "stop": (1, "instance 1 was stopped"),
     "stopboot": (1, "instance 1 was stopped"),
+    # The stuck one, not the peer whose collective timed out waiting for it.
+    "sleep": (1, "instance(s) 1 never reached the collective that instance 0 waited in"),
+    "spin": (1, "instance(s) 1 never reached the collective that instance 0 waited in"),
+    "loader": (1, "instance(s) 1 never reached the collective that instance 0 waited in"),
 }
+TIMEOUT_CASES = ("stop", "stopboot", "sleep", "spin", "loader")  # end at --collective-timeout
 
 
 def _running(pid: int) -> bool:
@@ -58,7 +63,7 @@ def _run(poprun, tmp_path, case, *options):
     out = tmp_path / case
     out.mkdir()
     words = [*options, *LAYOUT]
-    if case in ("stop", "stopboot"):
+    if case in TIMEOUT_CASES:
         words += ["--collective-timeout", "3"]
     return poprun(*words, PROGRAM, case, str(out), timeout=240), out
 
