@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -61,7 +62,15 @@ def run_case(case: str) -> dict:
         proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
         ended = time.time()
         fault = float((Path(out) / "fault").read_text())
-    return {"case": case, "code": proc.returncode, "seconds": round(ended - fault, 3)}
+    said = [line for line in proc.stderr.splitlines() if line.startswith("poprun-emu: ")]
+    first = said[0].removeprefix("poprun-emu: ") if said else ""
+    return {
+        "case": case,
+        "code": proc.returncode,
+        "seconds": round(ended - fault, 3),
+        "said": first,  # the launcher's first line: does it name the victim, not its peer?
+        "named": first.startswith(("instance 1 ", "instance(s) 1 never reached")),
+    }
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -75,14 +84,21 @@ def main(argv: list[str] | None = None) -> None:
             run = run_case(case)
             print(json.dumps(run), flush=True)
             results.setdefault(case, []).append(run)
-    print("\n| fault (instance 1 of 2) | exit code | seconds to end the job: median (min-max) |")
-    print("|---|---|---|")
+    mpi = os.environ.get("POPDIST_EMU_MPIEXEC") or "the mpich wheel's mpiexec"
+    print(f"\nMPI: {mpi}\n")
+    print(
+        "| fault (instance 1 of 2) | exit code | seconds to end the job: median (min-max) "
+        "| instance 1 named |"
+    )
+    print("|---|---|---|---|")
     for case, runs in results.items():
         seconds = [r["seconds"] for r in runs]
         codes = sorted({r["code"] for r in runs})
+        named = sum(r["named"] for r in runs)
         print(
             f"| {DESCRIPTION[case]} | {','.join(map(str, codes))} | "
-            f"{statistics.median(seconds):.2f} ({min(seconds):.2f}-{max(seconds):.2f}) |"
+            f"{statistics.median(seconds):.2f} ({min(seconds):.2f}-{max(seconds):.2f}) | "
+            f"{named} of {len(runs)} |"
         )
 
 

@@ -105,6 +105,20 @@ def run_hang(out: str) -> None:
     os._exit(0)
 
 
+def run_waiting(out: str) -> None:
+    """Instance 1 comes 2 s late: instance 0's wait is recorded in GCL_EMU_WAITING_FILE
+    (instance 1 looks for it before it comes) and the record is gone once the wait ends."""
+    waiting = os.environ["GCL_EMU_WAITING_FILE"]
+    seen = 0.0
+    if RANK == 1:
+        time.sleep(2.0)
+        seen = float(os.path.exists(waiting))
+    total = gcl.all_reduce([np.full(1, seen, np.float32)], timeout=30.0)[0]
+    if RANK == 0:
+        with open(out, "w") as f:
+            f.write(f"recorded while waiting: {bool(total[0])}; after: {os.path.exists(waiting)}")
+
+
 def run_left(out: str) -> None:
     from gcl._transport import transport_for
 
@@ -132,6 +146,8 @@ if __name__ == "__main__":
         run_mismatch(out)
     elif mode == "hang":
         run_hang(out)
+    elif mode == "waiting":
+        run_waiting(out)
     elif mode == "left":
         run_left(out)
     else:

@@ -33,3 +33,13 @@ def test_a_peer_that_finished_the_collective_is_not_reported_as_gone(tmp_path):
     proc = run_worker(2, "left", str(out), timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert out.read_text() == "{0: 1} None 0"
+
+
+def test_a_long_wait_is_recorded_for_the_launcher_and_cleared_when_it_ends(tmp_path):
+    """So that when a collective times out, the launcher can tell the instances that waited
+    in it from one stuck in its program (tests/launch/test_faults.py names that one)."""
+    out = tmp_path / "waiting.txt"
+    env = {"GCL_EMU_WAITING_FILE": str(tmp_path / "instance.waiting")}
+    proc = run_worker(2, "waiting", str(out), timeout=120, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert out.read_text() == "recorded while waiting: True; after: False"
