@@ -44,12 +44,14 @@ _ANNOUNCE_WAIT_S = 1.0
 _WAITING_FILE = os.environ.get(ENV_WAITING_FILE, "")
 
 
-def _record_waiting(what: str, collectives: int) -> None:
-    """Leaves ``what`` and the collective's number in the launcher's waiting file."""
+def _record_waiting(what: str, collectives: int, gone: int | None = None) -> None:
+    """Leaves the collective's number and ``what`` in the launcher's waiting file, and the
+    peer that returned from its program while this instance waited for it, if one did
+    (``"<collectives> <what> [left <instance>]"``)."""
     temporary = f"{_WAITING_FILE}.{os.getpid()}.tmp"
     with contextlib.suppress(OSError):  # no job directory: nobody to tell
         with open(temporary, "w") as f:
-            f.write(f"{collectives} {what}\n")
+            f.write(f"{collectives} {what}{'' if gone is None else f' left {gone}'}\n")
         os.replace(temporary, _WAITING_FILE)
 
 
@@ -345,6 +347,8 @@ class Transport:
                 gone = self._left(waiting)
                 if gone is not None:
                     self.broken = True
+                    if _WAITING_FILE:
+                        _record_waiting(what, self.collectives, gone)
                     raise PeerLeft(
                         f"gcl.{what}: instance {gone} returned from its program while instance "
                         f"{self.rank} waits for it in this collective: every instance must call "

@@ -170,34 +170,41 @@ def explain(
     host_of: Sequence[str],
     waiting: Collection[int],
     reported: Callable[[], Collection[int]],
+    end: Callable[[], None],
     start_timeout: float = 0.0,
-    mpi_errors: str = "",
+    mpi_errors: Callable[[], str] = str,
 ) -> tuple[list[str], list[int]]:
-    """After a failure on real hosts: what to say about the hosts, and which instances are
-    gone (the cause, where there are any: the others' failures follow from them).
+    """After a failure on real hosts: ends the job, and returns what to say about the hosts
+    and which instances are gone (the cause, where there are any: the others' failures
+    follow from them).
+
+    The hosts are probed while the instances settle and the job ends, so the probe's bound
+    adds nothing to the time the job takes to end.
 
     Args:
         job_dir: the job directory.
         host_of: the host of each instance.
         waiting: the instances without an exit status.
         reported: the instances with an exit status now (read again while settling).
+        end: ends the job (once the instances have settled: ending it kills them).
         start_timeout: the start-up bound to name for instances that never started; 0 when
             the job ended some other way before they did.
         mpi_errors: the last of mpiexec's stderr, where its ssh reports a lost connection.
     """
-    not_started = [i for i in waiting if heartbeat_ns(job_dir, i) is None]
-    lost = settle(job_dir, [i for i in waiting if i not in not_started], reported)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        probing = pool.submit(silent_hosts, host_of)
+        not_started = [i for i in waiting if heartbeat_ns(job_dir, i) is None]
+        lost = settle(job_dir, [i for i in waiting if i not in not_started], reported)
+        end()
+        silent = probing.result()
     # The MPI ends every host's processes once one host is lost, as fast as the heartbeat
     # can tell; its ssh names the host whose connection went first.
     lost_on = by_host(host_of, lost)
-    first = {h for h in lost_on if _ssh_lost(mpi_errors, h)} if len(lost_on) > 1 else set()
+    text = mpi_errors()
+    first = {h for h in lost_on if _ssh_lost(text, h)} if len(lost_on) > 1 else set()
     if first:
         lost = [i for i in lost if host_of[i] in first]
     lines = host_lines(
-        host_of,
-        silent=silent_hosts(host_of),
-        lost=lost,
-        not_started=not_started,
-        start_timeout=start_timeout,
+        host_of, silent=silent, lost=lost, not_started=not_started, start_timeout=start_timeout
     )
     return lines, lost

@@ -64,3 +64,16 @@ def waiting_in_collectives(job_dir: str, instances: Sequence[int]) -> set[int]:
     """The instances whose gcl recorded a wait of over a second in a collective that has not
     ended (timed out, or still waiting)."""
     return {i for i in instances if os.path.exists(waiting_path(job_dir, i))}
+
+
+def peer_left(job_dir: str, instance: int) -> tuple[int, str] | None:
+    """``(instance that returned, collective)`` when gcl in ``instance`` stopped waiting in a
+    collective because that peer had returned from its program (``gcl.PeerLeft``)."""
+    try:
+        with open(waiting_path(job_dir, instance)) as f:
+            words = f.read().split()
+    except OSError:
+        return None
+    if len(words) == 4 and words[2] == "left" and words[3].isdigit():
+        return int(words[3]), words[1]
+    return None

@@ -30,6 +30,7 @@ class JobOutput:
     def __init__(self, proc: subprocess.Popen, stdout: BinaryIO, stderr: BinaryIO) -> None:
         self._filters: list[BannerFilter] = []
         self._threads = []
+        self._held = False
         self._recent: collections.deque[bytes] = collections.deque(maxlen=_RECENT_CHUNKS)
         for pipe, sink, recent in (
             (proc.stdout, stdout, None),
@@ -47,9 +48,12 @@ class JobOutput:
     def drain(self, timeout: float = GRACE_SECONDS) -> None:
         """Waits (bounded) until the job's output is written: its processes have ended, so
         the pipes close; a descendant that kept one open is not waited for longer."""
+        if self._held:
+            return  # a descendant held a pipe past one bound already: not waited for again
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        self._held = any(thread.is_alive() for thread in self._threads)
 
     def recent_errors(self) -> str:
         """The last of mpiexec's stderr (its own messages and its ssh's among them)."""

@@ -30,8 +30,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import NamedTuple
 
 from launch._cleanup import remove_leftover_segments
+from launch._failure_text import ended_by_mpiexec, left_early, returned_while_waited
 from launch._host_watch import explain, stale
-from launch._job import leaving_path, pid_path, status_path, waiting_in_collectives
+from launch._job import (
+    leaving_path,
+    peer_left,
+    pid_path,
+    status_path,
+    waiting_in_collectives,
+)
 from launch._job_output import GRACE_SECONDS, JobOutput
 from popdist_emu._files import pid_alive
 
@@ -100,14 +107,21 @@ def read_exits(
     return exits
 
 
-def _stat(pid: int) -> tuple[int, int] | None:
-    """``(parent pid, process group)`` of ``pid`` from ``/proc``, None if it is gone."""
+def _stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent, process
+    group, session, ...); None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
-        return int(fields[1]), int(fields[2])
-    except (OSError, ValueError, IndexError):
+    except (OSError, IndexError):
         return None
+    return fields if len(fields) > 3 else None
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """``(parent pid, process group)`` of ``pid`` from ``/proc``, None if it is gone."""
+    fields = _stat_fields(pid)
+    return None if fields is None else (int(fields[1]), int(fields[2]))
 
 
 def _ours(pid: int, pgid: int, root: int) -> bool:
@@ -163,6 +177,18 @@ def _vanished(groups: _Groups, exits: Mapping[int, InstanceExit]):
             yield i
 
 
+def _session_members(sid: int) -> list[int]:
+    """The processes still in session ``sid`` (the one mpiexec leads), from ``/proc``."""
+    members = []
+    with contextlib.suppress(OSError):
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() and int(pid) != os.getpid():
+                stat = _stat_fields(int(pid))
+                if stat is not None and int(stat[3]) == sid:
+                    members.append(int(pid))
+    return members
+
+
 def _signal_job(proc: subprocess.Popen, groups: _Groups, sig: int) -> None:
     # An instance that reported its status is already on its way out; a signal now would only
     # make MPICH print a "BAD TERMINATION" banner about it.
@@ -188,6 +214,9 @@ def end_job(proc: subprocess.Popen, groups: _Groups) -> None:
             break
         time.sleep(POLL_SECONDS)
     _signal_job(proc, groups, signal.SIGKILL)
+    for pid in _session_members(proc.pid):  # mpiexec's ssh clients to a host that is gone
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
     try:
         proc.wait(timeout=GRACE_SECONDS)
     except subprocess.TimeoutExpired:
@@ -206,10 +235,8 @@ def _stopped(groups: _Groups, exits: Mapping[int, InstanceExit]) -> list[int]:
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
+            fields = _stat_fields(int(pid))
+            if fields is None:
                 continue
             if fields[0] in ("T", "t") and int(fields[2]) in waiting:
                 stopped.add(waiting[int(fields[2])])
@@ -231,39 +258,6 @@ def _report_tail(job_dir: str, instance: int) -> None:
             file=sys.stderr,
             flush=True,
         )
-
-
-# Why peers wait for an instance that returned, and the fix, in both reports of it.
-_EARLY_RETURN = (
-    "they wait for it in MPI_Init or a collective; every instance must run the same "
-    "collectives (an empty data shard returns early)"
-)
-
-
-def _left_early(
-    exits: Mapping[int, InstanceExit],
-    instances: Sequence[int],
-    seen: Mapping[int, float],
-    stopped: Sequence[int],
-) -> str:
-    """What to report when an instance returned and its peers did not end in time."""
-    first = min(seen, key=lambda i: (seen[i], i))
-    waiting = [i for i in instances if i not in exits]
-    why = "" if stopped else f": {_EARLY_RETURN}"
-    return (
-        f"instance {first} exited with code 0 but instance(s) {', '.join(map(str, waiting))} "
-        f"had not ended {time.monotonic() - seen[first]:.0f} s later (--collective-timeout)"
-        f"{why}; ended the job"
-    )
-
-
-def _ended_by_mpiexec(left: InstanceExit, killed: Sequence[InstanceExit]) -> str:
-    """What to report when mpiexec ended the job after ``left`` returned early."""
-    names = ", ".join(str(e.instance) for e in killed)
-    return (
-        f"instance {left.instance} exited with code 0 while instance(s) {names} still ran, "
-        f"and mpiexec ended them (SIGTERM): {_EARLY_RETURN}"
-    )
 
 
 def run_job(
@@ -317,19 +311,18 @@ def run_job(
     def end_on_hosts(exits: Mapping[int, InstanceExit], start: float = 0.0) -> list[int]:
         """Ends the job; with real hosts, says first what became of them (looked at before
         the job is ended) and returns the instances gone without a status, the cause."""
-        lines, lost = (
-            explain(
-                job_dir,
-                host_of,
-                [i for i in instances if i not in exits],
-                lambda: read_exits(job_dir, instances).keys(),
-                start,
-                output.recent_errors(),
-            )
-            if host_of
-            else ([], [])
+        if not host_of:
+            end_job_and_output()
+            return []
+        lines, lost = explain(
+            job_dir,
+            host_of,
+            [i for i in instances if i not in exits],
+            lambda: read_exits(job_dir, instances).keys(),
+            end_job_and_output,
+            start,
+            output.recent_errors,
         )
-        end_job_and_output()
         for line in lines:
             _report(line)
         return lost
@@ -373,7 +366,11 @@ def run_job(
                     if first.code == -signal.SIGTERM and left:
                         # Not ours: Open MPI's mpiexec ends a job one of whose processes
                         # returned before MPI_Init, with SIGTERM to the others.
-                        _report(_ended_by_mpiexec(left[0], failures))
+                        _report(ended_by_mpiexec(left[0], failures))
+                        return 1
+                    left_first = peer_left(job_dir, first.instance)
+                    if left_first is not None:
+                        _report(returned_while_waited(*left_first, first.instance))
                         return 1
                     waiting = waiting_in_collectives(job_dir, instances)
                     came = {*exits, *leaving, *stopped, *waiting}
@@ -411,7 +408,7 @@ def run_job(
                 end_job_and_output()
                 for i in stopped:
                     _report(f"instance {i} was stopped (SIGSTOP or a debugger) and never answered")
-                _report(_left_early(exits, instances, returned, stopped))
+                _report(left_early(exits, instances, returned, stopped))
                 return 1
             if finished:
                 output.drain()

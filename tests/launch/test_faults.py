@@ -24,10 +24,10 @@ EXPECTED = {
     "during": (1, "instance 1 exited with code 1"),
     "inside": (1, "instance 1 exited with code 1"),
     "after": (1, "instance 1 exited with code 1"),
-    "exit": (1, "instance 1 returned from its program"),
+    "exit": (1, "poprun-emu: instance 1 returned from its program (exit code 0) while instance 0"),
     # The leaver's own code and name, not its waiting peer's (launch._runner).
     "exit3": (3, "instance 1 exited with code 3; ended the other instances"),
-    "extra": (1, "instance 1 returned from its program"),
+    "extra": (1, "poprun-emu: instance 1 returned from its program (exit code 0) while instance 0"),
     "kill": (137, "instance 1 was killed by signal 9 (SIGKILL)"),
     "stop": (1, "instance 1 was stopped"),
     "stopboot": (1, "instance 1 was stopped"),

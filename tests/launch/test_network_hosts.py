@@ -35,6 +35,15 @@ SLACK = 6  # seconds for the launcher's probe and the machine's load
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "host_program.py")
 
 
+@pytest.fixture(scope="module")
+def hosts(tmp_path_factory):
+    try:
+        with _netns.two_hosts(tmp_path_factory.mktemp("hosts")) as made:
+            yield made
+    except _netns.UnavailableError as why:
+        pytest.skip(str(why))
+
+
 def _ssh_arguments(ssh):
     if mpi_flavour(find_mpiexec()) == "openmpi":
         return f"--mca plm_rsh_agent {ssh}"  # Open MPI's ssh launcher

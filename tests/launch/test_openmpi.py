@@ -29,6 +29,11 @@ SUBSET = [
     "tests/launch/test_faults.py::test_an_instance_that_returns_before_its_first_collective_ends_the_job",
     "tests/launch/test_bootstrap.py::test_the_example_client_gets_poprun_layout_16_on_4",
     "tests/launch/test_real_hosts.py::test_two_loopback_hosts_over_ssh",
+    "tests/launch/test_network_hosts.py::test_a_host_whose_link_goes_down_is_named",
+    "tests/launch/test_network_hosts.py::test_a_host_whose_processes_are_all_killed_is_named",
+    "tests/launch/test_faults.py::test_a_fault_ends_the_job_naming_the_instance[exit3]",
+    "tests/launch/test_faults.py::test_a_fault_ends_the_job_naming_the_instance[exit]",
+    "tests/launch/test_faults.py::test_a_fault_ends_the_job_naming_the_instance[loader]",
     "tests/gcl/test_layouts.py",
 ]
 
@@ -63,10 +68,11 @@ def openmpi_mpiexec():
     return str(mpiexec)
 
 
-# Every instance of these tests runs on this machine (the real-hosts test uses 127.0.0.x), so
+# The instances of these tests run on this machine (the real-hosts test uses 127.0.0.x), so
 # Open MPI's TCP transport between processes stays on the loopback interface: once it tried an
 # IPv6 interface of this machine (fd00::2) that refused the connection, and the job aborted.
-# (PRRTE's out-of-band channel refuses loopback alone, so it keeps its defaults.)
+# (PRRTE's out-of-band channel refuses loopback alone, so it keeps its defaults.) The
+# namespace hosts' jobs name their own subnet with --host-subnet, whose --mca words win.
 LOOPBACK_ONLY = {"OMPI_MCA_btl_tcp_if_include": "lo"}
 
 
