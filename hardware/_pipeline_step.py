@@ -46,7 +46,13 @@ from hardware._pipeline import (
 from hardware._specs import IpuSpec, SystemSelectionError, SystemSpec
 from hardware._step_profile import StepProfile
 from hardware._step_simulation import TRACK_COMPUTE, StepSimulation, TimelineEvent, ipu_track
-from hardware._timeline import _durations, exposed_host_times, samples_per_second, step_phases
+from hardware._timeline import (
+    _durations,
+    exposed_host_times,
+    host_link_seconds,
+    samples_per_second,
+    step_phases,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -313,7 +319,6 @@ def simulate_pipeline_step(
     )
     ga = profile.gradient_accumulation
     out = _expand_pipelines(events, pipe, ga)
-    n_micro = ga * profile.device_iterations
     phases = step_phases(d, profile, exposed, exposed_host)
     # The IPUs' idle share of the pipeline's time is a phase of its own, so reports and the
     # scaling analysis can name it: ramp-up, ramp-down, waits on the slowest stage and the
@@ -357,7 +362,7 @@ def simulate_pipeline_step(
         samples_per_second=samples_per_second(profile, layout, step_seconds),
         memory=memories[report.worst_stage],
         host_io_exposed_seconds=exposed,
-        host_io_seconds=n_micro * d.io,
+        host_io_seconds=host_link_seconds(d, profile),
         events=out,
         prefetch_depth=prefetch_depth,
         pipeline=report,

@@ -125,6 +125,13 @@ class StepProfile:
             workers; 0 = the main thread, between calls).
         host_prefetch: whether the host prepares the next steps' data while the IPUs run
             (an asynchronous loader or an infeed thread); False: between calls.
+        host_output_bytes_per_micro_batch: bytes a replica copies back to the host for one
+            micro-batch whose outputs are returned (its losses and model outputs).
+        outputs_per_step: micro-batches per step whose outputs go back to the host, evenly
+            spaced, each copied as soon as it is computed: PopTorch's ``OutputMode.All``
+            returns every micro-batch (gradient accumulation x device iterations),
+            ``Final`` only the last; the runtime's Trainer returns one loss per device
+            iteration (``output_mode="all"``) or the last.
     """
 
     grad_flops: float
@@ -154,6 +161,8 @@ class StepProfile:
     host_cpu_seconds_per_sample: float = 0.0
     host_workers: int = 1
     host_prefetch: bool = True
+    host_output_bytes_per_micro_batch: int = 0
+    outputs_per_step: int = 1
 
     def __post_init__(self) -> None:
         for field in ("micro_batch_size", "gradient_accumulation", "device_iterations"):
@@ -178,6 +187,13 @@ class StepProfile:
         host = self.host_cpu_seconds_per_sample
         if not host >= 0:
             raise ValueError(f"`host_cpu_seconds_per_sample` must be >= 0, got {host}.")
+        n_micro = self.gradient_accumulation * self.device_iterations
+        outputs = self.outputs_per_step
+        if not isinstance(outputs, int) or outputs < 1 or n_micro % outputs:
+            raise ValueError(
+                f"`outputs_per_step` must be a positive divisor of the {n_micro} micro-batches "
+                f"of a step, got {outputs!r}."
+            )
         if not isinstance(self.host_workers, int) or self.host_workers < 0:
             raise ValueError(f"`host_workers` must be an integer >= 0, got {self.host_workers!r}.")
 

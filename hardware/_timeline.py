@@ -53,6 +53,7 @@ class _Durations(NamedTuple):
     update: float
     streaming: float
     sync: float
+    output: float = 0.0  # device-to-host copy of one returned micro-batch's outputs
 
 
 def _durations(
@@ -104,6 +105,13 @@ def _durations(
     io = host_io_seconds(
         profile.host_bytes_per_micro_batch, system, layout.num_replicas, layout.ipus_per_replica
     )
+    # The link is full duplex (PCIe, the gateway's RoCE): outputs go back on their own lane.
+    output = host_io_seconds(
+        profile.host_output_bytes_per_micro_batch,
+        system,
+        layout.num_replicas,
+        layout.ipus_per_replica,
+    )
     return _Durations(
         host_compute_seconds(profile, layout),
         io,
@@ -113,6 +121,7 @@ def _durations(
         update,
         streaming,
         params.host_sync_seconds,
+        output,
     )
 
 
@@ -129,7 +138,10 @@ def _run_steps(d: _Durations, profile: StepProfile, depth: int, steps: int):
     step_starts: list[float] = []
     compute_ends: list[float] = []
     host_free = 0.0  # host CPU lane
-    io_free = 0.0  # host link lane
+    io_free = 0.0  # host link lane, host to device
+    out_free = 0.0  # host link lane, device to host
+    n_micro = profile.gradient_accumulation * profile.device_iterations
+    every = n_micro // profile.outputs_per_step  # each every-th micro-batch's outputs return
     t = 0.0  # IPU lane
     j = 0  # micro-batch counter over all steps
     for s in range(steps):
@@ -189,6 +201,18 @@ def _run_steps(d: _Durations, profile: StepProfile, depth: int, steps: int):
                 )
                 t = start + d.compute
                 compute_ends.append(t)
+                if d.output > 0 and (j % n_micro + 1) % every == 0:
+                    out_start = max(out_free, t)
+                    out_free = out_start + d.output
+                    out_args = (
+                        ("step", s),
+                        ("micro_batch", j),
+                        ("direction", "device to host"),
+                        ("bytes_per_replica", profile.host_output_bytes_per_micro_batch),
+                    )
+                    events.append(
+                        TimelineEvent(TRACK_HOST_LINK, "host_io", out_start, d.output, out_args)
+                    )
                 if d.accumulate > 0:
                     events.append(
                         TimelineEvent(
@@ -256,11 +280,19 @@ def _run_steps(d: _Durations, profile: StepProfile, depth: int, steps: int):
                     )
                 )
                 t += d.streaming / 2
+        t = max(t, out_free)  # the call returns once its outputs are on the host
         if d.sync > 0:
             events.append(TimelineEvent(TRACK_HOST_SYNC, "host_sync", t, d.sync, (("step", s),)))
             t += d.sync
         step_ends.append(t)
     return events, step_ends
+
+
+def host_link_seconds(d: _Durations, profile: StepProfile) -> float:
+    """The host link's busy time per step: every micro-batch's inputs and the returned
+    outputs (their lanes run at once, so this is the busier lane's time, not their sum)."""
+    n_micro = profile.gradient_accumulation * profile.device_iterations
+    return max(n_micro * d.io, profile.outputs_per_step * d.output)
 
 
 def samples_per_second(profile: StepProfile, layout: ReplicaLayout, step_seconds: float) -> float:
@@ -315,7 +347,7 @@ def exposed_host_times(d: _Durations, profile: StepProfile, depth: int):
     without_host = (
         _steady_step(d._replace(host=0.0), profile, depth)[1] if d.host > 0 else step_seconds
     )
-    _, without_both, _ = _steady_step(d._replace(host=0.0, io=0.0), profile, depth)
+    _, without_both, _ = _steady_step(d._replace(host=0.0, io=0.0, output=0.0), profile, depth)
     if step_seconds - without_host <= 1e-9 * without_host:
         # Hidden host work: the same step, whose absolute times were only shifted by the
         # first step's preparation (which rounds their differences in the last bits).
@@ -354,7 +386,6 @@ def simulate_step(
         d, profile, prefetch_depth
     )
 
-    n_micro = profile.gradient_accumulation * profile.device_iterations
     phases = step_phases(d, profile, exposed, exposed_host)
 
     return StepSimulation(
@@ -369,7 +400,7 @@ def simulate_step(
             profile, layout, system, prefetch_depth=prefetch_depth, parameters=params
         ),
         host_io_exposed_seconds=exposed,
-        host_io_seconds=n_micro * d.io,
+        host_io_seconds=host_link_seconds(d, profile),
         events=events,
         prefetch_depth=prefetch_depth,
         host_compute_seconds=d.host,

@@ -49,6 +49,7 @@ import torch
 import torchax
 
 import popdist_emu
+from popdist_emu._trees import tree_nbytes
 from popdist_emu.popdist import PopTorchOptions
 from popdist_emu.poptorch import optim
 from popdist_emu.poptorch._blocks import (
@@ -233,7 +234,7 @@ class PoplarExecutor:
         self._calls += 1
         trainer = self._make_trainer(batch)
         if trainer.offline:
-            self._simulate(batch)
+            self._simulate(batch, len(arrays), index)
             if self._mode_fields.instance_index == 0:
                 print(
                     "[popdist-emu] offline mode: the step was compiled and simulated (above); "
@@ -243,11 +244,7 @@ class PoplarExecutor:
                 )
             raise SystemExit(0)
         self._user_model.train(True)
-        if self._out_shape is None:
-            weights = {**trainer.params, **self._constants}
-            inputs = tuple(a[0, 0, 0] for a in batch[: len(arrays)])
-            self._out_shape = jax.eval_shape(self._run, weights, inputs, index[0])
-        out_shape = self._out_shape
+        out_shape = self._output_shape(trainer, batch, len(arrays), index)
         only_loss = not isinstance(out_shape, tuple | list) or len(out_shape) == 1
         # A host copy for the outputs: the step donates (reuses) the parameter buffers.
         before = (
@@ -309,26 +306,43 @@ class PoplarExecutor:
     def compile(self, *args: Any) -> None:
         """Compiles the step for this combined batch's shapes without running it."""
         if self.training:
-            _, batch, _ = self._training_batch(args)
+            arrays, batch, index = self._training_batch(args)
             trainer = self._make_trainer(batch)
             if trainer.offline:
-                self._simulate(batch)
+                self._simulate(batch, len(arrays), index)
             else:
                 trainer.compile(batch)
         else:
             arrays = tuple(_to_jax_array(a) for a in args)
             self._forward.lower(self._weights(), arrays, np.int32(0))
 
-    def _simulate(self, batch: tuple[Any, ...]) -> None:
+    def _output_shape(self, trainer: Any, batch: tuple[Any, ...], inputs: int, index: Any) -> Any:
+        """The shapes of the module's outputs for one micro-batch of one replica."""
+        if self._out_shape is None:
+            params = trainer.step_shapes(batch).params if trainer.offline else trainer.params
+            weights = {**params, **self._constants}
+            first = tuple(a[0, 0, 0] for a in batch[:inputs])
+            self._out_shape = jax.eval_shape(self._run, weights, first, index[0])
+        return self._out_shape
+
+    def _simulate(self, batch: tuple[Any, ...], inputs: int, index: Any) -> None:
         """Simulates one step on the job's IPU system and reports it (once)."""
         if self._simulated:
             return
         name = type(self._user_model).__name__
         loader = active_loader()
-        host = None
+        # What goes back to the host: the outputs of every micro-batch (OutputMode.All) or
+        # of the last one (Final), each as soon as it is computed.
+        fields = self._mode_fields
+        returned = fields.gradient_accumulation * fields.device_iterations
+        out = self._output_shape(self._trainer, batch, inputs, index)
+        host: dict[str, Any] = {
+            "host_output_bytes_per_micro_batch": tree_nbytes(out),
+            "outputs_per_step": returned if fields.output_mode == "all" else 1,
+        }
         if loader is not None:  # what the program's data loader costs the host
             cost = loader.host_cost()
-            host = {
+            host |= {
                 "host_cpu_seconds_per_sample": cost.cpu_seconds_per_sample,
                 "host_workers": cost.workers,
                 "host_prefetch": cost.prefetch,

@@ -39,6 +39,8 @@ class StepSettings(NamedTuple):
         available_memory_proportion: PopLibs' availableMemoryProportion, a float or
             ``{"IPU0": 0.6}``.
         partials_type: PopLibs' ``partialsType`` of the matmuls and convolutions.
+        output_mode: ``"all"``: one loss per device iteration goes back to the host;
+            ``"final"``: the last.
     """
 
     micro_batch_size: int
@@ -52,6 +54,7 @@ class StepSettings(NamedTuple):
     name: str = "model"
     available_memory_proportion: float | Mapping[str, float] = DEFAULT_AVAILABLE_MEMORY_PROPORTION
     partials_type: str = "float"
+    output_mode: str = "final"
 
     @classmethod
     def from_options(
@@ -78,7 +81,11 @@ class StepSettings(NamedTuple):
             name=name,
             available_memory_proportion=options.available_memory_proportion,
             partials_type=options.partials_type,
+            output_mode=options.output_mode,
         )
+
+
+_LOSS_BYTES = 4
 
 
 class ProgramCounts(NamedTuple):
@@ -148,4 +155,7 @@ def build_step_profile(
         name=settings.name,
         matmuls=counts.matmuls,
         available_memory_proportion=settings.available_memory_proportion,
+        # The Trainer returns each replica's float32 loss of a device iteration.
+        host_output_bytes_per_micro_batch=_LOSS_BYTES,
+        outputs_per_step=int(settings.device_iterations) if settings.output_mode == "all" else 1,
     )

@@ -249,6 +249,11 @@ def _host_section(sim: StepSimulation) -> str:
         ],
         ["prefetch depth", f"{sim.prefetch_depth} micro-batches"],
         ["bytes from the host per micro-batch and replica", f"{p.host_bytes_per_micro_batch:,}"],
+        [
+            "bytes to the host per returned micro-batch and replica (output mode)",
+            f"{p.host_output_bytes_per_micro_batch:,}, {p.outputs_per_step} of "
+            f"{p.gradient_accumulation * p.device_iterations} micro-batches returned",
+        ],
         ["host synchronisation per step", f"{sim.phases.get('host_sync', 0.0) * 1e3:.4f} ms"],
     ]
     return "<h2>Host side</h2>" + verdict + table(["figure", "value"], rows)

@@ -53,6 +53,8 @@ def summary(simulation: StepSimulation, run: RunInfo | None = None) -> dict:
         "host_io_seconds": sim.host_io_seconds,
         "host_compute_seconds": sim.host_compute_seconds,
         "host_cpu_seconds_per_sample": p.host_cpu_seconds_per_sample,
+        "host_output_bytes_per_micro_batch": p.host_output_bytes_per_micro_batch,
+        "outputs_per_step": p.outputs_per_step,
         "ipu_bound_samples_per_second": _finite(sim.ipu_bound_samples_per_second),
         "host_bound_samples_per_second": _finite(sim.host_bound_samples_per_second),
         "host_bound": sim.host_bound,

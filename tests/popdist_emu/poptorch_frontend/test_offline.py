@@ -127,3 +127,51 @@ def test_a_costly_loader_is_reported_host_bound_until_workers_share_it(
             summary["ipu_bound_samples_per_second"]
         )
     assert "host_compute" in (report / "report.html").read_text()
+
+
+OUTPUT_MODE_PROGRAM = """
+import torch
+import popdist_emu.poptorch as poptorch
+
+
+class Logits(torch.nn.Module):
+    \"\"\"Returns its large logits with the loss, as a language model's head does.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(16, 32768)
+
+    def forward(self, x, y):
+        out = self.linear(x)
+        return out, torch.nn.functional.cross_entropy(out, y)
+
+
+opts = poptorch.Options().deviceIterations(2)
+opts.Training.gradientAccumulation(4)
+opts.outputMode(poptorch.OutputMode.MODE)
+data = torch.utils.data.TensorDataset(torch.randn(512, 16), torch.randint(0, 32768, (512,)))
+loader = poptorch.DataLoader(opts, data, batch_size=8)
+model = poptorch.trainingModel(Logits(), opts, torch.optim.SGD(Logits().parameters(), lr=0.1))
+for x, y in loader:
+    model(x, y)
+"""
+
+
+def test_the_output_mode_decides_what_goes_back_to_the_host(tmp_path: Path) -> None:
+    summaries = {}
+    for mode in ("All", "Final"):
+        program = tmp_path / f"logits_{mode}.py"
+        program.write_text(OUTPUT_MODE_PROGRAM.replace("MODE", mode))
+        report = tmp_path / mode
+        out = _run(
+            "poprun-emu", "--offline-mode", "--num-replicas", "1", "--report-dir", str(report),
+            str(program),
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr[-3000:]
+        summaries[mode] = json.loads((report / "summary.json").read_text())
+    every, final = summaries["All"], summaries["Final"]
+    # One micro-batch's outputs: 8 x 32768 float32 logits and the loss.
+    assert every["host_output_bytes_per_micro_batch"] == 8 * 32768 * 4 + 4
+    assert (every["outputs_per_step"], final["outputs_per_step"]) == (4 * 2, 1)
+    assert every["host_io_seconds"] > final["host_io_seconds"]
+    assert every["samples_per_second"] < final["samples_per_second"]
