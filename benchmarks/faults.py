@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from popdist_emu._environment import ENV_MPIEXEC
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "launch" / "fault_program.py"
 DESCRIPTION = {
@@ -84,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             run = run_case(case)
             print(json.dumps(run), flush=True)
             results.setdefault(case, []).append(run)
-    mpi = os.environ.get("POPDIST_EMU_MPIEXEC") or "the mpich wheel's mpiexec"
+    mpi = os.environ.get(ENV_MPIEXEC) or "the mpich wheel's mpiexec"
     print(f"\nMPI: {mpi}\n")
     print(
         "| fault (instance 1 of 2) | exit code | seconds to end the job: median (min-max) "

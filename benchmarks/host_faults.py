@@ -9,6 +9,8 @@ line per run, then a Markdown table (median, min, max) with the launcher's line 
 Usage::
 
     sudo python benchmarks/host_faults.py [--repeats 3] [--cases link,kill,...]
+
+``POPDIST_EMU_MPIEXEC`` picks another MPI (e.g. Open MPI's ``mpiexec``), as for the launcher.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "launch"))
 import _netns  # noqa: E402 - the tests' namespace hosts, shared with them
 
-PROGRAM = ROOT / "tests" / "launch" / "host_program.py"
+from popdist_emu._environment import ENV_MPIEXEC  # noqa: E402
+
 TIMEOUT_S = 5
 DESCRIPTION = {
     "link": "host 2's link taken down mid-run",
@@ -36,24 +39,6 @@ DESCRIPTION = {
     "start-link": "host 2's link down before the start",
     "start-sshd": "host 2's sshd stopped (SIGSTOP) before the start",
 }
-
-
-def _launch(hosts: _netns.Hosts, marks: str) -> subprocess.Popen:
-    command = [
-        sys.executable, "-m", "launch", "--real-hosts", "-H", ",".join(hosts.address),
-        "--host-subnet", hosts.subnet, "--num-replicas=4", "--num-instances=4",
-        f"--collective-timeout={TIMEOUT_S}",
-        f"--mpi-global-args=-launcher ssh -launcher-exec {hosts.ssh}",
-        str(PROGRAM), marks, "100000",
-    ]  # fmt: skip
-    return subprocess.Popen(
-        command,
-        cwd=marks,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "UCX_TLS": "tcp,self"},
-    )
 
 
 def run_case(hosts: _netns.Hosts, case: str) -> dict:
@@ -65,10 +50,10 @@ def run_case(hosts: _netns.Hosts, case: str) -> dict:
                 _netns.ip("link", "set", hosts.link[1], "down")
             elif case == "start-sshd":
                 os.kill(listener, signal.SIGSTOP)
-            job = _launch(hosts, marks)
+            job = _netns.start_job(hosts, marks, 100_000, TIMEOUT_S, subprocess.DEVNULL)
             fault = time.monotonic()
             if not case.startswith("start"):
-                while len(os.listdir(marks)) < 4 + 1:  # four marks and the job directory
+                while len([n for n in os.listdir(marks) if n.startswith("running-")]) < 4:
                     if job.poll() is not None:
                         raise RuntimeError(f"the job ended before the fault: {job.stderr}")
                     time.sleep(0.05)
@@ -103,6 +88,8 @@ def main() -> None:
                 print(json.dumps(row), flush=True)
                 rows.append(row)
                 time.sleep(4)  # sshd drops the dead sessions (ClientAliveInterval 1, count 3)
+    mpi = os.environ.get(ENV_MPIEXEC) or "the mpich wheel's mpiexec"
+    print(f"\nMPI: {mpi}")
     print("\n| fault | exit code | seconds to end the job: median (min-max) | the launcher says |")
     print("|---|---|---|---|")
     for case in cases:

@@ -101,6 +101,10 @@ def _instances(numbers: Sequence[int]) -> str:
     return f"instance{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))}"
 
 
+def _down(why: str) -> str:
+    return f"({why}): its network link or the machine is down"
+
+
 def by_host(host_of: Sequence[str], instances: Collection[int]) -> dict[str, list[int]]:
     """``instances`` grouped by their host, hosts in instance order."""
     grouped: dict[str, list[int]] = {}
@@ -124,7 +128,7 @@ def host_lines(
     all_on = by_host(host_of, range(len(host_of)))
     for host, numbers in by_host(host_of, not_started).items():
         why = (
-            f"it does not answer ({silent[host]}): its network link or the machine is down"
+            f"it does not answer {_down(silent[host])}"
             if host in silent
             else "it answers on the network: check that ssh reaches it without a prompt and "
             "that the MPI is installed there (-v shows the MPI's messages)"
@@ -141,7 +145,7 @@ def host_lines(
             continue
         whole = " (all it ran)" if numbers == all_on[host] and len(numbers) > 1 else ""
         why = (
-            f"it does not answer ({silent[host]}): its network link or the machine is down"
+            f"it does not answer {_down(silent[host])}"
             if host in silent
             else f"{'their processes were' if len(numbers) > 1 else 'its process was'} killed, "
             "or the host went down"
@@ -152,10 +156,7 @@ def host_lines(
         named.add(host)
     for host, why in silent.items():
         if host not in named and host in all_on:
-            lines.append(
-                f"host {host} ({_instances(all_on[host])}) stopped answering ({why}): its "
-                f"network link or the machine is down"
-            )
+            lines.append(f"host {host} ({_instances(all_on[host])}) stopped answering {_down(why)}")
     return lines
 
 

@@ -10,10 +10,15 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import _sshd
+
+from launch._mpi import find_mpiexec, mpi_flavour
+
+PROGRAM = str(Path(__file__).with_name("host_program.py"))
 
 
 class UnavailableError(Exception):
@@ -124,3 +129,32 @@ def two_hosts(directory: Path) -> Iterator[Hosts]:
         yield made
     finally:
         made.remove()
+
+
+def start_job(
+    hosts: Hosts, marks: str, steps: int, collective_timeout: float, stdout: int | None
+) -> subprocess.Popen:
+    """``poprun-emu --real-hosts`` of tests/launch/host_program.py across ``hosts``: 4
+    instances, 2 on each; each leaves ``marks/running-<i>`` once it runs collectives.
+
+    The namespaces share one kernel, so MPICH's UCX is told to use TCP (``UCX_TLS``): its
+    shared-memory transports would join the two hosts, and a link taken down cut nothing.
+    """
+    if mpi_flavour(find_mpiexec()) == "openmpi":
+        ssh = f"--mca plm_rsh_agent {hosts.ssh}"  # Open MPI's ssh launcher
+    else:
+        ssh = f"-launcher ssh -launcher-exec {hosts.ssh}"  # Hydra's
+    command = [
+        sys.executable, "-m", "launch", "--real-hosts", "-H", ",".join(hosts.address),
+        "--host-subnet", hosts.subnet, "--num-replicas=4", "--num-instances=4",
+        f"--collective-timeout={collective_timeout:g}", f"--mpi-global-args={ssh}",
+        PROGRAM, marks, str(steps),
+    ]  # fmt: skip
+    return subprocess.Popen(
+        command,
+        cwd=marks,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "UCX_TLS": "tcp,self"},
+    )

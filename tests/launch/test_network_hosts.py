@@ -21,18 +21,13 @@ Needs root (namespaces); skipped where they cannot be made.
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import _netns
 import pytest
 
-from launch._mpi import find_mpiexec, mpi_flavour
-
 TIMEOUT = 5  # --collective-timeout of every job here
 SLACK = 6  # seconds for the launcher's probe and the machine's load
-
-PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "host_program.py")
 
 
 @pytest.fixture(scope="module")
@@ -44,37 +39,16 @@ def hosts(tmp_path_factory):
         pytest.skip(str(why))
 
 
-def _ssh_arguments(ssh):
-    if mpi_flavour(find_mpiexec()) == "openmpi":
-        return f"--mca plm_rsh_agent {ssh}"  # Open MPI's ssh launcher
-    return f"-launcher ssh -launcher-exec {ssh}"  # Hydra's
-
-
 def _start(tmp_path, hosts, steps=2000):
     marks = tmp_path / "marks"
     marks.mkdir(exist_ok=True)
-    command = [
-        sys.executable, "-m", "launch", "--real-hosts", "-H", ",".join(hosts.address),
-        "--host-subnet", hosts.subnet, "--num-replicas=4", "--num-instances=4",
-        f"--collective-timeout={TIMEOUT}",
-        f"--mpi-global-args={_ssh_arguments(hosts.ssh)}",
-        PROGRAM, str(marks), str(steps),
-    ]  # fmt: skip
-    job = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "UCX_TLS": "tcp,self"},
-    )
-    return job, marks
+    return _netns.start_job(hosts, str(marks), steps, TIMEOUT, subprocess.PIPE), marks
 
 
 def _running(job, marks, count=4, timeout=60):
     """Waits until every instance has done a few collectives."""
     deadline = time.monotonic() + timeout
-    while len(list(marks.iterdir())) < count:
+    while len(list(marks.glob("running-*"))) < count:
         assert job.poll() is None, job.communicate()
         assert time.monotonic() < deadline, "the job did not get going"
         time.sleep(0.1)
