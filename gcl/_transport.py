@@ -31,33 +31,13 @@ from typing import Any
 import numpy as np
 
 from gcl._knobs import DEFAULT_TIMEOUT_S as _UNSET_TIMEOUT_S
-from gcl._knobs import ENV_ON_FAILURE, ENV_TIMEOUT, ENV_WAITING_FILE
+from gcl._knobs import ENV_ON_FAILURE, ENV_TIMEOUT
+from gcl._waiting import ANNOUNCE_WAIT_S, WAITING_FILE, done_waiting, record_waiting
 
 # The launcher's --collective-timeout sets GCL_EMU_TIMEOUT for every instance.
 DEFAULT_TIMEOUT_S = float(os.environ.get(ENV_TIMEOUT, _UNSET_TIMEOUT_S))
 # How often a waiting instance looks for a peer's leaving notice (a cheap Iprobe).
 _LEAVE_PROBE_S = 0.05
-# A wait longer than this is recorded in the launcher's file (GCL_EMU_WAITING_FILE), so that
-# when a collective times out the launcher can tell the instances that waited in it from one
-# that never came (stuck in its program: a sleep, a loop, a hung data loader).
-_ANNOUNCE_WAIT_S = 1.0
-_WAITING_FILE = os.environ.get(ENV_WAITING_FILE, "")
-
-
-def _record_waiting(what: str, collectives: int, gone: int | None = None) -> None:
-    """Leaves the collective's number and ``what`` in the launcher's waiting file, and the
-    peer that returned from its program while this instance waited for it, if one did
-    (``"<collectives> <what> [left <instance>]"``)."""
-    temporary = f"{_WAITING_FILE}.{os.getpid()}.tmp"
-    with contextlib.suppress(OSError):  # no job directory: nobody to tell
-        with open(temporary, "w") as f:
-            f.write(f"{collectives} {what}{'' if gone is None else f' left {gone}'}\n")
-        os.replace(temporary, _WAITING_FILE)
-
-
-def _done_waiting() -> None:
-    with contextlib.suppress(OSError):
-        os.remove(_WAITING_FILE)
 
 
 def _default_busy_s() -> float:
@@ -334,12 +314,12 @@ class Transport:
             done = MPI.Request.Testsome(requests)
             if done:
                 if announced:
-                    _done_waiting()
+                    done_waiting()
                 return list(done)
             polls += 1
             now = time.monotonic()
-            if _WAITING_FILE and not announced and polls > 1 and now - started > _ANNOUNCE_WAIT_S:
-                _record_waiting(what, self.collectives)
+            if WAITING_FILE and not announced and polls > 1 and now - started > ANNOUNCE_WAIT_S:
+                record_waiting(what, self.collectives)
                 announced = True
             if probe and now > next_probe:
                 next_probe = now + _LEAVE_PROBE_S
@@ -347,8 +327,8 @@ class Transport:
                 gone = self._left(waiting)
                 if gone is not None:
                     self.broken = True
-                    if _WAITING_FILE:
-                        _record_waiting(what, self.collectives, gone)
+                    if WAITING_FILE:
+                        record_waiting(what, self.collectives, gone)
                     raise PeerLeft(
                         f"gcl.{what}: instance {gone} returned from its program while instance "
                         f"{self.rank} waits for it in this collective: every instance must call "

@@ -104,7 +104,11 @@ def test_a_host_whose_processes_are_all_killed_is_named(tmp_path, hosts):
     assert code != 0, err
     line = f"host {hosts.address[1]}: instances 2, 3 (all it ran) ended without an exit status"
     assert line in err, err
-    assert f"host {hosts.address[0]}:" not in err, err  # the MPI ended those after it
+    # The MPI ends the other host's instances too, within the same heartbeat; where its ssh
+    # said which connection closed first (not every run: it may be killed before it does),
+    # only that host is named.
+    if f"Connection to {hosts.address[1]} closed" in err:
+        assert f"host {hosts.address[0]}:" not in err, err
     assert took < TIMEOUT + SLACK, err
     _nothing_left(hosts)
 

@@ -30,9 +30,7 @@ SUBSET = [
     "tests/launch/test_bootstrap.py::test_the_example_client_gets_poprun_layout_16_on_4",
     "tests/launch/test_real_hosts.py::test_two_loopback_hosts_over_ssh",
     "tests/launch/test_network_hosts.py::test_a_host_whose_link_goes_down_is_named",
-    "tests/launch/test_network_hosts.py::test_a_host_whose_processes_are_all_killed_is_named",
     "tests/launch/test_faults.py::test_a_fault_ends_the_job_naming_the_instance[exit3]",
-    "tests/launch/test_faults.py::test_a_fault_ends_the_job_naming_the_instance[exit]",
     "tests/launch/test_faults.py::test_a_fault_ends_the_job_naming_the_instance[loader]",
     "tests/gcl/test_layouts.py",
 ]
