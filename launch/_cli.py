@@ -196,12 +196,14 @@ def launch(
     ``command_line`` is the launcher's own command line, passed on for the reports.
     """
     cache = executable_cache_dir(options.executable_cache_path)  # refused before any start
-    no_effect = [f for f in options.no_effect if not (options.real_hosts and f == "--host-subnet")]
+    no_effect = [f for f in options.no_effect if f != "--host-subnet"]
     if no_effect:
         _log(
             f"{', '.join(no_effect)}: no effect in the emulator (there is no V-IPU "
             f"server; the IPUs are simulated)"
         )
+    if options.host_subnet and not options.real_hosts:
+        _log("--host-subnet: no effect without --real-hosts (every instance runs here)")
     representative = _offline_representative(options, layout)
     if options.print_topology:
         print(format_topology(layout, simulated=not options.real_hosts), end="", flush=True)

@@ -41,3 +41,12 @@ def test_the_launcher_refuses_it_before_any_start(poprun, tmp_path):
     assert result.returncode == 2, result.stderr
     assert result.stderr.count("\n") == 1 and "--host-subnet 198.51.100.0/24" in result.stderr
     assert "started" not in result.stderr
+
+
+@pytest.mark.timeout(60)
+def test_without_real_hosts_it_is_named_as_having_no_effect(poprun, tmp_path):
+    (tmp_path / "p.py").write_text("print('ran')\n")
+    result = poprun("--host-subnet", "198.51.100.0/24", "p.py")
+    assert result.returncode == 0, result.stderr
+    assert "--host-subnet: no effect without --real-hosts" in result.stderr
+    assert "ran" in result.stdout
