@@ -249,6 +249,9 @@ class Options:
         self._fields: dict[str, Any] = {"replication_factor": popdist.getNumLocalReplicas()}
         self._fields.update(kwargs)
         self.random_seed: int | None = None
+        # PopTorch's default: buffers broadcast from replica 0, which it refuses for buffers
+        # the forward changes; False keeps each replica's own (``poptorch._buffers``).
+        self.broadcast_buffers = True
         self.executable_cache_dir: str | None = None
         self.process_id = (popdist.getInstanceIndex(), popdist.getNumInstances())
         self.Training = _Training(self)
@@ -307,6 +310,10 @@ class Options:
     def clone(self) -> Options:
         """An independent copy (PopTorch's ``Options.clone``): changing it leaves this one."""
         return copy.deepcopy(self)
+
+    def broadcastBuffers(self, broadcast_buffers: bool = True) -> Options:  # noqa: N802
+        self.broadcast_buffers = bool(broadcast_buffers)
+        return self
 
     def randomSeed(self, seed: int) -> Options:  # noqa: N802
         self.random_seed = int(seed)

@@ -21,8 +21,11 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
   sample, which reaches the step as one more input (4 bytes a sample over the simulated
   host link), so masks do not depend on the instance layout (see ``_random``);
 - after every call the torch module's parameters hold the trained values (PopTorch copies
-  weights back to the host when they are read); buffers are constants (no BatchNorm
-  statistics updates yet);
+  weights back to the host when they are read);
+- buffers the forward changes (BatchNorm's running statistics) change as in PopTorch: each
+  replica's, micro-batch after micro-batch, from the weights of the device iteration; the
+  host sees the first local replica's (see ``_buffers``: with several replicas PopTorch
+  asks for ``broadcastBuffers(False)``, and such buffers must not feed the loss);
 - under ``poprun-emu --offline-mode`` (PopTorch's offline IPU target: a program compiles but
   nothing runs) ``compile`` and the first call of a training model compile the step from
   the batch's shapes, simulate it and report it as every offline run does (instance 0
@@ -46,7 +49,6 @@ from typing import Any
 import jax
 import numpy as np
 import torch
-import torchax
 
 import popdist_emu
 from popdist_emu._trees import tree_nbytes
@@ -58,6 +60,14 @@ from popdist_emu.poptorch._blocks import (
     emulator_strategy,
     recording_blocks,
     tracing_blocks,
+)
+from popdist_emu.poptorch._buffers import (
+    ReplicaBuffers,
+    buffers_read_by,
+    changed_buffers,
+    check_changing_buffers,
+    module_function,
+    write_buffers,
 )
 from popdist_emu.poptorch._data import active_loader
 from popdist_emu.poptorch._random import (
@@ -110,13 +120,18 @@ class PoplarExecutor:
         self.options = options if options is not None else PopTorchOptions()
         self.training = training
         # PopTorch's default optimiser: SGD, learning rate 0.01.
-        self._optimizer: torch.optim.Optimizer = optimizer or optim.SGD(model.parameters(), lr=0.01)
+        self._optimizer: Any = optimizer
+        if optimizer is None and training:
+            self._optimizer = optim.SGD(model.parameters(), lr=0.01)
         self._mode_fields = self.options.to_options()
         self._blocks = block_names(model)  # BeginBlock's; poptorch.Block's when traced
         check_strategy(self._mode_fields.execution_strategy)  # before any compile
         self._strategy: Any = None
         model.train(training)
-        weights, self._fn = torchax.extract_jax(model)
+        weights, self._fn_state, buffer_names = module_function(model)
+        self._buffer_names = buffer_names
+        self._changing: list[str] | None = None  # buffers the forward changes, found once
+        self._replicas: ReplicaBuffers | None = None  # what training changes, per replica
         trainable = {name for name, p in model.named_parameters() if p.requires_grad}
         self._names = [name for name in weights if name in trainable]
         self._constants = {k: v for k, v in weights.items() if k not in trainable}
@@ -127,7 +142,8 @@ class PoplarExecutor:
         self._seed = (torch.initial_seed() if seed is None else seed) % 2**31
         self._random: bool | None = None  # whether training draws random numbers (dropout)
         self._calls = 0
-        self._forward = jax.jit(self._run)
+        self._forward = jax.jit(self._run_state)
+        self._buffer_pass = jax.jit(lambda w, a, i: self._run_state(w, a, i)[1])
         self._attached = True
 
     # --------------------------------------------------------------------- helpers
@@ -137,13 +153,24 @@ class PoplarExecutor:
         names = [*self._names, *self._constants]
         return {n: jax.numpy.asarray(_to_jax_array(state[n])) for n in names}
 
+    def _fn(self, weights: dict[str, Any], args: tuple[Any, ...]) -> Any:
+        """The module's forward: its outputs."""
+        return self._fn_state(weights, args)[0]
+
+    def _run_state(
+        self, weights: dict[str, Any], args: tuple[Any, ...], first_index: Any
+    ) -> tuple[Any, Any]:
+        """The module's forward, its random draws keyed by its first sample's index: its
+        outputs and the buffers it leaves."""
+        with holding_key(micro_batch_key(self._seed, first_index)):
+            return self._fn_state(weights, args)
+
     def _run(self, weights: dict[str, Any], args: tuple[Any, ...], first_index: Any) -> Any:
         """The module's forward, its random draws keyed by its first sample's index."""
-        with holding_key(micro_batch_key(self._seed, first_index)):
-            return self._fn(weights, args)
+        return self._run_state(weights, args, first_index)[0]
 
     def _loss(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
-        weights = {**params, **self._constants}
+        weights = {**self._constants, **params}
         if self._random:
             *inputs, index = micro_batch
             out = self._run(weights, tuple(inputs), index[0])
@@ -199,7 +226,34 @@ class PoplarExecutor:
                     self.options.to_options(), execution_strategy=self._strategy
                 )
             self._trainer = popdist_emu.Trainer(loss, transform, params, options)
+            self._check_buffers(batch)
         return self._trainer
+
+    def _changed_buffers(self, args: tuple[Any, ...], first: Any) -> list[str]:
+        """The buffers this model's forward changes (traced once, in its mode)."""
+        if self._changing is None:
+            self._changing = changed_buffers(
+                lambda w, a: self._run_state(w, a, first), self._weights(), args, self._buffer_names
+            )
+        return self._changing
+
+    def _check_buffers(self, batch: tuple[Any, ...]) -> None:
+        """Finds the buffers training changes and gives each local replica its copy
+        (refused where PopTorch or the emulator cannot keep them; see ``_buffers``)."""
+        inputs = len(batch) - 1 if self._random else len(batch)
+        micro = tuple(a[0, 0, 0] for a in batch)
+        changing = self._changed_buffers(micro[:inputs], np.int32(0))
+        if not changing:
+            return
+        weights = self._weights()
+        params = {n: weights[n] for n in self._names}
+        buffers = {n: weights[n] for n in changing}
+        read = buffers_read_by(lambda b, m: self._loss({**params, **b}, m), buffers, micro)
+        fields = self._mode_fields
+        check_changing_buffers(
+            changing, read, fields.num_total_replicas, self.options.broadcast_buffers
+        )
+        self._replicas = ReplicaBuffers(buffers, fields.replication_factor)
 
     def _execution_strategy(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
         """The emulator's strategy for the options' and the blocks (None: one program).
@@ -229,7 +283,18 @@ class PoplarExecutor:
             arrays = tuple(_to_jax_array(a) for a in args)
             first = np.int32(self._calls * arrays[0].shape[0] % 2**31)
             self._calls += 1
-            return _to_torch(self._forward(self._weights(), arrays, first))
+            out, buffers = self._forward(self._weights(), arrays, first)
+            changing = self._changed_buffers(arrays, first)
+            if changing:
+                fields = self._mode_fields
+                if fields.device_iterations * fields.num_total_replicas > 1:
+                    raise ValueError(
+                        f"poptorch.inferenceModel: the forward changes buffers "
+                        f"({', '.join(changing)}); popdist-emu runs such a model with one "
+                        f"replica and one device iteration only so far."
+                    )
+                write_buffers(self._user_model, {n: buffers[n] for n in changing})
+            return _to_torch(out)
         arrays, batch, index = self._training_batch(args)
         self._calls += 1
         trainer = self._make_trainer(batch)
@@ -250,12 +315,22 @@ class PoplarExecutor:
         before = (
             None if only_loss else {**jax.tree.map(np.array, trainer.params), **self._constants}
         )
-        losses = trainer.step(batch)
+        hook = None
+        if self._replicas is not None:
+            hook = self._replicas.each_iteration(
+                self._buffer_pass,
+                lambda params: {**self._constants, **params},
+                batch,
+                inputs=len(arrays),
+                accumulation=self._mode_fields.gradient_accumulation,
+                keyed=bool(self._random),
+            )
+        losses = trainer.step(batch, each_iteration=hook)
         self.copyWeightsToHost()
         loss = torch.tensor(np.asarray(losses, dtype=np.float32))
         if before is None:
             return loss
-        outputs = list(_to_torch(self._forward(before, arrays, index[0])))
+        outputs = list(_to_torch(self._forward(before, arrays, index[0])[0]))
         if mode != "all":
             size = outputs[0].shape[0] // self._mode_fields.device_iterations
             outputs = [o[-size:] if o.ndim else o for o in outputs]
@@ -271,6 +346,8 @@ class PoplarExecutor:
         with torch.no_grad():
             for name in self._names:
                 named[name].copy_(torch.from_numpy(np.array(params[name])))
+        if self._replicas is not None:
+            write_buffers(self._user_model, self._replicas.first)
 
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:  # noqa: N802
         """Changes the learning rate from the next call on, keeping the optimiser state.
@@ -278,30 +355,10 @@ class PoplarExecutor:
         Raises:
             ValueError: another optimiser class or a change other than the learning rate.
         """
-        old, new = self._optimizer, optimizer
-        old_group, new_group = optim.optimiser_hyperparams(old), optim.optimiser_hyperparams(new)
-        same = {k: v for k, v in old_group.items() if k not in ("lr", "initial_lr")}
-        if type(old) is not type(new) or same != {
-            k: v for k, v in new_group.items() if k not in ("lr", "initial_lr")
-        }:
-            raise ValueError(
-                "setOptimizer: popdist-emu changes the learning rate only so far; keep the "
-                "optimiser's class and its other settings."
-            )
-        self._optimizer = new
+        learning_rate = optim.changed_learning_rate(self._optimizer, optimizer)
+        self._optimizer = optimizer
         if self._trainer is not None:
-            state = self._trainer.state
-            injected = _injected_states(state.opt_state)
-            if len(injected) != 1:
-                raise ValueError(
-                    "setOptimizer: the optimiser state is sharded or offloaded here, or has "
-                    "several parameter groups; changing the learning rate there is not "
-                    "supported yet."
-                )
-            hyperparams = injected[0].hyperparams
-            hyperparams["learning_rate"] = jax.numpy.asarray(
-                float(new_group["lr"]), dtype=hyperparams["learning_rate"].dtype
-            )
+            optim.set_learning_rate(self._trainer.state.opt_state, learning_rate)
 
     def compile(self, *args: Any) -> None:
         """Compiles the step for this combined batch's shapes without running it."""
@@ -379,13 +436,3 @@ def inferenceModel(  # noqa: N802
 ) -> PoplarExecutor:
     """``poptorch.inferenceModel``: ``model``'s forward on the combined batch."""
     return PoplarExecutor(model, options, None, training=False)
-
-
-def _injected_states(opt_state: Any) -> list[Any]:
-    """The ``optax.inject_hyperparams`` states inside an optimiser state (chains and
-    layer-wise optimisers nest them in tuples); their ``hyperparams`` dicts are mutable."""
-    if hasattr(opt_state, "hyperparams"):
-        return [opt_state]
-    if isinstance(opt_state, tuple):
-        return [found for part in opt_state for found in _injected_states(part)]
-    return []

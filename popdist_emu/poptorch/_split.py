@@ -7,8 +7,8 @@ jaxpr into contiguous runs of one block and gives a :class:`popdist_emu.BlockMod
 blocks pass on, as a tuple, exactly the values later blocks (or the loss) use. Equations
 before the first block belong to the first block.
 
-Not wired into ``trainingModel`` yet (the next step: map ``PipelinedExecution``/
-``ShardedExecution`` onto the emulator's strategies with these blocks).
+``trainingModel`` runs the BlockModel under the strategy that ``PipelinedExecution`` or
+``ShardedExecution`` maps onto (``_blocks.emulator_strategy``).
 
 References:
     JAX documentation, "Understanding jaxprs" and "Writing custom Jaxpr interpreters"

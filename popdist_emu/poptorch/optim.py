@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import optax
 import torch
 
@@ -271,3 +272,50 @@ def _group_transform(
         f"{type(optimizer).__name__}: popdist-emu maps SGD, Adam, AdamW (torch.optim or "
         f"poptorch.optim) and poptorch.optim.LAMB so far; use one of those."
     )
+
+
+def changed_learning_rate(old: torch.optim.Optimizer, new: torch.optim.Optimizer) -> float:
+    """The new learning rate of ``setOptimizer(new)`` on a model trained with ``old``.
+
+    Raises:
+        ValueError: another optimiser class or a change other than the learning rate.
+    """
+    old_group, new_group = optimiser_hyperparams(old), optimiser_hyperparams(new)
+    rate = ("lr", "initial_lr")
+    if type(old) is not type(new) or {k: v for k, v in old_group.items() if k not in rate} != {
+        k: v for k, v in new_group.items() if k not in rate
+    }:
+        raise ValueError(
+            "setOptimizer: popdist-emu changes the learning rate only so far; keep the "
+            "optimiser's class and its other settings."
+        )
+    return float(new_group["lr"])
+
+
+def set_learning_rate(opt_state: Any, learning_rate: float) -> None:
+    """Sets the learning rate inside an optimiser state made by :func:`to_optax`.
+
+    Raises:
+        ValueError: the state is sharded or offloaded, or has several parameter groups.
+    """
+    injected = _injected_states(opt_state)
+    if len(injected) != 1:
+        raise ValueError(
+            "setOptimizer: the optimiser state is sharded or offloaded here, or has "
+            "several parameter groups; changing the learning rate there is not "
+            "supported yet."
+        )
+    hyperparams = injected[0].hyperparams
+    hyperparams["learning_rate"] = jax.numpy.asarray(
+        learning_rate, dtype=hyperparams["learning_rate"].dtype
+    )
+
+
+def _injected_states(opt_state: Any) -> list[Any]:
+    """The ``optax.inject_hyperparams`` states inside an optimiser state (chains and
+    layer-wise optimisers nest them in tuples); their ``hyperparams`` dicts are mutable."""
+    if hasattr(opt_state, "hyperparams"):
+        return [opt_state]
+    if isinstance(opt_state, tuple):
+        return [found for part in opt_state for found in _injected_states(part)]
+    return []

@@ -254,13 +254,19 @@ class Trainer:
         return self.lever_info.optimiser_state_bytes_per_replica
 
     # ----------------------------------------------------------------- training
-    def step(self, batch: Any) -> float | np.ndarray:
+    def step(
+        self, batch: Any, *, each_iteration: Callable[[int, Any], None] | None = None
+    ) -> float | np.ndarray:
         """Runs ``device_iterations`` optimiser steps on one call's batch.
 
         Args:
             batch: a pytree whose leaves are laid out ``[device_iterations,
                 gradient_accumulation, replication_factor, micro_batch, *sample]``
                 (as :meth:`ReplicaLoader.batch` returns).
+            each_iteration: called as ``each_iteration(d, params)`` at the start of device
+                iteration ``d`` with the parameters it trains from, before its update:
+                what a model's forward records besides its loss (BatchNorm's running
+                statistics) is computed there from the same weights.
 
         Returns:
             The global mean loss (over all replicas and accumulated micro-batches) of the
@@ -277,6 +283,8 @@ class Trainer:
         divisor = self.num_total_replicas * opts.gradient_accumulation
         losses = np.empty(opts.device_iterations)
         for d in range(opts.device_iterations):
+            if each_iteration is not None:
+                each_iteration(d, self._live_state("Trainer.step").params)
             losses[d] = self._one_step(batch, d) / divisor
         return losses if opts.output_mode == "all" else float(losses[-1])
 

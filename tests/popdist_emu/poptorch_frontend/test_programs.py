@@ -30,7 +30,7 @@ from popdist_emu import Options
 from popdist_emu.poptorch._random import sample_indices
 
 # Blocks as context managers, placed by the strategy's stages (graphcore/examples'
-# tutorials/tutorials/pytorch/pipelining structure), with dropout in the second block.
+# tutorials/tutorials/pytorch/pipelining structure), with BatchNorm and dropout in the second.
 PROGRAM = """
 import json, sys
 import torch
@@ -45,6 +45,7 @@ class Network(torch.nn.Module):
         super().__init__()
         self.layer1 = torch.nn.Linear(6, 16)
         self.layer2 = torch.nn.Linear(16, 16)
+        self.norm = torch.nn.BatchNorm1d(16)
         self.drop = torch.nn.Dropout(0.25)
         self.layer3 = torch.nn.Linear(16, 3)
         self.loss = torch.nn.CrossEntropyLoss()
@@ -53,7 +54,7 @@ class Network(torch.nn.Module):
         with poptorch.Block("B1"):
             x = torch.relu(self.layer1(x))
         with poptorch.Block("B2"):
-            x = self.drop(torch.relu(self.layer2(x)))
+            x = self.drop(torch.relu(self.norm(self.layer2(x))))
         with poptorch.Block("B3"):
             x = self.layer3(x)
             loss = self.loss(x, labels)
@@ -76,7 +77,8 @@ for _ in range(calls):
     y = torch.randint(0, 3, (2 * 6 * 2,), generator=generator)
     out, loss = training(x, y)
     losses.append(float(loss))
-print(json.dumps({"losses": losses, "weight": model.layer3.weight.detach().tolist()}))
+weight, mean = model.layer3.weight.detach().tolist(), model.norm.running_mean.tolist()
+print(json.dumps({"losses": losses, "weight": weight, "running_mean": mean}))
 """
 
 
@@ -100,13 +102,16 @@ def _run(tmp_path: Path, strategy: str, ipus: int) -> dict:
 
 def test_context_blocks_with_dropout_train_alike_on_one_and_two_ipus(tmp_path: Path) -> None:
     """`with poptorch.Block` stages on 2 IPUs, pipelined and sharded, compute what the same
-    program computes on 1 IPU: dropout's masks follow the samples, not the program's cut."""
+    program computes on 1 IPU: dropout's masks follow the samples, not the program's cut,
+    and BatchNorm's running statistics are those of the whole model."""
     one = _run(tmp_path, "none", 1)
     assert len(one["losses"]) == 3 and all(np.isfinite(one["losses"]))
     for strategy in ("pipelined", "sharded"):
         run = _run(tmp_path, strategy, 2)
         np.testing.assert_allclose(run["losses"], one["losses"], rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(run["weight"], one["weight"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(run["running_mean"], one["running_mean"], rtol=1e-5, atol=1e-6)
+    assert any(abs(m) > 1e-3 for m in one["running_mean"])
 
 
 class _Dropped(torch.nn.Module):

@@ -1,0 +1,255 @@
+"""Buffers a module's forward changes: BatchNorm's running statistics and the like.
+
+PopTorch keeps a module's buffers on the IPU and lets the forward change them in place:
+in training, BatchNorm updates its running mean and variance from every micro-batch, one
+micro-batch after the other, and the host sees the result when the weights are copied back.
+With replicas, each replica would change its own copy; PopTorch refuses that unless the
+program says it tolerates buffers out of sync between replicas
+(``Options.broadcastBuffers(False)``), and then each replica keeps its own.
+
+Here the module's forward runs as a pure JAX function of ``(weights, inputs)`` that also
+returns the buffers as the forward left them (:func:`module_function`), so a changed buffer
+is a new value and an unchanged one is the very input (:func:`changed_buffers` reads that
+off the traced program). torchax's batch norm computes new running statistics and drops
+them; :func:`use_pytorch_batch_norm` replaces it with PyTorch's semantics (running variance
+unbiased, updated in place), checked against PyTorch in the tests.
+
+The training step keeps the buffers the loss reads fixed during a step, so buffers that
+the forward changes must not feed the loss (BatchNorm in training normalises with the
+micro-batch's own statistics; :func:`buffers_read_by` checks it on the traced loss).
+
+References:
+    PopTorch User Guide, "Buffers" (buffers changed in the forward; ``broadcastBuffers``);
+    PyTorch documentation, ``torch.nn.BatchNorm2d`` (running statistics with ``momentum``,
+    the unbiased variance); Ioffe and Szegedy, "Batch Normalization" (2015),
+    https://arxiv.org/abs/1502.03167.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+import torchax
+from torchax.interop import JittableModule
+
+_INSTALLED: list[bool] = []
+
+
+def _batch_norm(
+    input: Any,
+    weight: Any,
+    bias: Any,
+    running_mean: Any,
+    running_var: Any,
+    training: bool,
+    momentum: float,
+    eps: float,
+) -> tuple[Any, Any, Any]:
+    """aten's batch norm as PyTorch computes it, running statistics updated in place."""
+    dims = [0, *range(2, input.ndim)]
+    shape = [1, -1] + [1] * (input.ndim - 2)
+    if training:
+        mean = input.mean(dims)
+        var = ((input - mean.reshape(shape)) ** 2).mean(dims)
+        if running_mean is not None and running_var is not None:
+            count = input.numel() // input.shape[1]
+            unbiased = var * (count / max(count - 1, 1))
+            with torch.no_grad():
+                running_mean.copy_((1 - momentum) * running_mean + momentum * mean)
+                running_var.copy_((1 - momentum) * running_var + momentum * unbiased)
+    else:
+        mean, var = running_mean, running_var
+    rstd = torch.rsqrt(var + eps)
+    out = (input - mean.reshape(shape)) * rstd.reshape(shape)
+    if weight is not None:
+        out = out * weight.reshape(shape)
+    if bias is not None:
+        out = out + bias.reshape(shape)
+    empty = input.new_zeros(0)
+    return out, mean if training else empty, rstd if training else empty
+
+
+def _native_batch_norm(
+    input: Any,
+    weight: Any,
+    bias: Any,
+    running_mean: Any,
+    running_var: Any,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
+) -> tuple[Any, Any, Any]:
+    return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
+
+
+def use_pytorch_batch_norm() -> None:
+    """Makes torchax's default environment run batch norm as PyTorch does (once)."""
+    if _INSTALLED:
+        return
+    env = torchax.default_env()
+    env.override_op_definition(torch.ops.aten.native_batch_norm.default, _native_batch_norm)
+    env.override_op_definition(torch.ops.aten._native_batch_norm_legit.default, _batch_norm)
+    _INSTALLED.append(True)
+
+
+def module_function(
+    model: torch.nn.Module,
+) -> tuple[dict[str, Any], Callable[[dict[str, Any], tuple[Any, ...]], tuple[Any, Any]], list[str]]:
+    """``model`` as a pure function of its weights: ``fn(weights, args) -> (outputs,
+    buffers)``, as ``torchax.extract_jax`` gives it, with the buffers the forward left.
+
+    Returns:
+        ``(weights, fn, buffer_names)``: the parameters and buffers by name (tied
+        parameters once), the function, and the buffers' names.
+    """
+    use_pytorch_batch_norm()
+    env = torchax.default_env()
+    module = JittableModule(model)
+    weights = env.t2j_copy({**module.buffers, **module.params})
+    names = list(module.buffers)
+
+    def fn(states: dict[str, Any], args: tuple[Any, ...]) -> tuple[Any, Any]:
+        params = {k: states[k] for k in module.params}
+        buffers = {k: states[k] for k in names}
+        params, buffers, args = env.j2t_iso((params, buffers, args))
+        with env:
+            out = module.functional_call("forward", params, buffers, *args)
+        return env.t2j_iso((out, buffers))
+
+    return weights, fn, names
+
+
+def changed_buffers(
+    fn: Callable[[dict[str, Any], tuple[Any, ...]], tuple[Any, Any]],
+    weights: dict[str, Any],
+    args: tuple[Any, ...],
+    names: list[str],
+) -> list[str]:
+    """The buffers ``fn`` changes: those it returns as anything but their input."""
+    if not names:
+        return []
+    fixed = {k: v for k, v in weights.items() if k not in names}
+
+    def buffers_out(buffers: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Any]:
+        return fn({**fixed, **buffers}, args)[1]
+
+    closed = jax.make_jaxpr(buffers_out)({k: weights[k] for k in names}, _arrays(args))
+    order = sorted(names)  # a dict's leaves, in key order, come first
+    inputs, outputs = closed.jaxpr.invars, closed.jaxpr.outvars
+    return [name for name, i, o in zip(order, inputs, outputs, strict=False) if o is not i]
+
+
+def buffers_read_by(
+    loss: Callable[[dict[str, Any], tuple[Any, ...]], Any],
+    buffers: dict[str, Any],
+    args: tuple[Any, ...],
+) -> list[str]:
+    """The names in ``buffers`` that the value of ``loss(buffers, args)`` depends on.
+
+    Read off the traced program backwards from its result: an operation whose results
+    are needed needs all of its operands (a nested program counts as one operation).
+    """
+    closed = jax.make_jaxpr(loss)(buffers, _arrays(args))
+    needed = {id(v) for v in closed.jaxpr.outvars}
+    for eqn in reversed(closed.jaxpr.eqns):
+        if any(id(v) in needed for v in eqn.outvars):
+            needed.update(id(v) for v in eqn.invars)
+    order = sorted(buffers)  # the buffers' leaves come first
+    return [name for name, v in zip(order, closed.jaxpr.invars, strict=False) if id(v) in needed]
+
+
+def _arrays(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """Host arrays as JAX arrays, so the trace takes them as inputs rather than constants."""
+    return jax.tree.map(jax.numpy.asarray, args)
+
+
+def check_changing_buffers(
+    changing: list[str], read: list[str], total_replicas: int, broadcast_buffers: bool
+) -> None:
+    """Refuses buffers changed in training that PopTorch or the emulator cannot keep.
+
+    Raises:
+        ValueError: several replicas under PopTorch's default ``broadcastBuffers`` (PopTorch
+            refuses them too), or a loss that reads a buffer the forward changes.
+    """
+    if total_replicas > 1 and broadcast_buffers:
+        raise ValueError(
+            f"poptorch: the forward changes buffers ({', '.join(changing)}) and PopTorch "
+            f"does not support broadcasting buffers between replicas; if the model "
+            f"tolerates buffers out of sync between replicas, call "
+            f"options.broadcastBuffers(False)."
+        )
+    if read:
+        raise ValueError(
+            f"poptorch: the loss reads buffers that its forward also changes "
+            f"({', '.join(read)}); popdist-emu keeps buffers fixed within a step and "
+            f"records their changes beside it (as BatchNorm's running statistics need), "
+            f"so compute the loss without them."
+        )
+
+
+class ReplicaBuffers:
+    """Each local replica's copy of the buffers training changes.
+
+    Args:
+        buffers: the changed buffers' values before training, by name.
+        replicas: this instance's replicas.
+    """
+
+    def __init__(self, buffers: dict[str, Any], replicas: int) -> None:
+        self.per_replica = [dict(buffers) for _ in range(replicas)]
+
+    @property
+    def first(self) -> dict[str, Any]:
+        """The first local replica's buffers: what the host sees."""
+        return self.per_replica[0]
+
+    def each_iteration(
+        self,
+        forward: Callable[[dict[str, Any], tuple[Any, ...], Any], dict[str, Any]],
+        weights_of: Callable[[Any], dict[str, Any]],
+        batch: tuple[Any, ...],
+        *,
+        inputs: int,
+        accumulation: int,
+        keyed: bool,
+    ) -> Callable[[int, Any], None]:
+        """What the step calls at each device iteration: every local replica's buffers
+        through its micro-batches, in order, from the iteration's weights.
+
+        Args:
+            forward: ``forward(weights, micro_batch, first_index) -> buffers``, jitted.
+            weights_of: the module's weights for the step's parameters (with its other
+                buffers).
+            batch: the call's batch laid out ``[iterations, accumulation, replicas, micro]``
+                per input, then the samples' indices when ``keyed``.
+            inputs: how many of ``batch``'s leaves are the module's inputs.
+            accumulation: micro-batches per replica and iteration.
+            keyed: whether the forward draws random numbers keyed by the first sample.
+        """
+
+        def run(d: int, params: Any) -> None:
+            weights = weights_of(params)
+            for k, buffers in enumerate(self.per_replica):
+                for a in range(accumulation):
+                    micro = tuple(leaf[d, a, k] for leaf in batch[:inputs])
+                    first = batch[-1][d, a, k][0] if keyed else np.int32(0)
+                    out = forward({**weights, **buffers}, micro, first)
+                    buffers = {n: out[n] for n in buffers}
+                self.per_replica[k] = buffers
+            # The update reuses the parameters' memory: the passes read them first.
+            jax.block_until_ready(self.per_replica)
+
+        return run
+
+
+def write_buffers(model: torch.nn.Module, buffers: dict[str, Any]) -> None:
+    """Copies buffers into the torch module (PopTorch's copy of the weights to the host)."""
+    named = dict(model.named_buffers())
+    with torch.no_grad():
+        for name, value in buffers.items():
+            named[name].copy_(torch.from_numpy(np.array(value)))

@@ -1,0 +1,186 @@
+"""Buffers the forward changes (BatchNorm's running statistics) change as in PopTorch.
+
+Needs torch and torchax (``pip install -e .[poptorch]``); skipped with the reason otherwise.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
+pytest.importorskip("torchax", reason="torchax is not installed (pip install -e .[poptorch])")
+
+import popdist_emu.poptorch as poptorch  # noqa: E402
+
+
+class _ConvNet(torch.nn.Module):
+    """A convolution, BatchNorm and a classifier; the forward returns outputs and loss."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = torch.nn.Conv2d(2, 4, 3, padding=1)
+        self.norm = torch.nn.BatchNorm2d(4)
+        self.head = torch.nn.Linear(4 * 4 * 4, 3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden = torch.relu(self.norm(self.conv(x)))
+        out = self.head(hidden.flatten(1))
+        return out, torch.nn.functional.cross_entropy(out, y)
+
+
+def _data(calls: int, size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    generator = torch.Generator().manual_seed(5)
+    return [
+        (torch.randn(size, 2, 4, 4, generator=generator), torch.randint(0, 3, (size,)))
+        for _ in range(calls)
+    ]
+
+
+def _assert_state_close(got: torch.nn.Module, want: torch.nn.Module) -> None:
+    for name, value in want.state_dict().items():
+        np.testing.assert_allclose(
+            got.state_dict()[name].double().numpy(),
+            value.double().numpy(),
+            rtol=1e-5,
+            atol=1e-6,
+            err_msg=name,
+        )
+
+
+def test_batch_norm_statistics_follow_pytorch_micro_batch_by_micro_batch() -> None:
+    """Device iterations 2 x accumulation 2: running mean, variance and count, weights and
+    the eval-mode outputs afterwards all as PyTorch eager gets them."""
+    iterations, accumulation, micro = 2, 2, 4
+    emulated, reference = _ConvNet(), _ConvNet()
+    opts = poptorch.Options().deviceIterations(iterations)
+    opts.Training.gradientAccumulation(accumulation)
+    training = poptorch.trainingModel(
+        emulated, opts, torch.optim.SGD(emulated.parameters(), lr=0.1, momentum=0.9)
+    )
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    data = _data(3, iterations * accumulation * micro)
+    for x, y in data:
+        training(x, y)
+        for d in range(iterations):
+            optimizer.zero_grad()
+            for a in range(accumulation):
+                part = slice((d * accumulation + a) * micro, (d * accumulation + a + 1) * micro)
+                (reference(x[part], y[part])[1] / accumulation).backward()
+            optimizer.step()
+    assert int(emulated.norm.num_batches_tracked) == 3 * iterations * accumulation
+    assert not torch.allclose(emulated.norm.running_mean, torch.zeros(4))
+    _assert_state_close(emulated, reference)
+    emulated.eval()
+    reference.eval()
+    x, y = data[0]
+    inference = poptorch.inferenceModel(emulated)
+    np.testing.assert_allclose(
+        inference(x, y)[0].numpy(), reference(x, y)[0].detach().numpy(), rtol=1e-5, atol=1e-5
+    )
+
+
+class _Recorder(torch.nn.Module):
+    """A buffer that records a parameter (PopTorch's own buffer test): it shows from which
+    weights each micro-batch's change is made."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(2, 2)
+        with torch.no_grad():
+            self.linear.weight.fill_(1.0)
+            self.linear.bias.fill_(1.0)
+        self.register_buffer("record", torch.zeros(2))
+
+    def forward(self, x: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.linear(x)
+        with torch.no_grad():
+            self.record += self.linear.bias[0]
+        return out, torch.nn.functional.l1_loss(out, target)
+
+
+@pytest.mark.parametrize(("iterations", "accumulation"), [(1, 3), (3, 1), (3, 3)])
+def test_a_buffer_records_each_micro_batch_from_its_iterations_weights(
+    iterations: int, accumulation: int
+) -> None:
+    emulated, reference = _Recorder(), _Recorder()
+    opts = poptorch.Options().deviceIterations(iterations)
+    opts.Training.gradientAccumulation(accumulation)
+    training = poptorch.trainingModel(
+        emulated, opts, torch.optim.SGD(emulated.parameters(), lr=0.1)
+    )
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    x = torch.ones(2 * iterations * accumulation, 2)
+    for _ in range(4):
+        training(x, torch.zeros_like(x))
+        for _ in range(iterations):
+            optimizer.zero_grad()
+            for _ in range(accumulation):
+                (reference(x[:2], torch.zeros(2, 2))[1] / accumulation).backward()
+            optimizer.step()
+    _assert_state_close(emulated, reference)
+
+
+def test_replicas_keep_their_own_statistics_when_asked_and_the_host_sees_the_first() -> None:
+    """PopTorch refuses buffers the forward changes under replication unless
+    ``broadcastBuffers(False)``; then each replica keeps its own, and the host gets replica
+    0's, while the weights train on both replicas' gradients."""
+    micro = 4
+    refused = poptorch.trainingModel(_ConvNet(), poptorch.Options().replicationFactor(2))
+    x, y = _data(1, 2 * micro)[0]
+    with pytest.raises(ValueError, match=r"broadcastBuffers\(False\)") as info:
+        refused(x, y)
+    assert "\n" not in str(info.value)
+
+    emulated, reference = _ConvNet(), _ConvNet()
+    opts = poptorch.Options().replicationFactor(2).broadcastBuffers(False)
+    training = poptorch.trainingModel(
+        emulated, opts, torch.optim.SGD(emulated.parameters(), lr=0.1)
+    )
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for x, y in _data(3, 2 * micro):
+        training(x, y)
+        optimizer.zero_grad()
+        loss = reference(x[:micro], y[:micro])[1]  # replica 0: its statistics are kept
+        kept = {k: v.clone() for k, v in reference.norm.state_dict().items()}
+        loss = loss + reference(x[micro:], y[micro:])[1]  # replica 1: its own copy
+        (loss / 2).backward()
+        reference.norm.load_state_dict(kept)
+        optimizer.step()
+    _assert_state_close(emulated, reference)
+
+
+def test_a_loss_that_reads_a_buffer_it_changes_is_refused_in_one_line() -> None:
+    class Counter(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(2, 1)
+            self.register_buffer("count", torch.zeros(()))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.count += 1.0
+            return (self.linear(x) * self.count).mean()
+
+    training = poptorch.trainingModel(Counter(), poptorch.Options())
+    with pytest.raises(ValueError, match="count") as info:
+        training(torch.ones(2, 2))
+    assert "\n" not in str(info.value)
+
+
+def test_an_inference_model_changes_its_buffers_call_by_call() -> None:
+    """PopTorch's own buffer test: a buffer incremented by every call, with no input."""
+
+    class Steps(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("x", torch.tensor([1.0]))
+
+        def forward(self, y: torch.Tensor) -> torch.Tensor:
+            self.x += 1.0
+            return self.x + 0 * y
+
+    model = Steps()
+    inference = poptorch.inferenceModel(model)
+    assert [float(inference(torch.zeros(1))[0]) for _ in range(4)] == [2.0, 3.0, 4.0, 5.0]
+    assert float(model.x) == 5.0
