@@ -151,7 +151,7 @@ class DataLoader(torch.utils.data.DataLoader):
             **kwargs,
         )
 
-    def __iter__(self) -> Iterator[Any]:
+    def __iter__(self) -> Any:  # a generator, where torch's says its iterator class
         """torch's iteration, remembering this loader as the one that fed the latest batch."""
         for batch in super().__iter__():
             _ACTIVE[:] = [weakref.ref(self)]

@@ -52,10 +52,18 @@ def _poprun(instances: int) -> list[str]:
     ]
 
 
-def test_matches_plain_pytorch_and_is_layout_independent(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def one_instance(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[float], dict]:
+    """The program's 20 steps on 2 replicas of 1 IPU, one instance (run once, compared often)."""
+    return _run(tmp_path_factory.mktemp("one"), _poprun(1))
+
+
+def test_matches_plain_pytorch_and_is_layout_independent(
+    tmp_path: Path, one_instance: tuple[list[float], dict]
+) -> None:
     """Tens of steps: within float tolerance of PyTorch; bit-identical on 1 and 2 instances."""
     ref_losses, ref = _run(tmp_path, [sys.executable], "--reference", "2")
-    one_losses, one = _run(tmp_path, _poprun(1))
+    one_losses, one = one_instance
     two_losses, two = _run(tmp_path, _poprun(2))
     assert len(one_losses) == STEPS
     np.testing.assert_allclose(one_losses, ref_losses, rtol=1e-5, atol=1e-5)
@@ -77,10 +85,12 @@ def test_the_tutorial_learns_on_four_ipus() -> None:
 
 
 @pytest.mark.parametrize("strategy", ["", "pipelined", "sharded"])
-def test_blocks_on_four_ipus_train_as_on_one(tmp_path: Path, strategy: str) -> None:
+def test_blocks_on_four_ipus_train_as_on_one(
+    tmp_path: Path, strategy: str, one_instance: tuple[list[float], dict]
+) -> None:
     """BeginBlock on IPUs 0-3 with PopTorch's strategy (none: its default, pipelined): the
     same bits as one IPU."""
-    one_losses, one = _run(tmp_path, _poprun(1))
+    one_losses, one = one_instance
     four = [*_poprun(1), "--ipus-per-replica", "4"]
     losses, params = _run(tmp_path, four, *(("--strategy", strategy) if strategy else ()))
     assert losses == one_losses
