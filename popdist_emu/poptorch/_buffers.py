@@ -202,6 +202,8 @@ class ReplicaBuffers:
 
     def __init__(self, buffers: dict[str, Any], replicas: int) -> None:
         self.per_replica = [dict(buffers) for _ in range(replicas)]
+        # The latest call's outputs, by (device iteration, micro-batch, replica).
+        self.outputs: dict[tuple[int, int, int], Any] = {}
 
     @property
     def first(self) -> dict[str, Any]:
@@ -210,7 +212,7 @@ class ReplicaBuffers:
 
     def each_iteration(
         self,
-        forward: Callable[[dict[str, Any], tuple[Any, ...], Any], dict[str, Any]],
+        forward: Callable[[dict[str, Any], tuple[Any, ...], Any], tuple[Any, dict[str, Any]]],
         weights_of: Callable[[Any], dict[str, Any]],
         batch: tuple[Any, ...],
         *,
@@ -219,10 +221,12 @@ class ReplicaBuffers:
         keyed: bool,
     ) -> Callable[[int, Any], None]:
         """What the step calls at each device iteration: every local replica's buffers
-        through its micro-batches, in order, from the iteration's weights.
+        through its micro-batches, in order, from the iteration's weights; each
+        micro-batch's outputs are kept (:meth:`combined_outputs`).
 
         Args:
-            forward: ``forward(weights, micro_batch, first_index) -> buffers``, jitted.
+            forward: ``forward(weights, micro_batch, first_index) -> (outputs, buffers)``,
+                jitted.
             weights_of: the module's weights for the step's parameters (with its other
                 buffers).
             batch: the call's batch laid out ``[iterations, accumulation, replicas, micro]``
@@ -233,18 +237,32 @@ class ReplicaBuffers:
         """
 
         def run(d: int, params: Any) -> None:
+            if d == 0:
+                self.outputs = {}
             weights = weights_of(params)
             for k, buffers in enumerate(self.per_replica):
                 for a in range(accumulation):
                     micro = tuple(leaf[d, a, k] for leaf in batch[:inputs])
                     first = batch[-1][d, a, k][0] if keyed else np.int32(0)
-                    out = forward({**weights, **buffers}, micro, first)
+                    outputs, out = forward({**weights, **buffers}, micro, first)
+                    self.outputs[d, a, k] = outputs
                     buffers = {n: out[n] for n in buffers}
                 self.per_replica[k] = buffers
             # The update reuses the parameters' memory: the passes read them first.
             jax.block_until_ready(self.per_replica)
 
         return run
+
+    def combined_outputs(self) -> list[Any]:
+        """The latest call's outputs as one combined batch (micro-batches in the batch's
+        order, ``[iterations, accumulation, replicas]``; a scalar output is the last)."""
+        parts = [self.outputs[key] for key in sorted(self.outputs)]
+        leaves = [p if isinstance(p, tuple | list) else (p,) for p in parts]
+        combined = []
+        for i in range(len(leaves[0])):
+            values = [np.asarray(part[i]) for part in leaves]
+            combined.append(np.concatenate(values) if values[-1].ndim else values[-1])
+        return combined
 
 
 def write_buffers(model: torch.nn.Module, buffers: dict[str, Any]) -> None:

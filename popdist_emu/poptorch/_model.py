@@ -15,7 +15,9 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
 - the returned loss is the Trainer's global mean over replicas and micro-batches (a scalar
   for output mode Final/Default, ``[device_iterations]`` for All); other outputs are computed
   by one forward pass over the combined batch with the weights the call started from (exact
-  for one device iteration; later iterations' outputs use those weights too);
+  for one device iteration; later iterations' outputs use those weights too), or, for a model
+  whose forward changes buffers, micro-batch by micro-batch with each iteration's weights
+  (exact, BatchNorm's batch statistics included);
 - random operations (dropout) draw from a key per micro-batch: the options' ``randomSeed``
   (else ``torch.initial_seed()``) folded with the global index of the micro-batch's first
   sample, which reaches the step as one more input (4 bytes a sample over the simulated
@@ -143,7 +145,6 @@ class PoplarExecutor:
         self._random: bool | None = None  # whether training draws random numbers (dropout)
         self._calls = 0
         self._forward = jax.jit(self._run_state)
-        self._buffer_pass = jax.jit(lambda w, a, i: self._run_state(w, a, i)[1])
         self._attached = True
 
     # --------------------------------------------------------------------- helpers
@@ -313,12 +314,14 @@ class PoplarExecutor:
         only_loss = not isinstance(out_shape, tuple | list) or len(out_shape) == 1
         # A host copy for the outputs: the step donates (reuses) the parameter buffers.
         before = (
-            None if only_loss else {**jax.tree.map(np.array, trainer.params), **self._constants}
+            None
+            if only_loss or self._replicas is not None
+            else {**jax.tree.map(np.array, trainer.params), **self._constants}
         )
         hook = None
         if self._replicas is not None:
             hook = self._replicas.each_iteration(
-                self._buffer_pass,
+                self._forward,
                 lambda params: {**self._constants, **params},
                 batch,
                 inputs=len(arrays),
@@ -328,9 +331,12 @@ class PoplarExecutor:
         losses = trainer.step(batch, each_iteration=hook)
         self.copyWeightsToHost()
         loss = torch.tensor(np.asarray(losses, dtype=np.float32))
-        if before is None:
+        if only_loss:
             return loss
-        outputs = list(_to_torch(self._forward(before, arrays, index[0])[0]))
+        if self._replicas is not None:  # each micro-batch's, as the buffers' passes gave them
+            outputs = [torch.from_numpy(o) for o in self._replicas.combined_outputs()]
+        else:
+            outputs = list(_to_torch(self._forward(before, arrays, index[0])[0]))
         if mode != "all":
             size = outputs[0].shape[0] // self._mode_fields.device_iterations
             outputs = [o[-size:] if o.ndim else o for o in outputs]

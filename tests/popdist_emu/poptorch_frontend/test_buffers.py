@@ -54,7 +54,7 @@ def test_batch_norm_statistics_follow_pytorch_micro_batch_by_micro_batch() -> No
     the eval-mode outputs afterwards all as PyTorch eager gets them."""
     iterations, accumulation, micro = 2, 2, 4
     emulated, reference = _ConvNet(), _ConvNet()
-    opts = poptorch.Options().deviceIterations(iterations)
+    opts = poptorch.Options().deviceIterations(iterations).outputMode(poptorch.OutputMode.All)
     opts.Training.gradientAccumulation(accumulation)
     training = poptorch.trainingModel(
         emulated, opts, torch.optim.SGD(emulated.parameters(), lr=0.1, momentum=0.9)
@@ -62,13 +62,18 @@ def test_batch_norm_statistics_follow_pytorch_micro_batch_by_micro_batch() -> No
     optimizer = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
     data = _data(3, iterations * accumulation * micro)
     for x, y in data:
-        training(x, y)
+        out, _ = training(x, y)
+        expected = []
         for d in range(iterations):
             optimizer.zero_grad()
             for a in range(accumulation):
                 part = slice((d * accumulation + a) * micro, (d * accumulation + a + 1) * micro)
-                (reference(x[part], y[part])[1] / accumulation).backward()
+                logits, loss = reference(x[part], y[part])
+                (loss / accumulation).backward()
+                expected.append(logits.detach())
             optimizer.step()
+        # Each micro-batch's outputs, from its own batch statistics and its iteration's weights.
+        np.testing.assert_allclose(out.numpy(), torch.cat(expected).numpy(), rtol=1e-5, atol=1e-5)
     assert int(emulated.norm.num_batches_tracked) == 3 * iterations * accumulation
     assert not torch.allclose(emulated.norm.running_mean, torch.zeros(4))
     _assert_state_close(emulated, reference)
