@@ -1,0 +1,156 @@
+"""Checks the hardware model against published throughput it was not fitted on.
+
+Each row is a configuration Graphcore ran and published (``benchmarks/published_rows.md``
+lists them with their sources and how MLPerf throughputs are derived from the logs). The
+row's step is compiled from shapes (never run) by the example that models it, simulated on
+the row's system with the calibrated parameters of ``hardware/calibration.json`` unchanged,
+and its prediction set beside the published figure. No row here was used for fitting: the
+four MLPerf Training v1.1 ResNet-50 rows are the calibration (``benchmarks/calibrate.py``),
+printed apart, labelled as fitted.
+
+So far the rows are ResNet-50's, the family ``examples/resnet50.py`` models: MLPerf Training
+v1.0 on the Mk2 IPU-POD16 and POD64 (SDK 2.1, an older software stack than the calibration's
+SDK 2.3), MLPerf Training v2.0 on Bow-POD16 to Bow-POD256 (SDK 2.5.1, the Bow IPU at
+1.85 GHz: an IPU the calibration never saw), and Graphcore's Bow launch figures at the
+v1.0 configurations. The BERT rows need Graphcore's placements (issue 20) and the other
+families their examples.
+
+Layouts: one IPU per replica, ``replicas / 2`` instances (PopRun's MLPerf ResNet-50 runs;
+16 for the v1.0 Pod64 run, as its logs give),
+and the calibration rows' hosts per Pod size (1 for a Pod16, 4 for a Pod64, then 4 per
+Pod64); the optimiser of ``examples/resnet50.py`` for every row (Graphcore's v1.0 runs
+used SGD with momentum, the v2.0 runs LARS).
+
+Prints one JSON line per row, then a Markdown table with the median and the worst absolute
+error, and a last JSON line with those.
+
+Run::
+
+    python benchmarks/validate.py
+
+References:
+    mlcommons/training_results_v1.0 and v2.0, Graphcore ResNet-50 result logs (throughput =
+    1,281,167 ImageNet images / median epoch time); Graphcore, "Performance Results"
+    (graphcore.ai/performance-results, Bow Pod launch figures).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "examples"))
+
+import hardware  # noqa: E402
+
+
+class Row(NamedTuple):
+    """One published configuration and its figure."""
+
+    key: str  # its row in benchmarks/published_rows.md
+    system: str
+    replicas: int
+    micro_batch: int
+    gradient_accumulation: int
+    published: float  # images per second
+    source: str
+    fitted: bool = False
+    instances: int = 0  # PopRun's --num-instances (0: replicas / 2)
+
+
+def _hosts(replicas: int) -> int:
+    return 1 if replicas <= 16 else replicas // 16
+
+
+ROWS = (
+    Row("A1", "pod16", 16, 20, 6, 27_522, "MLPerf Training v1.0, Mk2, SDK 2.1"),
+    Row("A2", "pod64", 64, 20, 2, 83_420, "MLPerf Training v1.0, Mk2, SDK 2.1", instances=16),
+    Row("A5", "bow-pod16", 16, 22, 10, 43_133, "MLPerf Training v2.0, Bow, SDK 2.5.1"),
+    Row("A6", "bow-pod64", 64, 20, 4, 145_952, "MLPerf Training v2.0, Bow, SDK 2.5.1"),
+    Row("A7", "bow-pod128", 128, 20, 2, 231_512, "MLPerf Training v2.0, Bow, SDK 2.5.1"),
+    Row("A8", "bow-pod256", 256, 20, 2, 425_415, "MLPerf Training v2.0, Bow, SDK 2.5.1"),
+    Row("C1", "bow-pod16", 16, 20, 6, 42_029, "Graphcore performance results, Bow launch"),
+    Row("C2", "bow-pod64", 64, 20, 2, 145_287, "Graphcore performance results, Bow launch"),
+    # The calibration (MLPerf Training v1.1, Mk2, SDK 2.3), for reference.
+    Row("v1.1", "pod16", 16, 20, 10, 29_500, "MLPerf Training v1.1 (fitted)", True),
+    Row("v1.1", "pod64", 64, 20, 3, 108_000, "MLPerf Training v1.1 (fitted)", True),
+    Row("v1.1", "pod128", 128, 20, 2, 178_000, "MLPerf Training v1.1 (fitted)", True),
+    Row("v1.1", "pod256", 256, 20, 2, 326_000, "MLPerf Training v1.1 (fitted)", True),
+)
+
+
+def predict(profile: hardware.StepProfile, row: Row) -> float:
+    """Simulated images per second of ``row`` with the calibrated parameters."""
+    step = profile.replace(gradient_accumulation=row.gradient_accumulation)
+    layout = hardware.ReplicaLayout(
+        num_replicas=row.replicas,
+        num_instances=row.instances or row.replicas // 2,
+        hosts=tuple(f"host{i}" for i in range(_hosts(row.replicas))),
+    )
+    sim = hardware.simulate_step(step, layout, hardware.get_system(row.system))
+    return sim.samples_per_second
+
+
+def _table(results: list[dict]) -> str:
+    header = "| row | system | replicas | mb | GA | published img/s | predicted img/s | error "
+    lines = [header + "| source |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        lines.append(
+            f"| {r['row']} | {r['system']} | {r['replicas']} | {r['micro_batch']} | "
+            f"{r['gradient_accumulation']} | {r['published']:,.0f} | {r['predicted']:,.0f} | "
+            f"{r['error']:+.1%} | {r['source']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.parse_args(argv)
+    import resnet50
+
+    profiles: dict[int, hardware.StepProfile] = {}
+    started = time.perf_counter()
+    results = []
+    for row in ROWS:
+        if row.micro_batch not in profiles:
+            profiles[row.micro_batch] = resnet50.profile(row.micro_batch)
+        predicted = predict(profiles[row.micro_batch], row)
+        result = {
+            "row": row.key,
+            "system": row.system,
+            "replicas": row.replicas,
+            "micro_batch": row.micro_batch,
+            "gradient_accumulation": row.gradient_accumulation,
+            "published": row.published,
+            "predicted": round(predicted, 1),
+            "error": round(predicted / row.published - 1.0, 4),
+            "fitted": row.fitted,
+            "source": row.source,
+        }
+        results.append(result)
+        print(json.dumps(result), flush=True)
+    checked = [r for r in results if not r["fitted"]]
+    errors = [abs(r["error"]) for r in checked]
+    print("\nRows no fit used:\n" + _table(checked))
+    print("\nThe calibration rows (fitted):\n" + _table([r for r in results if r["fitted"]]))
+    summary = {
+        "rows": len(checked),
+        "median_abs_error": round(statistics.median(errors), 4),
+        "worst_abs_error": round(max(errors), 4),
+        "worst_row": max(checked, key=lambda r: abs(r["error"]))["row"],
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    median, worst = summary["median_abs_error"], summary["worst_abs_error"]
+    print(f"\nmedian |error| {median:.1%}, worst {worst:.1%} (row {summary['worst_row']})")
+    print(json.dumps(summary), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
