@@ -27,7 +27,8 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -49,7 +50,11 @@ def _batch_norm(
     momentum: float,
     eps: float,
 ) -> tuple[Any, Any, Any]:
-    """aten's batch norm as PyTorch computes it, running statistics updated in place."""
+    """aten's batch norm as PyTorch computes it, running statistics updated in place (a
+    half-precision input's statistics in float32, its output in half, as PyTorch does)."""
+    dtype = input.dtype
+    if dtype in (torch.float16, torch.bfloat16):
+        input = input.float()
     dims = [0, *range(2, input.ndim)]
     shape = [1, -1] + [1] * (input.ndim - 2)
     if training:
@@ -70,7 +75,7 @@ def _batch_norm(
     if bias is not None:
         out = out + bias.reshape(shape)
     empty = input.new_zeros(0)
-    return out, mean if training else empty, rstd if training else empty
+    return out.to(dtype), mean if training else empty, rstd if training else empty
 
 
 def _native_batch_norm(
@@ -192,6 +197,20 @@ def check_changing_buffers(
         )
 
 
+def check_inference_buffers(changing: list[str], device_iterations: int, replicas: int) -> None:
+    """Refuses an inference model that changes buffers over several micro-batches a call.
+
+    Raises:
+        ValueError: more than one replica or device iteration.
+    """
+    if device_iterations * replicas > 1:
+        raise ValueError(
+            f"poptorch.inferenceModel: the forward changes buffers ({', '.join(changing)}); "
+            f"popdist-emu runs such a model with one replica and one device iteration only "
+            f"so far."
+        )
+
+
 class ReplicaBuffers:
     """Each local replica's copy of the buffers training changes.
 
@@ -253,16 +272,16 @@ class ReplicaBuffers:
 
         return run
 
-    def combined_outputs(self) -> list[Any]:
+    def combined_outputs(self) -> Any:
         """The latest call's outputs as one combined batch (micro-batches in the batch's
         order, ``[iterations, accumulation, replicas]``; a scalar output is the last)."""
         parts = [self.outputs[key] for key in sorted(self.outputs)]
-        leaves = [p if isinstance(p, tuple | list) else (p,) for p in parts]
-        combined = []
-        for i in range(len(leaves[0])):
-            values = [np.asarray(part[i]) for part in leaves]
-            combined.append(np.concatenate(values) if values[-1].ndim else values[-1])
-        return combined
+
+        def combine(*values: Any) -> np.ndarray:
+            arrays = [np.array(v) for v in values]
+            return np.concatenate(arrays) if arrays[-1].ndim else arrays[-1]
+
+        return jax.tree.map(combine, *parts)
 
 
 def write_buffers(model: torch.nn.Module, buffers: dict[str, Any]) -> None:
@@ -271,3 +290,40 @@ def write_buffers(model: torch.nn.Module, buffers: dict[str, Any]) -> None:
     with torch.no_grad():
         for name, value in buffers.items():
             named[name].copy_(torch.from_numpy(np.array(value)))
+
+
+@contextlib.contextmanager
+def in_mode(model: torch.nn.Module, training: bool) -> Iterator[None]:
+    """``model`` in training or eval mode for a block, then as it was: a training and an
+    inference model of one module each trace it in their own mode, as PopTorch compiles
+    each wrapper in its own."""
+    was = model.training
+    model.train(training)
+    try:
+        yield
+    finally:
+        model.train(was)
+
+
+def check_modules(model: torch.nn.Module) -> None:
+    """Refuses, in one line, norms whose running statistics the emulator cannot keep.
+
+    Raises:
+        ValueError: a BatchNorm with ``momentum=None`` (a cumulative average computed from
+            its batch count in Python), or an InstanceNorm that tracks running statistics.
+    """
+    for name, module in model.named_modules():
+        tracks = getattr(module, "track_running_stats", False)
+        batch_norm = isinstance(module, torch.nn.modules.batchnorm._BatchNorm)
+        if batch_norm and tracks and module.momentum is None:
+            raise ValueError(
+                f"poptorch: {name or 'the model'} is a BatchNorm with momentum=None (a "
+                f"cumulative average), which popdist-emu does not run; give it a "
+                f"momentum, e.g. 0.1."
+            )
+        if isinstance(module, torch.nn.modules.instancenorm._InstanceNorm) and tracks:
+            raise ValueError(
+                f"poptorch: {name or 'the model'} is an InstanceNorm with "
+                f"track_running_stats=True, whose statistics popdist-emu does not keep; "
+                f"construct it with track_running_stats=False."
+            )

@@ -15,9 +15,10 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
 - the returned loss is the Trainer's global mean over replicas and micro-batches (a scalar
   for output mode Final/Default, ``[device_iterations]`` for All); other outputs are computed
   by one forward pass over the combined batch with the weights the call started from (exact
-  for one device iteration; later iterations' outputs use those weights too), or, for a model
-  whose forward changes buffers, micro-batch by micro-batch with each iteration's weights
-  (exact, BatchNorm's batch statistics included);
+  for one device iteration where a sample's outputs depend on that sample alone; later
+  iterations' outputs use those weights too), or, for a model whose forward changes buffers,
+  micro-batch by micro-batch with each iteration's weights (exact, BatchNorm's batch
+  statistics included);
 - random operations (dropout) draw from a key per micro-batch: the options' ``randomSeed``
   (else ``torch.initial_seed()``) folded with the global index of the micro-batch's first
   sample, which reaches the step as one more input (4 bytes a sample over the simulated
@@ -27,7 +28,10 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
 - buffers the forward changes (BatchNorm's running statistics) change as in PopTorch: each
   replica's, micro-batch after micro-batch, from the weights of the device iteration; the
   host sees the first local replica's (see ``_buffers``: with several replicas PopTorch
-  asks for ``broadcastBuffers(False)``, and such buffers must not feed the loss);
+  asks for ``broadcastBuffers(False)``, and such buffers must not feed the loss); an
+  inference model keeps the buffers it changes until ``copyWeightsToHost``;
+- each call runs the module in its model's mode (``train`` for a training model, ``eval``
+  for an inference model) and leaves the module's mode as it found it;
 - under ``poprun-emu --offline-mode`` (PopTorch's offline IPU target: a program compiles but
   nothing runs) ``compile`` and the first call of a training model compile the step from
   the batch's shapes, simulate it and report it as every offline run does (instance 0
@@ -56,6 +60,7 @@ import popdist_emu
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.popdist import PopTorchOptions
 from popdist_emu.poptorch import optim
+from popdist_emu.poptorch._arrays import to_jax_array, to_torch
 from popdist_emu.poptorch._blocks import (
     block_names,
     check_strategy,
@@ -68,6 +73,9 @@ from popdist_emu.poptorch._buffers import (
     buffers_read_by,
     changed_buffers,
     check_changing_buffers,
+    check_inference_buffers,
+    check_modules,
+    in_mode,
     module_function,
     write_buffers,
 )
@@ -79,25 +87,6 @@ from popdist_emu.poptorch._random import (
     sample_indices,
 )
 from popdist_emu.poptorch._split import block_scopes, split_blocks
-
-
-def _to_jax_array(tensor: Any) -> np.ndarray:
-    """A host array of ``tensor`` in JAX's default precision (int64 -> int32, f64 -> f32)."""
-    array = (
-        tensor.detach().cpu().numpy() if isinstance(tensor, torch.Tensor) else np.asarray(tensor)
-    )
-    if array.dtype == np.int64:
-        return array.astype(np.int32)
-    if array.dtype == np.float64:
-        return array.astype(np.float32)
-    return array
-
-
-def _to_torch(value: Any) -> Any:
-    """JAX arrays (in any nesting of tuples and lists) as torch tensors."""
-    if isinstance(value, tuple | list):
-        return type(value)(_to_torch(v) for v in value)
-    return torch.from_numpy(np.array(value))
 
 
 class PoplarExecutor:
@@ -130,10 +119,12 @@ class PoplarExecutor:
         check_strategy(self._mode_fields.execution_strategy)  # before any compile
         self._strategy: Any = None
         model.train(training)
+        check_modules(model)
         weights, self._fn_state, buffer_names = module_function(model)
         self._buffer_names = buffer_names
         self._changing: list[str] | None = None  # buffers the forward changes, found once
         self._replicas: ReplicaBuffers | None = None  # what training changes, per replica
+        self._device_buffers: dict[str, Any] = {}  # what inference changed, not yet copied
         trainable = {name for name, p in model.named_parameters() if p.requires_grad}
         self._names = [name for name in weights if name in trainable]
         self._constants = {k: v for k, v in weights.items() if k not in trainable}
@@ -150,9 +141,13 @@ class PoplarExecutor:
     # --------------------------------------------------------------------- helpers
     def _weights(self) -> dict[str, Any]:
         """The module's current weights by torchax's names (parameters and buffers)."""
-        state = dict(self._user_model.state_dict(keep_vars=True))
+        model = self._user_model
+        state = {
+            **dict(model.named_parameters(remove_duplicate=False)),
+            **dict(model.named_buffers(remove_duplicate=False)),
+        }
         names = [*self._names, *self._constants]
-        return {n: jax.numpy.asarray(_to_jax_array(state[n])) for n in names}
+        return {n: jax.numpy.asarray(to_jax_array(state[n])) for n in names}
 
     def _fn(self, weights: dict[str, Any], args: tuple[Any, ...]) -> Any:
         """The module's forward: its outputs."""
@@ -182,7 +177,7 @@ class PoplarExecutor:
     def _training_batch(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """A training call's arrays, its laid-out batch (with the samples' global indices
         when the module draws random numbers) and the indices."""
-        arrays = tuple(_to_jax_array(a) for a in args)
+        arrays = tuple(to_jax_array(a) for a in args)
         batch = self._layout(arrays)
         if self._random is None:
             weights = self._weights()
@@ -226,8 +221,8 @@ class PoplarExecutor:
                 options = dataclasses.replace(
                     self.options.to_options(), execution_strategy=self._strategy
                 )
+            self._check_buffers(batch)  # before the trainer is kept: a refusal stays one
             self._trainer = popdist_emu.Trainer(loss, transform, params, options)
-            self._check_buffers(batch)
         return self._trainer
 
     def _changed_buffers(self, args: tuple[Any, ...], first: Any) -> list[str]:
@@ -277,25 +272,30 @@ class PoplarExecutor:
 
     # ------------------------------------------------------------ PopTorch's calls
     def __call__(self, *args: Any) -> Any:
-        """Runs one call (``device_iterations`` steps in training) on the combined batch."""
+        """Runs one call (``device_iterations`` steps in training) on the combined batch,
+        the module in this model's mode (training or eval) whatever another model left."""
+        with in_mode(self._user_model, self.training):
+            return self._infer(args) if not self.training else self._train(args)
+
+    def _infer(self, args: tuple[Any, ...]) -> Any:
+        """An inference call; buffers its forward changes stay on the (simulated) IPU, as
+        PopTorch keeps them, until ``copyWeightsToHost``."""
+        self._attached = True
+        arrays = tuple(to_jax_array(a) for a in args)
+        first = np.int32(self._calls * arrays[0].shape[0] % 2**31)
+        self._calls += 1
+        out, buffers = self._forward({**self._weights(), **self._device_buffers}, arrays, first)
+        changing = self._changed_buffers(arrays, first)
+        if changing:
+            fields = self._mode_fields
+            check_inference_buffers(changing, fields.device_iterations, fields.num_total_replicas)
+            self._device_buffers = {n: buffers[n] for n in changing}
+        return to_torch(out)
+
+    def _train(self, args: tuple[Any, ...]) -> Any:
+        """A training call: ``device_iterations`` optimiser steps."""
         self._attached = True
         mode = self._mode_fields.output_mode
-        if not self.training:
-            arrays = tuple(_to_jax_array(a) for a in args)
-            first = np.int32(self._calls * arrays[0].shape[0] % 2**31)
-            self._calls += 1
-            out, buffers = self._forward(self._weights(), arrays, first)
-            changing = self._changed_buffers(arrays, first)
-            if changing:
-                fields = self._mode_fields
-                if fields.device_iterations * fields.num_total_replicas > 1:
-                    raise ValueError(
-                        f"poptorch.inferenceModel: the forward changes buffers "
-                        f"({', '.join(changing)}); popdist-emu runs such a model with one "
-                        f"replica and one device iteration only so far."
-                    )
-                write_buffers(self._user_model, {n: buffers[n] for n in changing})
-            return _to_torch(out)
         arrays, batch, index = self._training_batch(args)
         self._calls += 1
         trainer = self._make_trainer(batch)
@@ -309,7 +309,6 @@ class PoplarExecutor:
                     flush=True,
                 )
             raise SystemExit(0)
-        self._user_model.train(True)
         out_shape = self._output_shape(trainer, batch, len(arrays), index)
         only_loss = not isinstance(out_shape, tuple | list) or len(out_shape) == 1
         # A host copy for the outputs: the step donates (reuses) the parameter buffers.
@@ -334,17 +333,20 @@ class PoplarExecutor:
         if only_loss:
             return loss
         if self._replicas is not None:  # each micro-batch's, as the buffers' passes gave them
-            outputs = [torch.from_numpy(o) for o in self._replicas.combined_outputs()]
+            combined = self._replicas.combined_outputs()
         else:
-            outputs = list(_to_torch(self._forward(before, arrays, index[0])[0]))
-        if mode != "all":
-            size = outputs[0].shape[0] // self._mode_fields.device_iterations
-            outputs = [o[-size:] if o.ndim else o for o in outputs]
+            combined = jax.tree.map(np.array, self._forward(before, arrays, index[0])[0])
+        if mode != "all":  # the last device iteration's
+            size = arrays[0].shape[0] // self._mode_fields.device_iterations
+            combined = jax.tree.map(lambda o: o[-size:] if o.ndim else o, combined)
+        outputs = list(to_torch(combined))
         outputs[-1] = loss
         return type(out_shape)(outputs)
 
     def copyWeightsToHost(self) -> None:  # noqa: N802
-        """Copies the trained parameters into the torch module (PopTorch's weight copy)."""
+        """Copies the trained parameters, and buffers the forward changed, into the torch
+        module (PopTorch's weight copy)."""
+        write_buffers(self._user_model, self._device_buffers)
         if self._trainer is None:
             return
         params = self._trainer.params
@@ -368,6 +370,10 @@ class PoplarExecutor:
 
     def compile(self, *args: Any) -> None:
         """Compiles the step for this combined batch's shapes without running it."""
+        with in_mode(self._user_model, self.training):
+            self._compile(args)
+
+    def _compile(self, args: tuple[Any, ...]) -> None:
         if self.training:
             arrays, batch, index = self._training_batch(args)
             trainer = self._make_trainer(batch)
@@ -376,7 +382,7 @@ class PoplarExecutor:
             else:
                 trainer.compile(batch)
         else:
-            arrays = tuple(_to_jax_array(a) for a in args)
+            arrays = tuple(to_jax_array(a) for a in args)
             self._forward.lower(self._weights(), arrays, np.int32(0))
 
     def _output_shape(self, trainer: Any, batch: tuple[Any, ...], inputs: int, index: Any) -> Any:

@@ -274,12 +274,18 @@ def _group_transform(
     )
 
 
-def changed_learning_rate(old: torch.optim.Optimizer, new: torch.optim.Optimizer) -> float:
+def changed_learning_rate(old: torch.optim.Optimizer | None, new: torch.optim.Optimizer) -> float:
     """The new learning rate of ``setOptimizer(new)`` on a model trained with ``old``.
 
     Raises:
-        ValueError: another optimiser class or a change other than the learning rate.
+        ValueError: no ``old`` (an inference model), another optimiser class or a change
+            other than the learning rate.
     """
+    if old is None:
+        raise ValueError(
+            "setOptimizer: an inference model has no optimiser; call it on the model "
+            "poptorch.trainingModel returned."
+        )
     old_group, new_group = optimiser_hyperparams(old), optimiser_hyperparams(new)
     rate = ("lr", "initial_lr")
     if type(old) is not type(new) or {k: v for k, v in old_group.items() if k not in rate} != {

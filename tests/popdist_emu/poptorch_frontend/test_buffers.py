@@ -174,7 +174,8 @@ def test_a_loss_that_reads_a_buffer_it_changes_is_refused_in_one_line() -> None:
 
 
 def test_an_inference_model_changes_its_buffers_call_by_call() -> None:
-    """PopTorch's own buffer test: a buffer incremented by every call, with no input."""
+    """PopTorch's own buffer test: a buffer incremented by every call, with no input; the
+    host sees it after ``copyWeightsToHost``, as PopTorch's guide says."""
 
     class Steps(torch.nn.Module):
         def __init__(self) -> None:
@@ -188,4 +189,64 @@ def test_an_inference_model_changes_its_buffers_call_by_call() -> None:
     model = Steps()
     inference = poptorch.inferenceModel(model)
     assert [float(inference(torch.zeros(1))[0]) for _ in range(4)] == [2.0, 3.0, 4.0, 5.0]
+    assert float(model.x) == 1.0
+    inference.copyWeightsToHost()
     assert float(model.x) == 5.0
+
+
+def test_training_and_inference_models_of_one_module_each_run_in_their_own_mode() -> None:
+    """Both wrappers made up front (as Graphcore's programs do): training still records the
+    statistics, and validation between training calls normalises with them (eval mode),
+    changing nothing."""
+    emulated, reference = _ConvNet(), _ConvNet()
+    training = poptorch.trainingModel(
+        emulated, poptorch.Options(), torch.optim.SGD(emulated.parameters(), lr=0.1)
+    )
+    inference = poptorch.inferenceModel(emulated)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for x, y in _data(2, 4):
+        training(x, y)
+        optimizer.zero_grad()
+        reference(x, y)[1].backward()
+        optimizer.step()
+        statistics = emulated.norm.running_mean.clone()
+        reference.eval()
+        expected = reference(x, y)[0].detach()
+        reference.train()
+        np.testing.assert_allclose(inference(x, y)[0].numpy(), expected.numpy(), atol=1e-5)
+        assert torch.equal(emulated.norm.running_mean, statistics)
+    _assert_state_close(emulated, reference)
+
+
+class _Nested(_ConvNet):
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple:  # type: ignore[override]
+        out, loss = super().forward(x, y)
+        return (out, out.sum(1)), loss
+
+
+def test_nested_outputs_come_back_in_their_structure() -> None:
+    training = poptorch.trainingModel(_Nested(), poptorch.Options().deviceIterations(2))
+    (logits, sums), loss = training(*_data(1, 8)[0])
+    assert logits.shape == (4, 3) and sums.shape == (4,) and loss.ndim == 0
+
+
+def test_a_refused_model_stays_refused() -> None:
+    refused = poptorch.trainingModel(_ConvNet(), poptorch.Options().replicationFactor(2))
+    x, y = _data(1, 8)[0]
+    for _ in range(2):
+        with pytest.raises(ValueError, match=r"broadcastBuffers\(False\)"):
+            refused(x, y)
+
+
+@pytest.mark.parametrize(
+    "norm",
+    [
+        lambda: torch.nn.BatchNorm1d(4, momentum=None),
+        lambda: torch.nn.InstanceNorm1d(4, track_running_stats=True),
+    ],
+)
+def test_norms_whose_statistics_are_not_kept_are_refused_in_one_line(norm: object) -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), norm())  # type: ignore[operator]
+    with pytest.raises(ValueError, match="poptorch: 1 is") as info:
+        poptorch.trainingModel(model, poptorch.Options())
+    assert "\n" not in str(info.value)
