@@ -12,8 +12,12 @@ So far the rows are ResNet-50's, the family ``examples/resnet50.py`` models: MLP
 v1.0 on the Mk2 IPU-POD16 and POD64 (SDK 2.1, an older software stack than the calibration's
 SDK 2.3), MLPerf Training v2.0 on Bow-POD16 to Bow-POD256 (SDK 2.5.1, the Bow IPU at
 1.85 GHz: an IPU the calibration never saw), and Graphcore's Bow launch figures at the
-v1.0 configurations. The BERT rows need Graphcore's placements (issue 20) and the other
-families their examples.
+v1.0 configurations. With ``--bert``, BERT-Large rows too, each an offline run of
+``examples/bert.py`` under ``poprun-emu`` (minutes each): MLPerf Training v1.0 on the Mk2
+IPU-POD16 and POD64, whose configurations are v1.1's (the same commands as the README's BERT
+table, with its departures from Graphcore's placement), and the v1.1 rows against their
+training-only throughput (the references' figures include evaluation). The v2.0 BERT rows
+need Graphcore's placements (issue 20) and the other families their examples.
 
 Layouts: one IPU per replica, ``replicas / 2`` instances (PopRun's MLPerf ResNet-50 runs;
 16 for the v1.0 Pod64 run, as its logs give),
@@ -38,7 +42,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -85,6 +92,46 @@ ROWS = (
 )
 
 
+# BERT-Large: (key, published sequences/s, source, poprun-emu words, bert.py words); the
+# per-replica words are those of the README's BERT table (v1.1's configurations).
+_BERT = (
+    "--model large --sequence-length 512 --max-predictions 76 --micro-batch-size 2 "
+    "--recompute --offload-optimiser --sequences-per-sample 2 --enable-half-partials"
+)
+_POD16 = (
+    "--system pod16 --num-replicas 4 --num-instances 4 --ipus-per-replica 4",
+    "--gradient-accumulation 192 --layers-per-ipu 5,7,7,5 "
+    "--available-memory-proportion 0.23 0.23 0.23 0.2",
+)
+_POD64 = (
+    "--system pod64 --num-replicas 8 --num-instances 8 --ipus-per-replica 8",
+    "--gradient-accumulation 96 --layers-per-ipu 0,3,3,3,3,4,4,4 "
+    "--available-memory-proportion 0.2 0.25 0.25 0.25 0.25 0.25 0.25 0.25",
+)
+BERT_ROWS = (
+    ("A3", 1_419, "MLPerf Training v1.0, Mk2, SDK 2.1", *_POD16),
+    ("A4", 4_241, "MLPerf Training v1.0, Mk2, SDK 2.1", *_POD64),
+    ("v1.1 POD16", 1_524, "MLPerf Training v1.1, training blocks only", *_POD16),
+    ("v1.1 POD64", 4_792, "MLPerf Training v1.1, training blocks only", *_POD64),
+)
+
+
+def predict_bert(launch: str, words: str) -> float:
+    """Simulated sequences per second of an offline BERT-Large run of ``examples/bert.py``."""
+    poprun = shutil.which("poprun-emu", path=str(Path(sys.executable).parent)) or "poprun-emu"
+    command = [poprun, "--offline-mode", "yes", "--only-output-from-instance", "0"]
+    command += [*launch.split(), str(ROOT / "examples" / "bert.py"), *_BERT.split()]
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run(
+        command + words.split(), capture_output=True, text=True, env=env, timeout=1800
+    )
+    if out.returncode != 0:
+        raise SystemExit(f"validate.py: {' '.join(command)} failed:\n{out.stderr[-2000:]}")
+    lines = [line.split(">:", 1)[-1] for line in out.stdout.splitlines()]
+    report = json.loads(next(line for line in reversed(lines) if line.startswith("{")))
+    return float(report["sequences_per_second"])
+
+
 def predict(profile: hardware.StepProfile, row: Row) -> float:
     """Simulated images per second of ``row`` with the calibrated parameters."""
     step = profile.replace(gradient_accumulation=row.gradient_accumulation)
@@ -98,7 +145,7 @@ def predict(profile: hardware.StepProfile, row: Row) -> float:
 
 
 def _table(results: list[dict]) -> str:
-    header = "| row | system | replicas | mb | GA | published img/s | predicted img/s | error "
+    header = "| row | system | replicas | mb | GA | published per s | predicted per s | error "
     lines = [header + "| source |", "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lines.append(
@@ -111,7 +158,8 @@ def _table(results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.parse_args(argv)
+    parser.add_argument("--bert", action="store_true", help="BERT-Large rows too (minutes)")
+    args = parser.parse_args(argv)
     import resnet50
 
     profiles: dict[int, hardware.StepProfile] = {}
@@ -132,6 +180,26 @@ def main(argv: list[str] | None = None) -> int:
             "error": round(predicted / row.published - 1.0, 4),
             "fitted": row.fitted,
             "source": row.source,
+        }
+        results.append(result)
+        print(json.dumps(result), flush=True)
+    simulated: dict[tuple[str, str], float] = {}
+    for key, published, source, launch, words in BERT_ROWS if args.bert else ():
+        if (launch, words) not in simulated:
+            simulated[launch, words] = predict_bert(launch, words)
+        predicted = simulated[launch, words]
+        system = launch.split()[1]
+        result = {
+            "row": key,
+            "system": f"{system} (BERT-Large)",
+            "replicas": int(launch.split()[3]),
+            "micro_batch": 2,
+            "gradient_accumulation": int(words.split()[1]),
+            "published": published,
+            "predicted": round(predicted, 1),
+            "error": round(predicted / published - 1.0, 4),
+            "fitted": False,
+            "source": source,
         }
         results.append(result)
         print(json.dumps(result), flush=True)

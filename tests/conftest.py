@@ -12,3 +12,15 @@ from hypothesis import settings
 
 settings.register_profile("deterministic", derandomize=True, deadline=None, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
+
+# The longest files first: pytest-xdist (``-n 2 --dist loadfile``) hands files to its
+# workers in collection order, so a long file collected late runs alone at the end.
+LONGEST_FIRST = ("tests/launch/test_openmpi.py", "tests/popdist_emu/poptorch_frontend/")
+
+
+def pytest_collection_modifyitems(items):
+    def rank(item) -> int:
+        path = item.nodeid
+        return next((i for i, p in enumerate(LONGEST_FIRST) if path.startswith(p)), 99)
+
+    items.sort(key=rank)  # stable: each file keeps its own order
