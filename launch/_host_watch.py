@@ -141,13 +141,11 @@ def host_lines(
         lines.append(f"host {host} did not start {_instances(numbers)}{within}: {why}")
         named.add(host)
     for host, numbers in by_host(host_of, lost).items():
-        if host in named:
+        if host in named or host in silent:  # a host that does not answer: all it ran, below
             continue
         whole = " (all it ran)" if numbers == all_on[host] and len(numbers) > 1 else ""
         why = (
-            f"it does not answer {_down(silent[host])}"
-            if host in silent
-            else f"{'their processes were' if len(numbers) > 1 else 'its process was'} killed, "
+            f"{'their processes were' if len(numbers) > 1 else 'its process was'} killed, "
             "or the host went down"
         )
         lines.append(

@@ -84,3 +84,8 @@ def test_each_host_is_named_once_with_its_instances_and_why():
         "went down"
     ]
     assert host_lines(HOSTS, silent={}) == []
+    # A host that does not answer is named with all it ran, whichever heartbeat went stale
+    # first (the same line however the end was found).
+    assert host_lines(HOSTS, silent={"h1": "x"}, lost=[2]) == [
+        "host h1 (instances 2, 3) stopped answering (x): its network link or the machine is down"
+    ]
