@@ -205,7 +205,8 @@ class PoplarExecutor:
 
     def _make_trainer(self, batch: tuple[Any, ...]) -> Any:
         if self._trainer is None:
-            params = {n: v for n, v in self._weights().items() if n in self._names}
+            weights = self._weights()
+            params = {n: weights[n] for n in self._names}
             state = self._user_model.state_dict(keep_vars=True)  # the Parameter objects
             transform = optim.to_optax(self._optimizer, {n: state[n] for n in self._names})
             loss: Any = self._loss
@@ -221,27 +222,28 @@ class PoplarExecutor:
                 options = dataclasses.replace(
                     self.options.to_options(), execution_strategy=self._strategy
                 )
-            self._check_buffers(batch)  # before the trainer is kept: a refusal stays one
+            self._check_buffers(batch, weights)  # before the trainer is kept: refusals stay
             self._trainer = popdist_emu.Trainer(loss, transform, params, options)
         return self._trainer
 
-    def _changed_buffers(self, args: tuple[Any, ...], first: Any) -> list[str]:
+    def _changed_buffers(
+        self, weights: dict[str, Any], args: tuple[Any, ...], first: Any
+    ) -> list[str]:
         """The buffers this model's forward changes (traced once, in its mode)."""
         if self._changing is None:
             self._changing = changed_buffers(
-                lambda w, a: self._run_state(w, a, first), self._weights(), args, self._buffer_names
+                lambda w, a: self._run_state(w, a, first), weights, args, self._buffer_names
             )
         return self._changing
 
-    def _check_buffers(self, batch: tuple[Any, ...]) -> None:
+    def _check_buffers(self, batch: tuple[Any, ...], weights: dict[str, Any]) -> None:
         """Finds the buffers training changes and gives each local replica its copy
         (refused where PopTorch or the emulator cannot keep them; see ``_buffers``)."""
         inputs = len(batch) - 1 if self._random else len(batch)
         micro = tuple(a[0, 0, 0] for a in batch)
-        changing = self._changed_buffers(micro[:inputs], np.int32(0))
+        changing = self._changed_buffers(weights, micro[:inputs], np.int32(0))
         if not changing:
             return
-        weights = self._weights()
         params = {n: weights[n] for n in self._names}
         buffers = {n: weights[n] for n in changing}
         read = buffers_read_by(lambda b, m: self._loss({**params, **b}, m), buffers, micro)
@@ -284,8 +286,9 @@ class PoplarExecutor:
         arrays = tuple(to_jax_array(a) for a in args)
         first = np.int32(self._calls * arrays[0].shape[0] % 2**31)
         self._calls += 1
-        out, buffers = self._forward({**self._weights(), **self._device_buffers}, arrays, first)
-        changing = self._changed_buffers(arrays, first)
+        weights = {**self._weights(), **self._device_buffers}
+        out, buffers = self._forward(weights, arrays, first)
+        changing = self._changed_buffers(weights, arrays, first)
         if changing:
             fields = self._mode_fields
             check_inference_buffers(changing, fields.device_iterations, fields.num_total_replicas)
@@ -371,19 +374,16 @@ class PoplarExecutor:
     def compile(self, *args: Any) -> None:
         """Compiles the step for this combined batch's shapes without running it."""
         with in_mode(self._user_model, self.training):
-            self._compile(args)
-
-    def _compile(self, args: tuple[Any, ...]) -> None:
-        if self.training:
+            if not self.training:
+                arrays = tuple(to_jax_array(a) for a in args)
+                self._forward.lower(self._weights(), arrays, np.int32(0))
+                return
             arrays, batch, index = self._training_batch(args)
             trainer = self._make_trainer(batch)
             if trainer.offline:
                 self._simulate(batch, len(arrays), index)
             else:
                 trainer.compile(batch)
-        else:
-            arrays = tuple(to_jax_array(a) for a in args)
-            self._forward.lower(self._weights(), arrays, np.int32(0))
 
     def _output_shape(self, trainer: Any, batch: tuple[Any, ...], inputs: int, index: Any) -> Any:
         """The shapes of the module's outputs for one micro-batch of one replica."""
