@@ -54,6 +54,8 @@ from typing import NamedTuple
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
+import calibrate  # noqa: E402 - this folder's fit: one way to simulate a published row
+
 import hardware  # noqa: E402
 
 
@@ -84,11 +86,20 @@ ROWS = (
     Row("A8", "bow-pod256", 256, 20, 2, 425_415, "MLPerf Training v2.0, Bow, SDK 2.5.1"),
     Row("C1", "bow-pod16", 16, 20, 6, 42_029, "Graphcore performance results, Bow launch"),
     Row("C2", "bow-pod64", 64, 20, 2, 145_287, "Graphcore performance results, Bow launch"),
-    # The calibration (MLPerf Training v1.1, Mk2, SDK 2.3), for reference.
-    Row("v1.1", "pod16", 16, 20, 10, 29_500, "MLPerf Training v1.1 (fitted)", True),
-    Row("v1.1", "pod64", 64, 20, 3, 108_000, "MLPerf Training v1.1 (fitted)", True),
-    Row("v1.1", "pod128", 128, 20, 2, 178_000, "MLPerf Training v1.1 (fitted)", True),
-    Row("v1.1", "pod256", 256, 20, 2, 326_000, "MLPerf Training v1.1 (fitted)", True),
+)
+# The calibration (MLPerf Training v1.1, Mk2, SDK 2.3), for reference: calibrate.py's rows.
+ROWS += tuple(
+    Row(
+        "v1.1",
+        system,
+        replicas,
+        calibrate.MICRO_BATCH,
+        ga,
+        published,
+        "MLPerf Training v1.1 (fitted)",
+        True,
+    )
+    for system, replicas, ga, _, _, published in calibrate.PUBLISHED
 )
 
 
@@ -133,15 +144,13 @@ def predict_bert(launch: str, words: str) -> float:
 
 
 def predict(profile: hardware.StepProfile, row: Row) -> float:
-    """Simulated images per second of ``row`` with the calibrated parameters."""
-    step = profile.replace(gradient_accumulation=row.gradient_accumulation)
-    layout = hardware.ReplicaLayout(
-        num_replicas=row.replicas,
-        num_instances=row.instances or row.replicas // 2,
-        hosts=tuple(f"host{i}" for i in range(_hosts(row.replicas))),
+    """Simulated images per second of ``row`` with the calibrated parameters, as
+    ``benchmarks/calibrate.py`` predicts its own rows."""
+    instances = row.instances or row.replicas // 2
+    layout = (row.system, row.replicas, row.gradient_accumulation, instances)
+    return calibrate.predict(
+        profile, (*layout, _hosts(row.replicas), row.published), hardware.load_parameters()
     )
-    sim = hardware.simulate_step(step, layout, hardware.get_system(row.system))
-    return sim.samples_per_second
 
 
 def _table(results: list[dict]) -> str:
