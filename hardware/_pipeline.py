@@ -1,6 +1,12 @@
 """Model parallelism over the IPUs of a replica: the pipeline schedule, its time and memory.
 
-A replica of ``N`` IPUs runs ``N`` stages, stage ``s`` on IPU ``s``. Two strategies:
+A replica of ``N`` IPUs runs ``K`` stages, each on one of its IPUs: usually stage ``s`` on
+IPU ``s`` (``K = N``), but a stage may run on any IPU and several stages may share one, as
+PopTorch's ``ipu_id`` and PopART's virtual graphs allow (Graphcore's MLPerf BERT puts its
+embeddings, the first encoder layer and the tied masked-LM head, the pipeline's last
+stage, on IPU 0: the pipeline "wraps round"). The schedule follows the stages' order;
+an IPU runs, within a cycle, every pass of every stage it holds, one after the other, and
+only activations that change IPU cross the IPU-Links. Two strategies:
 
 * ``pipelined``, the grouped schedule of the Memory and Performance Optimisation guide
   (section 4.2, Fig. 4.1): time runs in BSP cycles; in cycle ``c`` IPU ``s`` runs the
@@ -8,7 +14,7 @@ A replica of ``N`` IPUs runs ``N`` stages, stage ``s`` on IPU ``s``. Two strateg
   ``c - 2N + 1 + s`` (each when it exists), then the activations and gradients produced in
   the cycle cross the IPU-Links in one exchange. A cycle lasts as long as its busiest IPU
   (the slowest stage paces the steady state) plus its transfers. With ``GA`` micro-batches
-  the step has ``GA + 2N - 1`` cycles; the first ``N`` only fill (ramp-up), the last ``N``
+  the step has ``GA + 2K - 1`` cycles; the first ``K`` only fill (ramp-up), the last ``K``
   only drain (ramp-down). For balanced stages the idle share of the IPUs' time is
   ``(N - 1) / (GA + N - 1)``, which falls as gradient accumulation grows (the guide: the
   pipeline "works best when the gradient accumulation factor is much greater than the
@@ -17,10 +23,11 @@ A replica of ``N`` IPUs runs ``N`` stages, stage ``s`` on IPU ``s``. Two strateg
 * ``sharded``: one micro-batch at a time, stage after stage, forward then backward; only
   one IPU works at any time (the TensorFlow "Model parallelism with sharding" note).
 
-The activation stash of stage ``s`` (0-based) holds ``2(N - s) + 1`` micro-batches'
+The activation stash of stage ``s`` (0-based) holds ``2(K - s) + 1`` micro-batches'
 activations for the grouped schedule, as the guide states (2N+1 on the first IPU,
-2(N-1)+1 on the second, and so on), ``N + 1`` for the interleaved schedule, and one for
-sharded execution. With recomputation each stashed entry is only the stage's input, plus,
+2(N-1)+1 on the second, and so on, for one stage per IPU), ``K + 1`` for the interleaved
+schedule, and one for sharded execution; an IPU holds the stashes of all its stages.
+With recomputation each stashed entry is only the stage's input, plus,
 while the backward pass recomputes one micro-batch, a checkpoint at every block boundary
 and the activations of one block at a time (guide section 5.3, "Activation
 recomputations" and 5.3.2, "Recomputation checkpoints").
@@ -55,9 +62,10 @@ class StageCost(NamedTuple):
         input_bytes: its input per micro-batch (the recomputation stash entry).
         activation_bytes: what its forward pass saves for its backward pass, per
             micro-batch (one stash entry without recomputation).
-        parameter_bytes: its weights.
-        optimiser_state_bytes: its optimiser state (unsharded).
-        gradient_bytes: its gradient (and accumulator).
+        parameter_bytes: its weights; a weight that an earlier stage on the same IPU holds
+            (tied embeddings and decoder) is counted with that stage only.
+        optimiser_state_bytes: its optimiser state (unsharded), counted as its weights.
+        gradient_bytes: its gradient (and accumulator), counted as its weights.
         temporary_bytes: its peak working space.
         num_ops: primitive operations of its forward and backward programs (code size).
         checkpoint_bytes: bytes live while one micro-batch's backward recomputes the stage
@@ -100,6 +108,7 @@ class PipelineEvent(NamedTuple):
         micro_batch: the micro-batch (0-based within the weight update).
         start: seconds from the start of the pipeline.
         duration: seconds.
+        stage: the stage whose pass (or whose exchange) it is.
     """
 
     ipu: int
@@ -107,6 +116,7 @@ class PipelineEvent(NamedTuple):
     micro_batch: int
     start: float
     duration: float
+    stage: int = 0
 
 
 def check_strategy(strategy: str, schedule: str = "grouped") -> None:
@@ -173,13 +183,7 @@ def program_order(num_stages: int, gradient_accumulation: int, strategy: str):
                 cycle += 1
         return order
     for c in range(ga + 2 * n - 1):
-        for s in range(n):
-            if 0 <= c - s < ga:
-                order.append((c, s, "forward", c - s))
-        for s in reversed(range(n)):
-            m = c - 2 * n + 1 + s
-            if 0 <= m < ga:
-                order.append((c, s, "backward", m))
+        order.extend(_cycle_passes(n, ga, c))
     return order
 
 
@@ -190,7 +194,7 @@ class PipelineSchedule:
     Attributes:
         strategy: ``pipelined`` or ``sharded``.
         schedule: ``grouped`` (the only one simulated) for pipelined; ``grouped`` for sharded.
-        stages: the stages' costs.
+        stages: the stages' costs, in pipeline order.
         gradient_accumulation: micro-batches per weight update.
         events: every forward, backward and transfer, per IPU.
         seconds: wall time of the update's passes.
@@ -206,28 +210,51 @@ class PipelineSchedule:
     transfer_seconds: float
 
     @property
+    def ipus(self) -> tuple[int, ...]:
+        """The IPUs the stages run on, each once, in increasing order."""
+        return tuple(sorted({s.ipu for s in self.stages}))
+
+    @property
     def busy_seconds(self) -> tuple[float, ...]:
-        """Compute seconds of each IPU over the update."""
+        """Compute seconds of each IPU (in :attr:`ipus` order) over the update: the passes of
+        all its stages."""
         ga = self.gradient_accumulation
-        return tuple(ga * (s.forward_seconds + s.backward_seconds) for s in self.stages)
+        work = dict.fromkeys(self.ipus, 0.0)
+        for s in self.stages:
+            work[s.ipu] += ga * (s.forward_seconds + s.backward_seconds)
+        return tuple(work[i] for i in self.ipus)
 
     @property
     def bubble_fraction(self) -> float:
-        """Idle share of the IPUs' time: ``1 - sum(busy) / (N * seconds)``."""
+        """Idle share of the IPUs' time: ``1 - sum(busy) / (IPUs * seconds)``."""
         if self.seconds <= 0:
             return 0.0
-        return max(1.0 - sum(self.busy_seconds) / (len(self.stages) * self.seconds), 0.0)
+        return max(1.0 - sum(self.busy_seconds) / (len(self.ipus) * self.seconds), 0.0)
 
     @property
     def balance(self) -> float:
-        """Slowest stage over the mean stage (1.0 = perfectly balanced)."""
-        work = [s.forward_seconds + s.backward_seconds for s in self.stages]
+        """Busiest IPU over the mean IPU (1.0 = perfectly balanced); with one stage per IPU,
+        the slowest stage over the mean stage."""
+        work = self.busy_seconds
         mean = sum(work) / len(work)
         return max(work) / mean if mean > 0 else 1.0
 
 
 def _link_seconds(nbytes: float, link_bandwidth: float, link_latency: float) -> float:
     return link_latency + nbytes / link_bandwidth if nbytes > 0 else 0.0
+
+
+def _boundary_seconds(
+    stages: tuple[StageCost, ...], link_bandwidth: float, link_latency: float
+) -> list[float]:
+    """Seconds to move stage ``s``'s output to stage ``s + 1`` (and its gradient back): an
+    IPU-Link exchange when the two run on different IPUs, nothing when they share one."""
+    return [
+        _link_seconds(s.output_bytes, link_bandwidth, link_latency)
+        if k + 1 < len(stages) and stages[k + 1].ipu != s.ipu
+        else 0.0
+        for k, s in enumerate(stages)
+    ]
 
 
 def schedule_pipeline(
@@ -242,7 +269,8 @@ def schedule_pipeline(
     """Simulates one weight update's passes over the stages.
 
     Args:
-        stages: one ``StageCost`` per IPU, in IPU order.
+        stages: one ``StageCost`` per stage, in pipeline order; each names its IPU, and
+            several may name the same one.
         gradient_accumulation: micro-batches per weight update.
         strategy: ``pipelined`` (grouped BSP cycles) or ``sharded``.
         schedule: ``grouped``; ``interleaved`` changes only the stash depths (its
@@ -257,51 +285,54 @@ def schedule_pipeline(
     if gradient_accumulation < 1:
         raise ValueError(f"gradient_accumulation must be >= 1, got {gradient_accumulation}.")
     n, ga = len(stages), gradient_accumulation
-    xfer = [_link_seconds(s.output_bytes, link_bandwidth, link_latency) for s in stages]
+    xfer = _boundary_seconds(stages, link_bandwidth, link_latency)
     events: list[PipelineEvent] = []
     t, transfers = 0.0, 0.0
     if strategy == "sharded":
         for _, s, kind, m in program_order(n, ga, strategy):
             stage = stages[s]
             seconds = stage.forward_seconds if kind == "forward" else stage.backward_seconds
-            events.append(PipelineEvent(stage.ipu, kind, m, t, seconds))
+            events.append(PipelineEvent(stage.ipu, kind, m, t, seconds, s))
             t += seconds
             # A forward sends its output down, a backward its input's gradient back up.
             boundary = s if kind == "forward" else s - 1
             cost = xfer[boundary] if 0 <= boundary < n - 1 else 0.0
             if cost > 0:
-                events.append(PipelineEvent(stage.ipu, "transfer", m, t, cost))
+                events.append(PipelineEvent(stage.ipu, "transfer", m, t, cost, s))
                 t += cost
                 transfers += cost
         return PipelineSchedule(strategy, schedule, stages, ga, tuple(events), t, transfers)
     for c in range(ga + 2 * n - 1):
-        length, exchange = 0.0, 0.0
-        for s, stage in enumerate(stages):
-            start = t
-            f, b = c - s, c - 2 * n + 1 + s
-            if 0 <= f < ga:
-                events.append(PipelineEvent(stage.ipu, "forward", f, start, stage.forward_seconds))
-                start += stage.forward_seconds
-                if s < n - 1:
-                    exchange = max(exchange, xfer[s])
-            if 0 <= b < ga:
-                events.append(
-                    PipelineEvent(stage.ipu, "backward", b, start, stage.backward_seconds)
-                )
-                start += stage.backward_seconds
-                if s > 0:
-                    exchange = max(exchange, xfer[s - 1])
-            length = max(length, start - t)
-        if exchange > 0:
-            for s, stage in enumerate(stages):
-                f, b = c - s, c - 2 * n + 1 + s
-                sends = (0 <= f < ga and s < n - 1) or (0 <= b < ga and s > 0)
-                if sends:
-                    m = f if 0 <= f < ga and s < n - 1 else b
-                    events.append(PipelineEvent(stage.ipu, "transfer", m, t + length, exchange))
+        cursor = {stage.ipu: t for stage in stages}  # each IPU runs its passes in turn
+        first_send: dict[int, tuple[int, int]] = {}  # IPU -> (micro-batch, stage) it sends
+        exchange = 0.0
+        for _, s, kind, m in _cycle_passes(n, ga, c):
+            stage = stages[s]
+            seconds = stage.forward_seconds if kind == "forward" else stage.backward_seconds
+            events.append(PipelineEvent(stage.ipu, kind, m, cursor[stage.ipu], seconds, s))
+            cursor[stage.ipu] += seconds
+            boundary = s if kind == "forward" else s - 1
+            if 0 <= boundary < n - 1 and xfer[boundary] > 0:
+                exchange = max(exchange, xfer[boundary])
+                first_send.setdefault(stage.ipu, (m, s))
+        length = max(cursor.values()) - t
+        for ipu, (m, s) in first_send.items():
+            events.append(PipelineEvent(ipu, "transfer", m, t + length, exchange, s))
         t += length + exchange
         transfers += exchange
     return PipelineSchedule(strategy, schedule, stages, ga, tuple(events), t, transfers)
+
+
+def _cycle_passes(num_stages: int, gradient_accumulation: int, cycle: int):
+    """The passes of one grouped cycle, as :func:`program_order` lists them."""
+    n, ga, c = num_stages, gradient_accumulation, cycle
+    forwards = [(c, s, "forward", c - s) for s in range(n) if 0 <= c - s < ga]
+    backwards = [
+        (c, s, "backward", c - 2 * n + 1 + s)
+        for s in reversed(range(n))
+        if 0 <= c - 2 * n + 1 + s < ga
+    ]
+    return forwards + backwards
 
 
 def stash_bytes(
@@ -321,27 +352,26 @@ def stash_bytes(
 
 
 def memory_counter(
-    pipeline: PipelineSchedule, base_bytes: tuple[int, ...], *, recomputation: bool = False
+    pipeline: PipelineSchedule, base_bytes: dict[int, int], *, recomputation: bool = False
 ) -> dict[int, list[tuple[float, int]]]:
-    """Bytes live on each IPU over the update: the always-live part plus the stash.
+    """Bytes live on each IPU over the update: the always-live part (``base_bytes`` by IPU)
+    plus the stashes of its stages.
 
     A micro-batch's stash entry is allocated when its forward pass starts and freed when
     its backward pass ends (PopVision's liveness view, per IPU).
     """
-    entry = {
-        s.ipu: (s.input_bytes if recomputation else s.activation_bytes) for s in pipeline.stages
-    }
-    changes: dict[int, list[tuple[float, int]]] = {s.ipu: [] for s in pipeline.stages}
+    entry = [s.input_bytes if recomputation else s.activation_bytes for s in pipeline.stages]
+    changes: dict[int, list[tuple[float, int]]] = {ipu: [] for ipu in pipeline.ipus}
     for e in pipeline.events:
         if e.kind == "forward":
-            changes[e.ipu].append((e.start, entry[e.ipu]))
+            changes[e.ipu].append((e.start, entry[e.stage]))
         elif e.kind == "backward":
-            changes[e.ipu].append((e.start + e.duration, -entry[e.ipu]))
+            changes[e.ipu].append((e.start + e.duration, -entry[e.stage]))
     counters = {}
-    for i, stage in enumerate(pipeline.stages):
-        live, points = base_bytes[i], [(0.0, base_bytes[i])]
-        for t, delta in sorted(changes[stage.ipu]):
+    for ipu in pipeline.ipus:
+        live, points = base_bytes[ipu], [(0.0, base_bytes[ipu])]
+        for t, delta in sorted(changes[ipu]):
             live += delta
             points.append((t, live))
-        counters[stage.ipu] = points
+        counters[ipu] = points
     return counters

@@ -3,8 +3,8 @@
 The step is the one ``simulate_step`` models (host IO, gradient accumulation, collectives,
 update, streaming, host sync), with the compute of each weight update replaced by the
 pipeline's schedule (``hardware._pipeline``) and the memory taken per IPU of the replica:
-each IPU holds its stage's weights, optimiser state, accumulators, code and activation
-stash; ``StepSimulation.memory`` is the worst IPU's.
+each IPU holds its stages' weights, optimiser state, accumulators, code and activation
+stashes; ``StepSimulation.memory`` is the worst IPU's.
 
 References:
     Graphcore, "Memory and Performance Optimisation on the IPU", sections 3 (memory
@@ -42,6 +42,7 @@ from hardware._pipeline import (
     memory_counter,
     schedule_pipeline,
     stash_bytes,
+    stash_depth,
 )
 from hardware._specs import IpuSpec, SystemSelectionError, SystemSpec
 from hardware._step_profile import StepProfile
@@ -62,14 +63,16 @@ class PipelineReport:
     Attributes:
         schedule: the simulated passes of one weight update.
         recomputation: whether stages stash only their inputs and recompute.
-        stage_memory: peak bytes by category of each stage's IPU.
-        stash_bytes: each stage's activation stash at its deepest.
+        ipu_memory: peak bytes by category of each IPU of the replica (IPU 0 first), with
+            all the stages it holds.
+        stash_bytes: each stage's activation stash at its deepest (its own entries, plus the
+            recomputation working set under recomputation).
         counters: IPU -> [(seconds, bytes live)] over one weight update.
     """
 
     schedule: PipelineSchedule
     recomputation: bool
-    stage_memory: tuple[MemoryBreakdown, ...]
+    ipu_memory: tuple[MemoryBreakdown, ...]
     stash_bytes: tuple[int, ...]
     counters: dict[int, list[tuple[float, int]]]
 
@@ -85,14 +88,23 @@ class PipelineReport:
 
     @property
     def balance(self) -> float:
-        """Slowest stage over the mean stage."""
+        """Busiest IPU over the mean IPU."""
         return self.schedule.balance
 
     @property
-    def worst_stage(self) -> int:
-        """Index of the stage whose IPU holds the most bytes."""
-        totals = [m.total for m in self.stage_memory]
+    def stage_memory(self) -> tuple[MemoryBreakdown, ...]:
+        """Each stage's IPU's memory (the same object for stages that share an IPU)."""
+        return tuple(self.ipu_memory[s.ipu] for s in self.schedule.stages)
+
+    @property
+    def worst_ipu(self) -> int:
+        """The IPU that holds the most bytes."""
+        totals = [m.total for m in self.ipu_memory]
         return totals.index(max(totals))
+
+    def stages_on(self, ipu: int) -> tuple[int, ...]:
+        """The stages IPU ``ipu`` runs, in pipeline order."""
+        return tuple(k for k, s in enumerate(self.schedule.stages) if s.ipu == ipu)
 
 
 def stage_seconds(
@@ -110,9 +122,8 @@ def stage_seconds(
     )
 
 
-def stage_memory(
-    stage: StageCost,
-    position: int,
+def ipu_memory(
+    ipu_index: int,
     stages: tuple[StageCost, ...],
     profile: StepProfile,
     layout: ReplicaLayout,
@@ -124,53 +135,68 @@ def stage_memory(
     prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
     parameters: ModelParameters | None = None,
 ) -> MemoryBreakdown:
-    """Peak bytes by category on the IPU of stage ``position``, with the convolution
-    planner's choices for the stage's matmuls and convolutions charged to that IPU (its
-    ``availableMemoryProportion`` from the replica's setting for that IPU)."""
+    """Peak bytes by category on IPU ``ipu_index`` of the replica, which holds every stage
+    placed on it: their weights, state, accumulators, code and stashes add up; one working
+    set is live at a time (the largest stage's temporaries, block gradient and
+    recomputation); the convolution planner's choices for their matmuls and convolutions
+    are charged to the IPU (its ``availableMemoryProportion`` from the replica's setting
+    for that IPU)."""
     ipu = system.ipu
+    mine = [(k, s) for k, s in enumerate(stages) if s.ipu == ipu_index]
+    if not mine:
+        raise ValueError(f"no stage runs on IPU {ipu_index}.")
     shards = optimiser_shards(profile, layout)
     rounds = 1 + math.ceil(math.log2(layout.num_replicas)) if layout.num_replicas > 1 else 0
-    stash = stash_bytes(
-        stage, position, len(stages), strategy, schedule, recomputation=recomputation
-    )
+    accumulating = profile.gradient_accumulation > 1
+    # Each stage stashes its entries (only its input under recomputation); one stage at a
+    # time recomputes, with its checkpoints and one block's activations live.
+    entry = [s.input_bytes if recomputation else s.activation_bytes for _, s in mine]
+    depths = [stash_depth(k, len(stages), strategy, schedule) for k, _ in mine]
+    stash = sum(d * e for d, e in zip(depths, entry, strict=True))
+    if recomputation:
+        stash += max(s.checkpoint_bytes or s.activation_bytes for _, s in mine)
+    parameter_bytes = sum(s.parameter_bytes for _, s in mine)
+    state_bytes = sum(s.optimiser_state_bytes for _, s in mine)
+    gradient_bytes = sum(s.gradient_bytes for _, s in mine)
     categories = {
-        "weights": stage.parameter_bytes,
+        "weights": parameter_bytes,
         "optimizer_state": 0
         if profile.offload_optimiser_state
-        else math.ceil(stage.optimiser_state_bytes / shards),
-        "gradient_accumulators": stage.gradient_bytes if profile.gradient_accumulation > 1 else 0,
-        "code": stage.num_ops * CODE_BYTES_PER_OP_PER_TILE * ipu.tiles,
+        else math.ceil(state_bytes / shards),
+        "gradient_accumulators": gradient_bytes if accumulating else 0,
+        "code": sum(s.num_ops for _, s in mine) * CODE_BYTES_PER_OP_PER_TILE * ipu.tiles,
         "exchange_code": ipu.tiles
         * EXCHANGE_CODE_BYTES_PER_TILE
         * len(profile.collectives)
         * rounds,
         "stream_buffers": (prefetch_depth + 1) * profile.host_bytes_per_micro_batch
-        if position == 0
+        if any(k == 0 for k, _ in mine)
         else 0,
         "activations": stash,
         # Accumulated in place block by block (PopART adds each weight gradient into its
         # accumulator as it is produced); without accumulation the whole gradient is live.
-        "gradients": (stage.block_gradient_bytes or stage.gradient_bytes)
-        if profile.gradient_accumulation > 1
-        else stage.gradient_bytes,
-        "temporaries": stage.temporary_bytes,
+        "gradients": max(s.block_gradient_bytes or s.gradient_bytes for _, s in mine)
+        if accumulating
+        else gradient_bytes,
+        "temporaries": max(s.temporary_bytes for _, s in mine),
     }
     categories = {name: int(categories[name]) for name in CATEGORIES}
     memory = MemoryBreakdown(categories, ipu.in_processor_memory, ipu.tiles, ipu.sram_per_tile)
-    return with_planner(
-        memory, profile, ipu, parameters, ipu_index=stage.ipu, ops=tuple(stage.matmuls)
-    )
+    ops = tuple(op for _, s in mine for op in s.matmuls)
+    return with_planner(memory, profile, ipu, parameters, ipu_index=ipu_index, ops=ops)
 
 
-def _remedies(report: PipelineReport, profile: StepProfile, layout: ReplicaLayout, s: int):
-    memory = report.stage_memory[s]
+def _remedies(report: PipelineReport, profile: StepProfile, layout: ReplicaLayout, ipu: int):
+    memory = report.ipu_memory[ipu]
     c = memory.categories
     remedies = []
-    lightest = min(range(len(report.stage_memory)), key=lambda i: report.stage_memory[i].total)
-    if lightest != s:
+    lightest = min(range(len(report.ipu_memory)), key=lambda i: report.ipu_memory[i].total)
+    if lightest != ipu:
+        stages = " and ".join(str(k) for k in report.stages_on(ipu))
         remedies.append(
-            f"moving blocks of stage {s} to IPU {report.schedule.stages[lightest].ipu} "
-            f"(stage {lightest}, {report.stage_memory[lightest].total:,} bytes)"
+            f"moving blocks of stage {stages} to IPU {lightest} "
+            f"(stage {' and '.join(str(k) for k in report.stages_on(lightest))}, "
+            f"{report.ipu_memory[lightest].total:,} bytes)"
         )
     if not report.recomputation and c["activations"] > 0:
         remedies.append("recomputation (stash only each stage's input: --recompute)")
@@ -187,20 +213,27 @@ def _remedies(report: PipelineReport, profile: StepProfile, layout: ReplicaLayou
     return remedies
 
 
+def _named_stages(report: PipelineReport, ipu: int) -> str:
+    """``stage 0: B0`` or ``stages 0 and 7: emb, L0, head``: what IPU ``ipu`` runs."""
+    ks = report.stages_on(ipu)
+    blocks = [b for k in ks for b in report.schedule.stages[k].blocks]
+    named = (
+        ", ".join(blocks)
+        if len(blocks) <= 6
+        else f"{blocks[0]}, {blocks[1]} ... {blocks[-1]}, {len(blocks)} blocks"
+    )
+    which = f"stage {ks[0]}" if len(ks) == 1 else "stages " + " and ".join(map(str, ks))
+    return f"{which}: {named}"
+
+
 def check_pipeline_memory(sim: StepSimulation) -> None:
-    """Raises ``OutOfMemoryError`` naming the first IPU and stage that do not fit."""
+    """Raises ``OutOfMemoryError`` naming the first IPU, its stages and the remedies, when
+    an IPU of the replica does not fit."""
     report: PipelineReport = sim.pipeline
-    for s, memory in enumerate(report.stage_memory):
+    for ipu, memory in enumerate(report.ipu_memory):
         if memory.fits:
             continue
-        stage = report.schedule.stages[s]
         c = memory.categories
-        blocks = stage.blocks
-        named = (
-            ", ".join(blocks)
-            if len(blocks) <= 6
-            else (f"{blocks[0]}, {blocks[1]} ... {blocks[-1]}, {len(blocks)} blocks")
-        )
         where = (
             f"needs {memory.total:,} bytes but a {sim.system.ipu.name} has "
             f"{memory.capacity:,} bytes of In-Processor-Memory."
@@ -209,12 +242,12 @@ def check_pipeline_memory(sim: StepSimulation) -> None:
             f"fullest tile needs {memory.worst_tile:,.0f} bytes of {memory.tile_capacity:,}."
         )
         lines = [
-            f"Out of memory: IPU {stage.ipu} (stage {s}: {named}) of "
+            f"Out of memory: IPU {ipu} ({_named_stages(report, ipu)}) of "
             f"{sim.profile.name} at micro-batch {sim.profile.micro_batch_size} {where}",
             "  always-live: " + ", ".join(f"{n} {c[n]:,}" for n in ALWAYS_LIVE),
             "  not-always-live: " + ", ".join(f"{n} {c[n]:,}" for n in NOT_ALWAYS_LIVE),
             *planner_lines(memory),
-            "Remedies: " + "; ".join(_remedies(report, sim.profile, sim.layout, s)) + ".",
+            "Remedies: " + "; ".join(_remedies(report, sim.profile, sim.layout, ipu)) + ".",
         ]
         raise OutOfMemoryError("\n".join(lines))
 
@@ -226,10 +259,9 @@ def _pipeline_events(
     (``B3``) and IPU-Link exchange on its IPU's track, with the stage, its blocks and the
     micro-batch as arguments (``about``: the step's)."""
     out = []
-    stage_of_ipu = {s.ipu: i for i, s in enumerate(pipe.stages)}
     for e in pipe.events:
         name = {"forward": "F", "backward": "B", "transfer": "IPU-Link "}[e.kind]
-        stage = stage_of_ipu[e.ipu]
+        stage = e.stage
         cost = pipe.stages[stage]
         args = (
             *about,
@@ -278,8 +310,9 @@ def simulate_pipeline_step(
     """Simulated time and memory of one step whose replica runs ``stages``.
 
     ``profile`` describes the whole replica (host bytes, collectives, update, optimiser
-    state); ``stages`` give the per-IPU costs. Memory is not checked here: call
-    ``check_pipeline_memory`` (Poplar refuses at compile time).
+    state); ``stages`` give the per-stage costs and IPUs (several stages may share one).
+    Memory is not checked here: call ``check_pipeline_memory`` (Poplar refuses at compile
+    time).
 
     Raises:
         SystemSelectionError: when the layout needs more IPUs than ``system`` has.
@@ -290,10 +323,12 @@ def simulate_pipeline_step(
             f"the job needs {layout.num_ipus} IPUs but {system.name} has {system.num_ipus}: "
             "pick a larger --system or fewer replicas."
         )
-    if len(stages) != layout.ipus_per_replica:
+    used = sorted({s.ipu for s in stages})
+    if used != list(range(layout.ipus_per_replica)):
         raise ValueError(
-            f"{len(stages)} stages for {layout.ipus_per_replica} IPUs per replica: place one "
-            "stage on each IPU of the replica."
+            f"{len(stages)} stages on IPUs {used} for {layout.ipus_per_replica} IPUs per "
+            f"replica: place at least one stage on each IPU 0..{layout.ipus_per_replica - 1} "
+            "of the replica, and none beyond."
         )
     params = parameters if parameters is not None else load_parameters()
     ipu = system.ipu
@@ -309,7 +344,10 @@ def simulate_pipeline_step(
         link_latency=params.ipu_link_latency,
     )
     d = _durations(profile, layout, system, params)
-    accumulate = max(3 * s.gradient_bytes / ipu.memory_bandwidth for s in stages)
+    accumulate = max(
+        3 * sum(s.gradient_bytes for s in stages if s.ipu == i) / ipu.memory_bandwidth
+        for i in range(layout.ipus_per_replica)
+    )
     d = d._replace(
         compute=pipe.seconds / profile.gradient_accumulation,
         accumulate=accumulate if profile.gradient_accumulation > 1 else 0.0,
@@ -328,8 +366,7 @@ def simulate_pipeline_step(
     phases["compute"] -= phases["pipeline_bubble"]
 
     memories = tuple(
-        stage_memory(
-            stage,
+        ipu_memory(
             i,
             tuple(stages),
             profile,
@@ -341,16 +378,21 @@ def simulate_pipeline_step(
             prefetch_depth=prefetch_depth,
             parameters=params,
         )
-        for i, stage in enumerate(stages)
+        for i in range(layout.ipus_per_replica)
     )
-    stashes = tuple(m.categories["activations"] for m in memories)
-    base = tuple(m.always_live for m in memories)
+    n = len(stages)
+    stashes = tuple(
+        stash_bytes(stage, k, n, strategy, schedule, recomputation=recomputation)
+        for k, stage in enumerate(stages)
+    )
     report = PipelineReport(
         pipe,
         recomputation,
         memories,
         stashes,
-        memory_counter(pipe, base, recomputation=recomputation),
+        memory_counter(
+            pipe, {i: m.always_live for i, m in enumerate(memories)}, recomputation=recomputation
+        ),
     )
     return StepSimulation(
         profile=profile,
@@ -360,7 +402,7 @@ def simulate_pipeline_step(
         phases=phases,
         simulated_step_seconds=step_seconds,
         samples_per_second=samples_per_second(profile, layout, step_seconds),
-        memory=memories[report.worst_stage],
+        memory=memories[report.worst_ipu],
         host_io_exposed_seconds=exposed,
         host_io_seconds=host_link_seconds(d, profile),
         events=out,

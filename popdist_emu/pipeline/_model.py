@@ -5,7 +5,9 @@ A model is a sequence of named :class:`Block` s. Each block is a pure function
 parameter dict it owns) and the incoming activations: the first block takes the
 micro-batch, the last returns the scalar loss (labels travel with the activations, as
 PopTorch streams them to the IPU that computes the loss). Blocks are grouped into
-:class:`Stage` s, one per IPU of the replica, and an execution strategy,
+:class:`Stage` s, each placed on an IPU of the replica (several stages may share one, and
+blocks on one IPU may share a weight, as a tied embedding and decoder do), and an
+execution strategy,
 :class:`PipelinedExecution` or :class:`ShardedExecution` (PopTorch's names), is set in
 ``Options(execution_strategy=...)``.
 
@@ -54,7 +56,8 @@ class Block:
         fn: ``fn(block_params, x) -> y``; ``block_params`` is ``{key: params[key]}`` for
             the keys it owns; the first block gets the micro-batch, the last returns the
             scalar loss.
-        params: top-level keys of the parameter dict this block owns.
+        params: top-level keys of the parameter dict this block uses; blocks on one IPU
+            may name the same key (a tied weight: its gradients add up).
     """
 
     name: str
@@ -326,12 +329,18 @@ class Pipeline:
 
     @property
     def num_stages(self) -> int:
-        """Stages (= IPUs of the replica)."""
+        """Stages of the pipeline (at least one per IPU of the replica)."""
         return len(self.stages)
 
     def stage_params(self, params: Any, s: int) -> dict[str, Any]:
         """The entries of ``params`` stage ``s`` owns."""
         return {k: params[k] for k in self.stage_keys[s]}
+
+    def held_params(self, params: Any, s: int) -> dict[str, Any]:
+        """The entries of ``params`` that stage ``s``'s IPU stores for it: its own, less any
+        an earlier stage on the same IPU already stores (a tied weight is stored once)."""
+        earlier = {k for j in range(s) if self.ipus[j] == self.ipus[s] for k in self.stage_keys[j]}
+        return {k: params[k] for k in self.stage_keys[s] if k not in earlier}
 
     def accumulate(
         self, params: Any, micro_batches: Sequence[Any], zeros: jax.Array
@@ -370,7 +379,10 @@ class Pipeline:
         assert not inputs and not outputs and not grads_in, "pipeline schedule left work behind"
         if loss_sum is None:
             raise PipelineError("Pipeline.accumulate: `micro_batches` is empty; pass at least one.")
-        grads = {k: v for part in acc for k, v in part.items()}
+        grads: dict[str, Any] = {}
+        for part in acc:  # a tied weight's gradients add up, in stage order
+            for k, v in part.items():
+                grads[k] = v if k not in grads else jax.tree.map(jnp.add, grads[k], v)
         tree = {k: grads[k] for k in params}
         flat = [leaf.ravel().astype(zeros.dtype) for leaf in jax.tree.leaves(tree)]
         total = jnp.concatenate([*flat, loss_sum.reshape(1)])

@@ -1,7 +1,8 @@
 """The rules PopTorch and PopART enforce on a pipeline, each refused in one line.
 
 References:
-    PopTorch User Guide, "Multi-IPU execution strategies" (stages placed on IPUs, blocks);
+    PopTorch User Guide, "Multi-IPU execution strategies" (stages placed on IPUs, blocks,
+    ``ipu_id``);
     PopART User Guide, "Pipelining" (the gradient accumulation factor must be at least the
     number of pipeline stages; a training pipeline over N IPUs has 2N - 1 of them).
 """
@@ -28,22 +29,30 @@ def check_pipeline(
 ) -> None:
     """PopTorch's and PopART's rules for a pipeline, each refused in one line.
 
+    A stage may run on any IPU of the replica and several stages may share one (PopTorch's
+    ``ipu_id``, PopART's virtual graphs), but every IPU runs at least one. A parameter may
+    be used by several blocks when they all run on one IPU (a tied embedding and decoder).
+
     Raises:
-        PipelineError: stage count vs the replica's IPUs, stages out of IPU order, a block
-            in no stage or in two, a parameter owned by no block or by two, or too little
-            gradient accumulation for a pipelined training step.
+        PipelineError: a stage on an IPU outside the replica, an IPU without a stage, a
+            block in no stage or in two, a parameter owned by no block or used on two
+            IPUs, or too little gradient accumulation for a pipelined training step.
     """
     n = len(stages)
-    if n != ipus_per_replica:
-        raise PipelineError(
-            f"{n} stages for --ipus-per-replica {ipus_per_replica}: place exactly one stage "
-            f"on each IPU of the replica (or run with --ipus-per-replica {n})."
-        )
     ipus = [s.ipu if s.ipu is not None else i for i, s in enumerate(stages)]
-    if ipus != sorted(ipus) or len(set(ipus)) != n or not all(0 <= i < n for i in ipus):
+    outside = [i for i in ipus if not 0 <= i < ipus_per_replica]
+    if outside:
         raise PipelineError(
-            f"stages are placed on IPUs {ipus}: stages must run on IPUs 0..{n - 1} in "
-            "increasing order, one stage per IPU."
+            f"a stage is placed on IPU {outside[0]} but a replica has --ipus-per-replica "
+            f"{ipus_per_replica} (IPUs 0..{ipus_per_replica - 1}): place it on one of them, or "
+            f"run with --ipus-per-replica {max(ipus) + 1}."
+        )
+    idle = sorted(set(range(ipus_per_replica)) - set(ipus))
+    if idle:
+        raise PipelineError(
+            f"{n} stages on IPUs {sorted(set(ipus))} leave IPU {idle[0]} of the replica's "
+            f"{ipus_per_replica} without a stage: place a stage on every IPU (or run with "
+            f"--ipus-per-replica {len(set(ipus))} and renumber the IPUs)."
         )
     placed = [name for s in stages for name in s.blocks]
     order = [b.name for b in model.blocks]
@@ -52,25 +61,27 @@ def check_pipeline(
             f"stages hold blocks {placed} but the model's blocks are {order}: every block "
             "belongs to exactly one stage, in model order."
         )
+    ipu_of_block = {name: ipus[k] for k, s in enumerate(stages) for name in s.blocks}
     owners: dict[str, list[str]] = {}
     for b in model.blocks:
         for k in b.params:
             owners.setdefault(k, []).append(b.name)
     keys = list(params) if isinstance(params, dict) else []
-    shared = {k: v for k, v in owners.items() if len(v) > 1}
-    if shared:
-        k, v = next(iter(shared.items()))
-        raise PipelineError(
-            f"parameter {k!r} is owned by blocks {v}: every parameter belongs to exactly one "
-            "block (copy it, or merge the blocks)."
-        )
+    for k, v in owners.items():
+        apart = sorted({ipu_of_block[name] for name in v})
+        if len(apart) > 1:
+            raise PipelineError(
+                f"parameter {k!r} is used by blocks {v} on IPUs {apart}: a weight lives on one "
+                "IPU, so place every block that uses it on the same IPU (as a tied "
+                "embedding and decoder share IPU 0), or give each block its own copy."
+            )
     orphans = [k for k in keys if k not in owners]
     unknown = [k for k in owners if k not in keys]
     if orphans or unknown:
         raise PipelineError(
             f"parameters {orphans or unknown} are "
             + ("owned by no block" if orphans else "owned by a block but not in params")
-            + ": list every top-level key of params in exactly one Block(params=...)."
+            + ": list every top-level key of params in at least one Block(params=...)."
         )
     check_gradient_accumulation(gradient_accumulation, n, strategy.strategy)
 

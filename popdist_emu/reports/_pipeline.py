@@ -26,7 +26,8 @@ BUBBLE_DEFINITION = (
     "holds the collectives, the weight update and the host's part"
 )
 BALANCE_DEFINITION = (
-    "the slowest stage's forward and backward time over the mean stage's (1 = balanced)."
+    "the busiest IPU's forward and backward time (all its stages) over the mean IPU's "
+    "(1 = balanced)."
 )
 
 
@@ -71,11 +72,22 @@ def pipeline_summary(sim: StepSimulation) -> dict | None:
                 "fits_in_memory": memory.fits,
             }
         )
+    ipus = [
+        {
+            "ipu": ipu,
+            "stages": list(report.stages_on(ipu)),
+            "memory": dict(memory.categories),
+            "memory_total": memory.total,
+            "fits_in_memory": memory.fits,
+        }
+        for ipu, memory in enumerate(report.ipu_memory)
+    ]
     return {
         "strategy": report.strategy,
         "schedule": report.schedule.schedule,
         "recomputation": report.recomputation,
         "stages": stages,
+        "ipus": ipus,
         "bubble_fraction": report.bubble_fraction,
         "bubble_share_of_step": bubble_share_of_step(sim),
         "balance": report.balance,
@@ -88,7 +100,7 @@ def pipeline_tracks(sim: StepSimulation) -> tuple[str, ...]:
     """One trace track per IPU of replica 0 (none without a pipeline)."""
     if sim.pipeline is None:
         return ()
-    return tuple(ipu_track(stage.ipu) for stage in sim.pipeline.schedule.stages)
+    return tuple(ipu_track(ipu) for ipu in sim.pipeline.schedule.ipus)
 
 
 def memory_counter_events(
@@ -98,24 +110,28 @@ def memory_counter_events(
     report = sim.pipeline
     if report is None:
         return []
+    entry = [
+        s.input_bytes if report.recomputation else s.activation_bytes
+        for s in report.schedule.stages
+    ]
     out = []
-    for i, stage in enumerate(report.schedule.stages):
-        track = ipu_track(stage.ipu)
-        entry = stage.input_bytes if report.recomputation else stage.activation_bytes
-        live = report.stage_memory[i].always_live
+    for ipu, memory in enumerate(report.ipu_memory):
+        track = ipu_track(ipu)
+        live = memory.always_live
         changes = [(0.0, 0)]
         for e in sim.events if events is None else events:
-            if e.track != track:
+            if e.track != track or e.name[0] not in "FB":
                 continue
+            stage = dict(e.args)["stage"]
             if e.name.startswith("F"):
-                changes.append((e.start, entry))
-            elif e.name.startswith("B"):
-                changes.append((e.start + e.duration, -entry))
+                changes.append((e.start, entry[stage]))
+            else:
+                changes.append((e.start + e.duration, -entry[stage]))
         for t, delta in sorted(changes):
             live += delta
             out.append(
                 {
-                    "name": f"memory IPU {stage.ipu}",
+                    "name": f"memory IPU {ipu}",
                     "ph": "C",
                     "pid": pid,
                     "ts": t * 1e6,
@@ -130,10 +146,13 @@ def pipeline_lines(sim: StepSimulation) -> list[str]:
     report = sim.pipeline
     if report is None:
         return []
+    k, n = len(report.schedule.stages), len(report.ipu_memory)
+    stages_text = f" ({k} stages)" if k != n else ""
     lines = [
-        f"  pipeline: {report.strategy} over {len(report.schedule.stages)} IPUs"
+        f"  pipeline: {report.strategy} over {len(report.ipu_memory)} IPUs"
+        f"{stages_text}"
         f"{' with recomputation' if report.recomputation else ''}; {bubble_text(sim)}, "
-        f"balance {report.balance:.2f} (slowest/mean stage)"
+        f"balance {report.balance:.2f} (slowest/mean IPU)"
     ]
     for i, stage in enumerate(report.schedule.stages):
         memory = report.stage_memory[i]

@@ -23,7 +23,7 @@ def ipu_memories(simulation: Any) -> list[tuple[str, Any]]:
     """(name, memory) of every IPU of replica 0: ``IPU0``, ``IPU1``, ..."""
     pipeline = getattr(simulation, "pipeline", None)
     if pipeline is not None:
-        return [(f"IPU{i}", memory) for i, memory in enumerate(pipeline.stage_memory)]
+        return [(f"IPU{i}", memory) for i, memory in enumerate(pipeline.ipu_memory)]
     k = simulation.layout.ipus_per_replica
     return [(f"IPU{i}", simulation.memory) for i in range(k)]
 

@@ -121,7 +121,7 @@ def profile_stages(
                 input_bytes=tree_nbytes(x),
                 output_bytes=0 if prog.last else tree_nbytes(y),
                 activation_bytes=_stage_residual_bytes(prog.fn, p, x),
-                parameter_bytes=tree_nbytes(p),
+                parameter_bytes=tree_nbytes(pipeline.held_params(params, s)),
                 temporary_bytes=2 * bwd_size.largest_bytes,
                 checkpoint_bytes=_checkpoint_bytes(pipeline, s, p, x),
                 block_parameter_bytes=max(
@@ -145,7 +145,8 @@ def stage_costs(
     system: hardware.SystemSpec,
     params: hardware.ModelParameters,
 ) -> tuple[hardware.StageCost, ...]:
-    """The hardware model's per-IPU costs of the profiled stages.
+    """The hardware model's per-stage costs of the profiled stages (a tied weight's bytes
+    are charged to the first stage that stores it on its IPU).
 
     The compiled backward re-runs the forward; without recomputation the stash keeps the
     forward's activations, so the backward's time is charged without that forward. The
@@ -363,7 +364,7 @@ def _refuse_before_compiling(
     total_params = max(tree_nbytes(shapes.params), 1)
     stages = []
     for s in range(pipeline.num_stages):
-        nbytes = tree_nbytes(pipeline.stage_params(shapes.params, s))
+        nbytes = tree_nbytes(pipeline.held_params(shapes.params, s))
         stages.append(
             hardware.StageCost(
                 ipu=pipeline.ipus[s],

@@ -1,5 +1,7 @@
 """The pipeline schedule: time bounds, the ramp formula, stash depths, per-IPU memory, OOM."""
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -84,6 +86,86 @@ def test_program_order_runs_every_pass_once_after_its_inputs(n, ga):
         assert len(done) == 2 * n * ga
 
 
+placements = st.lists(st.integers(0, 3), min_size=1, max_size=7).map(
+    lambda ipus: [sorted(set(ipus)).index(i) for i in ipus]  # every IPU 0..N-1 holds a stage
+)
+
+
+@settings(max_examples=40)
+@given(
+    ipus=placements,
+    ga=st.integers(1, 12),
+    strategy=st.sampled_from(["pipelined", "sharded"]),
+    data=st.data(),
+)
+def test_stages_on_any_ipu_never_overlap_and_run_after_their_inputs(ipus, ga, strategy, data):
+    """Stages on any IPU, several on one (the wrap-round of Graphcore's BERT): an IPU runs one
+    pass at a time, every pass starts after the passes it needs, the step lies between the
+    busiest IPU's work and all the work, and exchanges happen only between IPUs."""
+    times = data.draw(st.lists(st.floats(1e-5, 1e-2), min_size=len(ipus), max_size=len(ipus)))
+    stages = [
+        hardware.StageCost(ipu, (f"B{k}",), t, 2 * t, output_bytes=1_000 * (k < len(ipus) - 1))
+        for k, (ipu, t) in enumerate(zip(ipus, times, strict=True))
+    ]
+    pipe = hardware.schedule_pipeline(stages, ga, strategy=strategy, link_bandwidth=LINK)
+    passes = [e for e in pipe.events if e.kind != "transfer"]
+    assert len(passes) == 2 * len(stages) * ga
+    for ipu in pipe.ipus:
+        mine = sorted((e.start, e.start + e.duration) for e in passes if e.ipu == ipu)
+        assert all(a[1] <= b[0] * (1 + 1e-12) + 1e-15 for a, b in itertools.pairwise(mine))
+    end = {(e.stage, e.kind, e.micro_batch): e.start + e.duration for e in passes}
+    k = len(stages)
+    for e in passes:
+        before = [(e.stage - 1, "forward")] if e.kind == "forward" and e.stage else []
+        if e.kind == "backward":
+            before = [(e.stage, "forward")] + (
+                [(e.stage + 1, "backward")] if e.stage < k - 1 else []
+            )
+        for stage, kind in before:
+            assert end[(stage, kind, e.micro_batch)] <= e.start * (1 + 1e-12) + 1e-15
+    busy = pipe.busy_seconds
+    assert len(busy) == len(set(ipus))
+    assert sum(busy) == pytest.approx(ga * sum(3 * t for t in times))
+    crossings = sum(a != b for a, b in itertools.pairwise(ipus))
+    assert max(busy) * (1 - 1e-12) <= pipe.seconds
+    assert pipe.seconds <= (sum(busy) + pipe.transfer_seconds) * (1 + 1e-12)
+    if crossings == 0:
+        assert pipe.transfer_seconds == 0
+    assert {e.ipu for e in pipe.events if e.kind == "transfer"} <= set(pipe.ipus)
+
+
+def test_an_ipu_holds_the_stash_weights_and_code_of_all_its_stages():
+    """Three stages on two IPUs, the last wrapping round to IPU 0: IPU 0 stashes stage 0's
+    2K+1 = 7 entries and stage 2's 3, holds both stages' weights, and one working set."""
+    stages = tuple(s._replace(ipu=ipu) for s, ipu in zip(_stages(3), (0, 1, 0), strict=True))
+    layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=2)
+    sim = hardware.simulate_pipeline_step(
+        _profile(), stages, layout, hardware.get_system("pod16"), parameters=PARAMS
+    )
+    report = sim.pipeline
+    ipu0, ipu1 = report.ipu_memory
+    assert ipu0.categories["activations"] == (7 + 3) * 1_000_000
+    assert ipu1.categories["activations"] == 5 * 1_000_000
+    assert ipu0.categories["weights"] == 2 * ipu1.categories["weights"]
+    assert ipu0.categories["code"] == 2 * ipu1.categories["code"]
+    assert ipu0.categories["temporaries"] == ipu1.categories["temporaries"]
+    assert report.stage_memory == (ipu0, ipu1, ipu0)
+    assert report.stash_bytes == (7_000_000, 5_000_000, 3_000_000)
+    assert report.stages_on(0) == (0, 2) and sim.memory == ipu0
+    # One counter per IPU, back to its always-live bytes when the update's passes end.
+    assert set(report.counters) == {0, 1}
+    assert report.counters[0][-1][1] == ipu0.always_live
+    assert max(b for _, b in report.counters[0]) <= ipu0.total
+    big = tuple(s._replace(activation_bytes=150_000_000) if s.ipu == 0 else s for s in stages)
+    oom = hardware.simulate_pipeline_step(
+        _profile(), big, layout, hardware.get_system("pod16"), parameters=PARAMS
+    )
+    with pytest.raises(
+        hardware.OutOfMemoryError, match=r"^Out of memory: IPU 0 \(stages 0 and 2: B0, B2\)"
+    ):
+        hardware.check_pipeline_memory(oom)
+
+
 def test_minimum_gradient_accumulation():
     assert hardware.min_gradient_accumulation(4, "pipelined") == 7
     assert hardware.min_gradient_accumulation(1, "pipelined") == 1
@@ -165,7 +247,7 @@ def test_out_of_memory_names_the_ipu_stage_and_remedies():
 
 def test_stage_count_must_match_the_replica():
     layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=4)
-    with pytest.raises(ValueError, match="2 stages for 4 IPUs per replica"):
+    with pytest.raises(ValueError, match=r"2 stages on IPUs \[0, 1\] for 4 IPUs per replica"):
         hardware.simulate_pipeline_step(
             _profile(), _stages(2), layout, hardware.get_system("pod16")
         )
