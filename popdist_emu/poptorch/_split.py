@@ -53,10 +53,11 @@ def split_blocks(
         names: the block names, in model order.
 
     Returns:
-        The BlockModel; each block owns the weights its equations read.
+        The BlockModel; each block owns the weights its equations read (a weight two
+        blocks read, such as a decoder tied to the embedding, belongs to both).
 
     Raises:
-        ValueError: a block runs in two separate places, or a weight is read by two blocks.
+        ValueError: a block runs in two separate places.
     """
     closed = jax.make_jaxpr(fn)(params, micro_batch)
     jaxpr = closed.jaxpr
@@ -76,17 +77,12 @@ def split_blocks(
                 )
             runs.append((current, []))
         runs[-1][1].append(eqn)
-    owners: dict[Any, str] = {}
+    # A weight belongs to every block that reads it (a tied embedding and decoder); the
+    # pipeline's rules then ask that all those blocks run on one IPU.
+    readers: dict[str, set[Any]] = {name: set() for name, _ in runs}
     for name, eqns in runs:
         for eqn in eqns:
-            for var in eqn.invars:
-                if isinstance(var, jcore.Literal):
-                    continue
-                if var in weight_vars and owners.setdefault(var, name) != name:
-                    raise ValueError(
-                        f"weight {weight_vars[var]!r} is read by blocks {owners[var]!r} and "
-                        f"{name!r}; PopTorch places a weight in one block."
-                    )
+            readers[name] |= {v for v in eqn.invars if not isinstance(v, jcore.Literal)}
     constants = dict(zip(jaxpr.constvars, closed.consts, strict=True))
     blocks: list[tuple[str, Callable[[dict[str, Any], Any], Any], list[Any], tuple[str, ...]]] = []
     for k, (name, eqns) in enumerate(runs):
@@ -96,7 +92,7 @@ def split_blocks(
         defined = [v for e in eqns for v in e.outvars]
         carried_in = batch_vars if k == 0 else blocks[-1][2]
         out_vars = [v for v in (*carried_in, *defined) if v in needed and v not in weight_vars]
-        own = tuple(sorted({weight_vars[v] for v in owners if owners[v] == name}))
+        own = tuple(sorted(weight_vars[v] for v in readers[name] if v in weight_vars))
         last = k == len(runs) - 1
         outs = list(jaxpr.outvars) if last else out_vars
         run = _runner(eqns, list(carried_in), outs, own, weight_vars, constants, last)

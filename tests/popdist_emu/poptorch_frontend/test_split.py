@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed (pip install
 torchax = pytest.importorskip("torchax", reason="torchax is not installed")
 jax = pytest.importorskip("jax")
 
+import popdist_emu.poptorch as poptorch  # noqa: E402
 from popdist_emu.poptorch._split import block_scopes, split_blocks  # noqa: E402
 
 
@@ -48,3 +49,61 @@ def test_blocks_compose_to_the_whole_loss_and_gradient() -> None:
     g_split = jax.grad(model)(weights, (x, y))
     for name in weights:
         np.testing.assert_allclose(g_split[name], g_whole[name], atol=1e-6)
+
+
+class _TiedLm(torch.nn.Module):
+    """A tiny language model whose decoder is tied to its embedding, placed as Graphcore's
+    MLPerf BERT places its masked-LM head: embedding and decoder on IPU 0, the decoder the
+    pipeline's last stage (the pipeline wraps round)."""
+
+    def __init__(self, wrap: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.embedding = torch.nn.Embedding(11, 6)
+        self.layer = torch.nn.Linear(6, 6)
+        self.decoder = torch.nn.Linear(6, 11, bias=False)
+        self.decoder.weight = self.embedding.weight
+        if wrap:
+            poptorch.BeginBlock(self.embedding, "embedding", ipu_id=0)
+            poptorch.BeginBlock(self.layer, "layer", ipu_id=1)
+            poptorch.BeginBlock(self.decoder, "decoder", ipu_id=0)
+
+    def forward(self, tokens: torch.Tensor, labels: torch.Tensor) -> tuple:
+        hidden = torch.tanh(self.layer(self.embedding(tokens).sum(1)))
+        logits = self.decoder(hidden)
+        return logits, torch.nn.functional.cross_entropy(logits, labels)
+
+
+def test_a_tied_decoder_wrapped_round_to_ipu_0_trains_as_pytorch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Three stages on two IPUs, PopTorch's default strategy (pipelined), the tied weight
+    read by the first and last stage: the steps follow PyTorch eager's."""
+    monkeypatch.setenv("POPDIST_NUM_IPUS_PER_REPLICA", "2")
+    emulated, reference = _TiedLm(wrap=True), _TiedLm(wrap=False)
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(5)  # at least 2 x 3 stages - 1
+    optimizer = torch.optim.SGD(emulated.parameters(), lr=0.5)
+    training = poptorch.trainingModel(emulated, opts, optimizer)
+    reference_optimizer = torch.optim.SGD(reference.parameters(), lr=0.5)
+    generator = torch.Generator().manual_seed(2)
+    for _ in range(3):
+        tokens = torch.randint(0, 11, (10, 3), generator=generator)
+        labels = torch.randint(0, 11, (10,), generator=generator)
+        _, loss = training(tokens, labels)
+        reference_optimizer.zero_grad()
+        want = sum(  # PopTorch's loss: the mean of the micro-batches' (5 of 2 samples)
+            reference(tokens[i : i + 2], labels[i : i + 2])[1] for i in range(0, 10, 2)
+        )
+        (want / 5).backward()
+        reference_optimizer.step()
+        assert abs(float(loss) - float(want.detach() / 5)) < 1e-5
+    pipeline = training._trainer.pipeline
+    assert pipeline.ipus == (0, 1, 0) and pipeline.strategy.strategy == "pipelined"
+    assert emulated.decoder.weight is emulated.embedding.weight
+    np.testing.assert_allclose(
+        emulated.embedding.weight.detach().numpy(),
+        reference.embedding.weight.detach().numpy(),
+        rtol=1e-5,
+        atol=1e-6,
+    )
