@@ -16,12 +16,28 @@ norm; encoder layers of multi-head self-attention and a GELU feed-forward networ
 with a residual connection and post layer norm; a masked-LM head (dense, GELU, layer norm,
 then a decoder to the vocabulary, evaluated only at the masked positions, as MLPerf's
 reference does) and a next-sentence head on the first token. The decoder has its own
-weights rather than the word embeddings' (untied), so that every parameter belongs to one
-block of a linear pipeline. Blocks: ``embeddings``, ``layer00`` ... and ``heads``; the
-embeddings go on the first IPU with its layers, as Graphcore's BERT places them, and the
-heads on the last. The tiny model trains on SEEDED SYNTHETIC tokens (Zipf-distributed, so
-the masked-LM loss can fall to the unigram entropy; the next-sentence label is the parity
-of the second token), not on a corpus.
+weights, or with ``--tied-decoder`` multiplies by the word embeddings as BERT and
+Graphcore's BERT do. Blocks: ``embeddings``, ``layer00`` ... and ``heads``; the embeddings
+go on IPU 0 (alone with ``--encoder-start-ipu 1``), the layers follow ``--layers-per-ipu``,
+the heads end the last stage, which wraps round to IPU 0 for a tied decoder.
+``--att-ffn-placement`` (Graphcore's ``att_ffn_placement``) cuts each layer into
+``attention00`` and ``ffn00`` blocks and places them on any IPU, as Graphcore's MLPerf v2.0
+Bow configurations do, e.g. for a Bow-POD64 (the published configuration's settings)::
+
+    poprun-emu --offline-mode yes --system bow-pod64 --num-replicas 8 --num-instances 8 \\
+        --ipus-per-replica 8 examples/bert.py --model large --vocab-size 30912 \\
+        --sequence-length 512 --max-predictions 76 --micro-batch-size 3 \\
+        --gradient-accumulation 96 --encoder-start-ipu 1 --tied-decoder \\
+        --att-ffn-placement "$PLACEMENT" --available-memory-proportion 1 \\
+        --enable-half-partials --replicated-tensor-sharding --recompute \\
+        --sequences-per-sample 2
+
+with ``PLACEMENT="[[1,[3,3]],[2,[3,3]],[3,[3,3]],[4,[4,3]],[5,[3,4]],[6,[4,3]],[7,[3,4]],
+[0,[1,1]]]"`` (on one line).
+
+The tiny model trains on SEEDED SYNTHETIC tokens (Zipf-distributed, so the masked-LM loss
+can fall to the unigram entropy; the next-sentence label is the parity of the second
+token), not on a corpus.
 
 The last line printed (by instance 0) is a JSON object with the simulated throughput in
 sequences per second (MLPerf packs about 2 sequences per sample, ``--sequences-per-sample``).
@@ -41,6 +57,7 @@ import json
 import math
 import sys
 import time
+from typing import NoReturn
 
 import jax
 import jax.numpy as jnp
@@ -61,27 +78,34 @@ DTYPES = {"fp16": jnp.float16, "fp32": jnp.float32}
 MASK_ID = 3
 
 
-def _shapes(model: str, seq: int, dtype) -> dict:
+def _shapes(model: str, seq: int, dtype, *, vocab: int = 0, tied: bool = False) -> dict:
+    """Parameter shapes; ``vocab`` overrides the model's vocabulary (Graphcore pads it:
+    ``vocab_length`` 30,912 in the MLPerf v2.0 configurations), and a ``tied`` decoder has
+    no matrix of its own (it multiplies by the word embeddings), only its bias."""
     layers, h, _, f, v = CONFIGS[model]
+    v = vocab or v
 
     def ln():
         return {"scale": (h,), "bias": (h,)}
 
+    decoder = {"b": (v,)} if tied else {"w": (h, v), "b": (v,)}
     shapes = {
         "embeddings": {"word": (v, h), "position": (seq, h), "segment": (2, h), "ln": ln()},
         "heads": {
             "transform": {"w": (h, h), "b": (h,)},
             "ln": ln(),
-            "decoder": {"w": (h, v), "b": (v,)},
+            "decoder": decoder,
             "pooler": {"w": (h, h), "b": (h,)},
             "nsp": {"w": (h, 2), "b": (2,)},
         },
     }
     for i in range(layers):
-        shapes[f"layer{i:02d}"] = {
+        shapes[f"attention{i:02d}"] = {
             "qkv": {"w": (h, 3 * h), "b": (3 * h,)},
             "out": {"w": (h, h), "b": (h,)},
             "ln1": ln(),
+        }
+        shapes[f"ffn{i:02d}"] = {
             "ffn1": {"w": (h, f), "b": (f,)},
             "ffn2": {"w": (f, h), "b": (h,)},
             "ln2": ln(),
@@ -91,9 +115,11 @@ def _shapes(model: str, seq: int, dtype) -> dict:
     )
 
 
-def init_params(model: str, seq: int, dtype, key: jax.Array) -> dict:
+def init_params(
+    model: str, seq: int, dtype, key: jax.Array, *, vocab: int = 0, tied: bool = False
+) -> dict:
     """Truncated-normal(0.02) weights, zero biases, unit layer-norm scales (BERT's init)."""
-    shapes = _shapes(model, seq, dtype)
+    shapes = _shapes(model, seq, dtype, vocab=vocab, tied=tied)
     leaves, _ = jax.tree_util.tree_flatten_with_path(shapes)
     keys = jax.random.split(key, len(leaves))
     out = []
@@ -128,8 +154,9 @@ def embeddings_block(p, batch):
     return _layer_norm(e["ln"], x), (mask, positions, labels, weights, nsp)
 
 
-def make_layer_block(name: str, heads: int):
-    """One encoder layer: self-attention and feed-forward, each residual + post layer norm."""
+def make_attention_block(i: int, heads: int):
+    """Self-attention of encoder layer ``i`` with its residual and post layer norm."""
+    name = f"attention{i:02d}"
 
     def block(p, carry):
         x, aux = carry
@@ -141,41 +168,83 @@ def make_layer_block(name: str, heads: int):
         bias = jnp.where(aux[0][:, None, None, :] > 0, 0.0, -1e4).astype(scores.dtype)
         attn = jax.nn.softmax((scores + bias).astype(jnp.float32), axis=-1).astype(x.dtype)
         ctx = jnp.einsum("bhqk,bkhd->bqhd", attn, vh).reshape(b, s, h)
-        x = _layer_norm(q["ln1"], x + _dense(q["out"], ctx))
+        return _layer_norm(q["ln1"], x + _dense(q["out"], ctx)), aux
+
+    return block
+
+
+def make_ffn_block(i: int):
+    """The GELU feed-forward network of encoder layer ``i``, residual and post layer norm."""
+    name = f"ffn{i:02d}"
+
+    def block(p, carry):
+        x, aux = carry
+        q = p[name]
         ffn = _dense(q["ffn2"], jax.nn.gelu(_dense(q["ffn1"], x)))
         return _layer_norm(q["ln2"], x + ffn), aux
 
     return block
 
 
-def heads_block(p, carry):
-    """Masked-LM loss at the masked positions plus next-sentence loss."""
-    x, (_, positions, labels, weights, nsp) = carry
-    hp = p["heads"]
-    picked = jnp.take_along_axis(x, positions[..., None], axis=1)
-    t = _layer_norm(hp["ln"], jax.nn.gelu(_dense(hp["transform"], picked)))
-    logits = _dense(hp["decoder"], t).astype(jnp.float32)
-    mlm = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
-    w = weights.astype(jnp.float32)
-    mlm_loss = (mlm * w).sum() / jnp.maximum(w.sum(), 1.0)
-    pooled = jnp.tanh(_dense(hp["pooler"], x[:, 0]))
-    nsp_logits = _dense(hp["nsp"], pooled).astype(jnp.float32)
-    nsp_loss = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp).mean()
-    return mlm_loss + nsp_loss
+def make_layer_block(i: int, heads: int):
+    """One encoder layer: self-attention, then the feed-forward network."""
+    attention, ffn = make_attention_block(i, heads), make_ffn_block(i)
+    return lambda p, carry: ffn(p, attention(p, carry))
 
 
-def block_model(model: str) -> popdist.BlockModel:
+def make_heads_block(tied: bool):
+    """Masked-LM loss at the masked positions plus next-sentence loss; a ``tied`` decoder
+    multiplies by the word embeddings (Devlin et al.; Graphcore's BERT), so the block also
+    reads the ``embeddings`` entry and must run on the embeddings' IPU."""
+
+    def block(p, carry):
+        x, (_, positions, labels, weights, nsp) = carry
+        hp = p["heads"]
+        picked = jnp.take_along_axis(x, positions[..., None], axis=1)
+        t = _layer_norm(hp["ln"], jax.nn.gelu(_dense(hp["transform"], picked)))
+        if tied:
+            logits = t @ p["embeddings"]["word"].T + hp["decoder"]["b"]
+        else:
+            logits = _dense(hp["decoder"], t)
+        mlm = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels)
+        w = weights.astype(jnp.float32)
+        mlm_loss = (mlm * w).sum() / jnp.maximum(w.sum(), 1.0)
+        pooled = jnp.tanh(_dense(hp["pooler"], x[:, 0]))
+        nsp_logits = _dense(hp["nsp"], pooled).astype(jnp.float32)
+        nsp_loss = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp).mean()
+        return mlm_loss + nsp_loss
+
+    return block
+
+
+heads_block = make_heads_block(tied=False)
+
+
+def block_model(model: str, *, split: bool = False, tied: bool = False) -> popdist.BlockModel:
+    """``embeddings``, then ``layer00`` ... (or, ``split``, ``attention00``, ``ffn00``, ...:
+    blocks finer than a layer, as Graphcore's ``att_ffn_placement`` places them), ``heads``."""
     layers, _, heads, _, _ = CONFIGS[model]
     blocks = [popdist.Block("embeddings", embeddings_block, ("embeddings",))]
     for i in range(layers):
-        name = f"layer{i:02d}"
-        blocks.append(popdist.Block(name, make_layer_block(name, heads), (name,)))
-    blocks.append(popdist.Block("heads", heads_block, ("heads",)))
+        keys = (f"attention{i:02d}", f"ffn{i:02d}")
+        if split:
+            blocks.append(popdist.Block(keys[0], make_attention_block(i, heads), keys[:1]))
+            blocks.append(popdist.Block(keys[1], make_ffn_block(i), keys[1:]))
+        else:
+            blocks.append(popdist.Block(f"layer{i:02d}", make_layer_block(i, heads), keys))
+    owned = ("heads", "embeddings") if tied else ("heads",)
+    blocks.append(popdist.Block("heads", make_heads_block(tied), owned))
     return popdist.BlockModel(blocks)
 
 
+def _refuse(message: str) -> NoReturn:
+    print(f"bert.py: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def layers_per_ipu(text: str | None, layers: int, ipus: int) -> list[int]:
-    """``--layers-per-ipu`` as a list (default: as even as possible, extras on later IPUs)."""
+    """``--layers-per-ipu`` as a list, one count per IPU from ``--encoder-start-ipu`` on
+    (default: as even as possible, extras on later IPUs)."""
     if text is None:
         base, extra = divmod(layers, ipus)
         return [base + (1 if i >= ipus - extra else 0) for i in range(ipus)]
@@ -184,31 +253,97 @@ def layers_per_ipu(text: str | None, layers: int, ipus: int) -> list[int]:
     except ValueError:
         counts = []
     if len(counts) != ipus or sum(counts) != layers or min(counts, default=-1) < 0:
-        print(
-            f"bert.py: --layers-per-ipu {text!r} must give {ipus} non-negative counts (one per "
-            f"IPU of the replica) summing to the model's {layers} layers, e.g. "
-            f"{','.join(map(str, layers_per_ipu(None, layers, ipus)))}.",
-            file=sys.stderr,
+        _refuse(
+            f"--layers-per-ipu {text!r} must give {ipus} non-negative counts (one per "
+            f"IPU of the replica from --encoder-start-ipu on) summing to the model's {layers} "
+            f"layers, e.g. {','.join(map(str, layers_per_ipu(None, layers, ipus)))}."
         )
-        raise SystemExit(2)
     return counts
 
 
-def stages(model: str, counts: list[int]) -> tuple:
-    """Embeddings with the first IPU's layers, then each IPU's layers, the heads last."""
-    names, out, i = [f"layer{k:02d}" for k in range(CONFIGS[model][0])], [], 0
-    for ipu, count in enumerate(counts):
-        blocks = (["embeddings"] if ipu == 0 else []) + names[i : i + count]
-        if ipu == len(counts) - 1:
-            blocks.append("heads")
-        out.append(popdist.Stage(*blocks))
-        i += count
-    return tuple(out)
+def att_ffn_placement(text: str, layers: int, ipus: int) -> list[tuple[int, int, int]]:
+    """``--att-ffn-placement`` (Graphcore's ``att_ffn_placement``) as ``(ipu, attention
+    layers, feed-forward layers)`` per stage, in pipeline order.
+
+    Each stage takes the next attention and feed-forward halves of the layers in model
+    order (attention 0, FFN 0, attention 1, ...), so after every stage the attention count
+    leads the FFN count by 0 or 1; the counts add up to the model's layers.
+    """
+    example = "[[1, [3, 3]], [2, [3, 3]], [0, [1, 1]]]"
+    try:
+        entries = [(int(i), int(a), int(f)) for i, (a, f) in json.loads(text)]
+    except (ValueError, TypeError):
+        _refuse(f"--att-ffn-placement {text!r} is not a JSON list like {example}.")
+    attention = ffn = 0
+    for ipu, a, f in entries:
+        attention, ffn = attention + a, ffn + f
+        if not 0 <= ipu < ipus or min(a, f) < 0 or attention - ffn not in (0, 1):
+            _refuse(
+                f"--att-ffn-placement entry [{ipu}, [{a}, {f}]]: the IPU must be in 0..{ipus - 1}, "
+                "the counts non-negative, and each stage must end after a layer's attention "
+                "or its FFN (attention count - FFN count 0 or 1 so far)."
+            )
+    if (attention, ffn) != (layers, layers):
+        _refuse(
+            f"--att-ffn-placement places {attention} attention and {ffn} FFN layers: give "
+            f"each of the model's {layers} layers both, e.g. {example}."
+        )
+    return entries
 
 
-def synthetic_data(model: str, seq: int, predictions: int, samples: int, seed: int) -> tuple:
+def stages(
+    model: str,
+    counts: list[int] | None = None,
+    *,
+    att_ffn: list[tuple[int, int, int]] | None = None,
+    encoder_start_ipu: int = 0,
+    tied: bool = False,
+) -> tuple:
+    """The stages, in pipeline order, as Graphcore's BERT places them.
+
+    The embeddings go on IPU 0: alone when ``encoder_start_ipu`` is 1 (Graphcore's
+    ``encoder_start_ipu``), else with IPU 0's layers. The layers follow, ``counts`` per IPU
+    from ``encoder_start_ipu`` on, or by ``att_ffn`` (attention and FFN halves on any IPU).
+    The heads end the last stage; with a ``tied`` decoder they must share IPU 0 with the
+    embeddings, so unless the last stage is on IPU 0 they form a stage of their own there:
+    the pipeline wraps round to IPU 0.
+    """
+    placed: list[tuple[int, list[str]]] = []
+    if att_ffn is None:
+        counts = counts or []
+        i = 0
+        for k, count in enumerate(counts):
+            placed.append((encoder_start_ipu + k, [f"layer{j:02d}" for j in range(i, i + count)]))
+            i += count
+    else:
+        attention = ffn = want_attention = want_ffn = 0
+        for ipu, a, f in att_ffn:  # att_ffn_placement's checks keep the halves in order
+            want_attention, want_ffn, names = want_attention + a, want_ffn + f, []
+            while attention < want_attention or ffn < want_ffn:
+                if attention == ffn:
+                    names.append(f"attention{attention:02d}")
+                    attention += 1
+                else:
+                    names.append(f"ffn{ffn:02d}")
+                    ffn += 1
+            placed.append((ipu, names))
+    if encoder_start_ipu or not placed:
+        placed.insert(0, (0, ["embeddings"]))
+    else:
+        placed[0] = (placed[0][0], ["embeddings", *placed[0][1]])
+    placed = [(ipu, names) for ipu, names in placed if names]
+    if tied and placed[-1][0] != 0:
+        placed.append((0, ["heads"]))
+    else:
+        placed[-1][1].append("heads")
+    return tuple(popdist.Stage(*names, ipu=ipu) for ipu, names in placed)
+
+
+def synthetic_data(
+    model: str, seq: int, predictions: int, samples: int, seed: int, vocab: int = 0
+) -> tuple:
     """Seeded synthetic pre-training samples (NOT a corpus): Zipf tokens, 15 % masked."""
-    vocab = CONFIGS[model][4]
+    vocab = vocab or CONFIGS[model][4]
     rng = np.random.default_rng(seed)
     ranks = np.arange(1, vocab - 4 + 1)
     prob = 1.0 / ranks / np.sum(1.0 / ranks)
@@ -275,7 +410,37 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--max-predictions", type=arguments.positive_int, help="masked tokens per sequence"
     )
-    parser.add_argument("--layers-per-ipu", help="e.g. 3,7,7,7 (embeddings on the first IPU)")
+    parser.add_argument(
+        "--layers-per-ipu",
+        help="encoder layers on each IPU from --encoder-start-ipu on, e.g. 3,7,7,7",
+    )
+    parser.add_argument(
+        "--encoder-start-ipu",
+        type=int,
+        choices=(0, 1),
+        default=0,
+        help="the first encoder layer's IPU: 1 leaves IPU 0 to the embeddings (and a tied "
+        "decoder), as Graphcore's 8-IPU BERT configurations do",
+    )
+    parser.add_argument(
+        "--att-ffn-placement",
+        metavar="JSON",
+        help="Graphcore's att_ffn_placement: [[ipu, [attention layers, FFN layers]], ...] per "
+        "stage in pipeline order, e.g. the MLPerf v2.0 Bow runs' [[1, [3, 3]], ..., [0, [1, "
+        "1]]] (attention and FFN as blocks of their own; instead of --layers-per-ipu)",
+    )
+    parser.add_argument(
+        "--tied-decoder",
+        action="store_true",
+        help="the masked-LM decoder multiplies by the word embeddings (Graphcore's BERT); the "
+        "heads then run on IPU 0, the pipeline's last stage wrapping round to it",
+    )
+    parser.add_argument(
+        "--vocab-size",
+        type=arguments.int_at_least(8),
+        help="vocabulary (Graphcore's vocab_length; default the model's, 30,522 for base "
+        "and large)",
+    )
     parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=2)
     parser.add_argument(
         "--gradient-accumulation",
@@ -319,6 +484,8 @@ def parse_args(argv=None) -> argparse.Namespace:
             f"--steps {args.steps} must be a multiple of --device-iterations "
             f"{args.device_iterations} (one call runs device-iterations steps)"
         )
+    if args.att_ffn_placement is not None and args.layers_per_ipu is not None:
+        parser.error("give --att-ffn-placement or --layers-per-ipu, not both")
     if args.max_predictions is None:
         args.max_predictions = max(1, round(0.15 * args.sequence_length))
     if not 1 <= args.max_predictions <= args.sequence_length:
@@ -330,8 +497,20 @@ def main(argv=None) -> dict:
     start = time.perf_counter()
     args = parse_args(argv)
     ipus = popdist.getNumIpusPerReplica()
-    counts = layers_per_ipu(args.layers_per_ipu, CONFIGS[args.model][0], ipus)
-    ga = args.gradient_accumulation or hardware.min_gradient_accumulation(ipus, args.strategy)
+    layers, vocab, tied = CONFIGS[args.model][0], args.vocab_size or 0, args.tied_decoder
+    if args.encoder_start_ipu >= ipus:
+        _refuse(f"--encoder-start-ipu {args.encoder_start_ipu} needs 2 IPUs per replica or more.")
+    counts, att_ffn = None, None
+    if args.att_ffn_placement is not None:
+        att_ffn = att_ffn_placement(args.att_ffn_placement, layers, ipus)
+    else:
+        counts = layers_per_ipu(args.layers_per_ipu, layers, ipus - args.encoder_start_ipu)
+    placement = stages(
+        args.model, counts, att_ffn=att_ffn, encoder_start_ipu=args.encoder_start_ipu, tied=tied
+    )
+    ga = args.gradient_accumulation or hardware.min_gradient_accumulation(
+        len(placement), args.strategy
+    )
     try:
         amp = arguments.per_ipu_proportions(args.available_memory_proportion, ipus)
     except ValueError as error:
@@ -345,7 +524,7 @@ def main(argv=None) -> dict:
         replicated_tensor_sharding=args.replicated_tensor_sharding,
         offload_optimiser=args.offload_optimiser,
         prefetch_depth=args.prefetch_depth,
-        execution_strategy=cls(*stages(args.model, counts)),
+        execution_strategy=cls(*placement),
         recomputation=args.recompute,
         available_memory_proportion=amp,
         partials_type="half" if args.enable_half_partials else "float",
@@ -353,14 +532,14 @@ def main(argv=None) -> dict:
     dtype, seq = DTYPES[args.precision], args.sequence_length
     offline = popdist.is_offline_mode()
     check_sizes(args, options, ipus, offline)
-    if offline:
-        params = _shapes(args.model, seq, dtype)  # shapes only: nothing is allocated
+    if offline:  # shapes only: nothing is allocated
+        params = _shapes(args.model, seq, dtype, vocab=vocab, tied=tied)
     else:
-        params = init_params(args.model, seq, dtype, jax.random.PRNGKey(args.seed))
+        key = jax.random.PRNGKey(args.seed)
+        params = init_params(args.model, seq, dtype, key, vocab=vocab, tied=tied)
+    model = block_model(args.model, split=att_ffn is not None, tied=tied)
     try:
-        trainer = popdist.Trainer(
-            block_model(args.model), popdist.lamb(args.learning_rate), params, options
-        )
+        trainer = popdist.Trainer(model, popdist.lamb(args.learning_rate), params, options)
     except popdist.PipelineError as err:
         print(f"bert.py: {err}", file=sys.stderr)
         raise SystemExit(2) from None
@@ -378,6 +557,10 @@ def main(argv=None) -> dict:
         "ipus_per_replica": ipus,
         "strategy": args.strategy,
         "layers_per_ipu": counts,
+        "att_ffn_placement": att_ffn and [[i, [a, f]] for i, a, f in att_ffn],
+        "encoder_start_ipu": args.encoder_start_ipu,
+        "tied_decoder": tied,
+        "stages": [{"ipu": st.ipu, "blocks": list(st.blocks)} for st in placement],
         "sequence_length": seq,
         "micro_batch_size": args.micro_batch_size,
         "gradient_accumulation": ga,
@@ -386,12 +569,15 @@ def main(argv=None) -> dict:
         "available_memory_proportion": amp,
         "partials_type": options.partials_type,
         "parameters": int(
-            sum(math.prod(x.shape) for x in jax.tree.leaves(_shapes(args.model, seq, dtype)))
+            sum(
+                math.prod(x.shape)
+                for x in jax.tree.leaves(_shapes(args.model, seq, dtype, vocab=vocab, tied=tied))
+            )
         ),
         "offline": offline,
     }
     if not offline:
-        data = synthetic_data(args.model, seq, args.max_predictions, 512, args.seed)
+        data = synthetic_data(args.model, seq, args.max_predictions, 512, args.seed, vocab)
         loader = popdist.ReplicaLoader(data, args.micro_batch_size, options, seed=args.seed)
         losses = []
         for call in range(args.steps // options.device_iterations):
@@ -406,6 +592,7 @@ def main(argv=None) -> dict:
         "bubble_fraction": pipe.bubble_fraction,
         "balance": pipe.balance,
         "memory_per_ipu_per_stage": [m.total for m in pipe.stage_memory],
+        "memory_per_ipu": [m.total for m in pipe.ipu_memory],
         "system": simulation.system.name,
         "wall_seconds": round(time.perf_counter() - start, 3),
     }

@@ -100,3 +100,103 @@ def test_lamb_with_replicated_tensor_sharding_runs_and_shards_the_state(bert, ca
     capsys.readouterr()
     for sharded, whole in zip(state[True], state[False], strict=True):
         assert sharded == pytest.approx(whole / 4, rel=0.01)
+
+
+V2_POD64 = "[[1,[3,3]],[2,[3,3]],[3,[3,3]],[4,[4,3]],[5,[3,4]],[6,[4,3]],[7,[3,4]],[0,[1,1]]]"
+
+
+def test_graphcores_placements_wrap_round_to_ipu_0(bert):
+    """The MLPerf v2.0 Bow configurations' att_ffn_placement with encoder_start_ipu 1 and the
+    tied decoder: nine stages on eight IPUs, attention and FFN halves apart, the last layer
+    and the heads back on IPU 0; v1.0's POD16 layers_per_ipu [3,7,7,7] with a tied decoder
+    puts the heads in a stage of their own on IPU 0."""
+    placement = bert.att_ffn_placement(V2_POD64, 24, 8)
+    stages = bert.stages("large", att_ffn=placement, encoder_start_ipu=1, tied=True)
+    assert [s.ipu for s in stages] == [0, 1, 2, 3, 4, 5, 6, 7, 0]
+    assert stages[0].blocks == ("embeddings",)
+    assert stages[4].blocks == (
+        *("attention09", "ffn09", "attention10", "ffn10"),
+        *("attention11", "ffn11", "attention12"),
+    )
+    assert stages[5].blocks[0] == "ffn12"
+    assert stages[-1].blocks == ("attention23", "ffn23", "heads")
+    mk2 = bert.stages("large", [3, 7, 7, 7], tied=True)
+    assert [s.ipu for s in mk2] == [0, 1, 2, 3, 0] and mk2[-1].blocks == ("heads",)
+    assert bert.stages("large", [3, 7, 7, 7])[-1].blocks[-2:] == ("layer23", "heads")
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("[[1, 3]]", "is not a JSON list like"),
+        ("[[1, [0, 1]], [0, [24, 23]]]", "entry [1, [0, 1]]"),
+        ("[[1, [12, 12]], [9, [12, 12]]]", "entry [9, [12, 12]]: the IPU must be in 0..7"),
+        ("[[1, [12, 12]], [2, [11, 11]]]", "places 23 attention and 23 FFN layers"),
+    ],
+)
+def test_att_ffn_placement_refused_in_one_line(bert, capsys, text, match):
+    with pytest.raises(SystemExit) as exit_:
+        bert.att_ffn_placement(text, 24, 8)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert match in err and "\n" not in err
+
+
+def test_split_and_tied_models_compute_the_layer_models_loss(bert):
+    """Attention and FFN as blocks of their own compose to the same loss and gradients as
+    whole layers; a tied decoder's gradient reaches the word embeddings."""
+    import jax
+    import jax.numpy as jnp
+
+    seq = 8
+    params = bert.init_params("tiny", seq, jnp.float32, jax.random.PRNGKey(0), tied=True)
+    data = bert.synthetic_data("tiny", seq, 2, 4, 0)
+    batch = tuple(jnp.asarray(x) for x in data)
+    layers = bert.block_model("tiny", tied=True)
+    split = bert.block_model("tiny", split=True, tied=True)
+    assert [b.name for b in split.blocks][1:5] == ["attention00", "ffn00", "attention01", "ffn01"]
+    assert float(split(params, batch)) == pytest.approx(float(layers(params, batch)), rel=1e-6)
+    grads = jax.grad(split)(params, batch)
+    whole = jax.grad(layers)(params, batch)
+    for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(whole), strict=True):
+        assert jnp.allclose(a, b, rtol=1e-5, atol=1e-7)
+    untied = jax.grad(bert.block_model("tiny", tied=False))(
+        bert.init_params("tiny", seq, jnp.float32, jax.random.PRNGKey(0)), batch
+    )
+    assert "w" not in params["heads"]["decoder"] and "w" in untied["heads"]["decoder"]
+    # Tied, the masked-LM loss reaches the embedding rows of the labels' tokens directly.
+    assert not jnp.allclose(grads["embeddings"]["word"], 0.0)
+
+
+def test_a_wrapped_round_tied_pipeline_stores_the_embeddings_once(bert, capsys, tmp_path):
+    """Five stages on four IPUs, the heads back on IPU 0 with the embeddings they share: IPU
+    0's weights are the embeddings and the heads' own, once each, and the report names the
+    five stages on their IPUs."""
+    import jax
+    import jax.numpy as jnp
+
+    env = {
+        "POPDIST_EMU_OFFLINE": "1",
+        "POPDIST_NUM_IPUS_PER_REPLICA": "4",
+        "POPDIST_EMU_REPORT_DIR": str(tmp_path),
+    }
+    argv = ["--model", "tiny", "--sequence-length", "16", "--precision", "fp32"]
+    placement = "[[1, [1, 1]], [2, [1, 0]], [3, [0, 1]]]"
+    extra = ["--encoder-start-ipu", "1", "--tied-decoder", "--att-ffn-placement", placement]
+    with mock.patch.dict(os.environ, env):
+        report = bert.main([*argv, *extra])
+    out = capsys.readouterr().out
+    assert "pipeline: pipelined over 4 IPUs (5 stages)" in out
+    assert [s["ipu"] for s in report["stages"]] == [0, 1, 2, 3, 0]
+    assert report["gradient_accumulation"] == 9  # 2 x 5 stages - 1
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    ipus = summary["pipeline"]["ipus"]
+    assert [i["stages"] for i in ipus] == [[0, 4], [1], [2], [3]]
+    shapes = bert._shapes("tiny", 16, jnp.float32, tied=True)
+
+    def nbytes(tree):
+        return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
+
+    held = nbytes(shapes["embeddings"]) + nbytes(shapes["heads"])
+    assert ipus[0]["memory"]["weights"] == held
+    assert len(report["memory_per_ipu"]) == 4
