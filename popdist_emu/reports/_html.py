@@ -103,7 +103,7 @@ def _pipeline_section(sim: StepSimulation) -> str:
     title = "Pipeline" if summary["strategy"] == "pipelined" else "Sharded execution"
     recompute = " with recomputation" if summary["recomputation"] else ""
     return (
-        f"<h2>{title}: {len(rows)} stages over {len(rows)} IPUs{recompute}</h2>"
+        f"<h2>{title}: {len(rows)} stages over {len(summary['ipus'])} IPUs{recompute}</h2>"
         + table(
             [
                 "stage",
@@ -112,7 +112,7 @@ def _pipeline_section(sim: StepSimulation) -> str:
                 "forward ms per micro-batch",
                 "backward ms per micro-batch",
                 "stash MiB",
-                "memory MiB",
+                "its IPU's memory MiB",
                 "% of IPU",
                 "fits",
             ],
