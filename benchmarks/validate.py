@@ -8,16 +8,16 @@ and its prediction set beside the published figure. No row here was used for fit
 four MLPerf Training v1.1 ResNet-50 rows are the calibration (``benchmarks/calibrate.py``),
 printed apart, labelled as fitted.
 
-So far the rows are ResNet-50's, the family ``examples/resnet50.py`` models: MLPerf Training
+Without flags the rows are ResNet-50's, the family ``examples/resnet50.py`` models: MLPerf Training
 v1.0 on the Mk2 IPU-POD16 and POD64 (SDK 2.1, an older software stack than the calibration's
 SDK 2.3), MLPerf Training v2.0 on Bow-POD16 to Bow-POD256 (SDK 2.5.1, the Bow IPU at
 1.85 GHz: an IPU the calibration never saw), and Graphcore's Bow launch figures at the
 v1.0 configurations. With ``--bert``, BERT-Large rows too, each an offline run of
-``examples/bert.py`` under ``poprun-emu`` (minutes each): MLPerf Training v1.0 on the Mk2
-IPU-POD16 and POD64, whose configurations are v1.1's (the same commands as the README's BERT
-table, with its departures from Graphcore's placement), and the v1.1 rows against their
-training-only throughput (the references' figures include evaluation). The v2.0 BERT rows
-need Graphcore's placements (issue 20) and the other families their examples.
+``examples/bert.py`` under ``poprun-emu`` as Graphcore's configuration file for the row sets
+it (its placement, tied decoder, vocabulary, micro-batch, memory proportions, LAMB with RTS):
+MLPerf Training v1.0 on the Mk2 IPU-POD16 and POD64, v1.1's POD16 to POD128 against their
+training-only throughput (the references' figures include evaluation), and v2.0 on
+Bow-POD16 to Bow-POD256. The other families wait for their examples.
 
 Layouts: one IPU per replica, ``replicas / 2`` instances (PopRun's MLPerf ResNet-50 runs;
 16 for the v1.0 Pod64 run, as its logs give),
@@ -179,6 +179,16 @@ BERT_ROWS = (
         4_792,
         "MLPerf Training v1.1, training blocks only",
         _launch("pod64", 8, 8),
+        f"{_V1_1} --gradient-accumulation 96 "
+        "--available-memory-proportion 0.2 0.25 0.25 0.25 0.25 0.25 0.25 0.25 "
+        "--att-ffn-placement [[1,[2,2]],[2,[3,3]],[3,[4,3]],[4,[3,4]],[5,[4,3]],[6,[3,4]],"
+        "[7,[4,3]],[0,[1,2]]]",
+    ),
+    BertRow(
+        "v1.1 POD128",
+        9_028,
+        "MLPerf Training v1.1, training blocks only",
+        _launch("pod128", 16, 8, 2),
         f"{_V1_1} --gradient-accumulation 96 "
         "--available-memory-proportion 0.2 0.25 0.25 0.25 0.25 0.25 0.25 0.25 "
         "--att-ffn-placement [[1,[2,2]],[2,[3,3]],[3,[4,3]],[4,[3,4]],[5,[4,3]],[6,[3,4]],"
