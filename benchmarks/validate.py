@@ -133,14 +133,16 @@ def _launch(system: str, replicas: int, ipus: int, instances: int = 1) -> str:
     )
 
 
-class BertRow(NamedTuple):
-    """One published BERT-Large configuration: its launch and ``bert.py`` words."""
+class ExampleRow(NamedTuple):
+    """One published configuration an example runs: its launch and the example's words."""
 
     key: str
-    published: float  # sequences per second
+    published: float  # sequences (BERT) or images per second
     source: str
     launch: str
     words: str
+    example: str = "bert.py"
+    figure: str = "sequences_per_second"  # the key of the example's JSON line
 
     def value(self, flag: str) -> int:
         """The integer after ``flag`` in the row's words."""
@@ -149,7 +151,7 @@ class BertRow(NamedTuple):
 
 
 BERT_ROWS = (
-    BertRow(
+    ExampleRow(
         "A3",
         1_419,
         "MLPerf Training v1.0, Mk2, SDK 2.1",
@@ -157,7 +159,7 @@ BERT_ROWS = (
         f"{_V1_0} --gradient-accumulation 192 --layers-per-ipu 3,7,7,7 --offload-optimiser "
         "--available-memory-proportion 0.2 0.2 0.25 0.25",
     ),
-    BertRow(
+    ExampleRow(
         "A4",
         4_241,
         "MLPerf Training v1.0, Mk2, SDK 2.1",
@@ -165,7 +167,7 @@ BERT_ROWS = (
         f"{_V1_0} --gradient-accumulation 96 --encoder-start-ipu 1 "
         "--layers-per-ipu 3,3,3,3,4,4,4 --available-memory-proportion 1",
     ),
-    BertRow(
+    ExampleRow(
         "v1.1 POD16",
         1_524,
         "MLPerf Training v1.1, training blocks only",
@@ -174,7 +176,7 @@ BERT_ROWS = (
         "--available-memory-proportion 0.23 --att-ffn-placement "
         "[[1,[7,6]],[2,[6,7]],[3,[7,6]],[0,[4,5]]]",
     ),
-    BertRow(
+    ExampleRow(
         "v1.1 POD64",
         4_792,
         "MLPerf Training v1.1, training blocks only",
@@ -184,7 +186,7 @@ BERT_ROWS = (
         "--att-ffn-placement [[1,[2,2]],[2,[3,3]],[3,[4,3]],[4,[3,4]],[5,[4,3]],[6,[3,4]],"
         "[7,[4,3]],[0,[1,2]]]",
     ),
-    BertRow(
+    ExampleRow(
         "v1.1 POD128",
         9_028,
         "MLPerf Training v1.1, training blocks only",
@@ -194,28 +196,28 @@ BERT_ROWS = (
         "--att-ffn-placement [[1,[2,2]],[2,[3,3]],[3,[4,3]],[4,[3,4]],[5,[4,3]],[6,[3,4]],"
         "[7,[4,3]],[0,[1,2]]]",
     ),
-    BertRow(
+    ExampleRow(
         "A9",
         2_304,
         "MLPerf Training v2.0, Bow, SDK 2.5.1",
         _launch("bow-pod16", 2, 8),
         f"{_V2_0} --gradient-accumulation 256",
     ),
-    BertRow(
+    ExampleRow(
         "A10",
         7_411,
         "MLPerf Training v2.0, Bow, SDK 2.5.1",
         _launch("bow-pod64", 8, 8),
         f"{_V2_0} --gradient-accumulation 96",
     ),
-    BertRow(
+    ExampleRow(
         "A11",
         12_676,
         "MLPerf Training v2.0, Bow, SDK 2.5.1",
         _launch("bow-pod128", 16, 8, 2),
         f"{_V2_0} --gradient-accumulation 64",
     ),
-    BertRow(
+    ExampleRow(
         "A12",
         19_071,
         "MLPerf Training v2.0, Bow, SDK 2.5.1",
@@ -225,11 +227,31 @@ BERT_ROWS = (
 )
 
 
-def predict_bert(launch: str, words: str) -> float:
-    """Simulated sequences per second of an offline BERT-Large run of ``examples/bert.py``."""
+# ViT-B/16 pre-training, Graphcore's PopTorch ViT on a Bow-POD64 (graphcore/examples,
+# vision/vit/pytorch: configs.yml ``b16_in1k_pretrain_lamb`` with benchmarks.yml's
+# ``pytorch_vit_lamb_pretrain_gen_pod64``: 16 replicas of 4 IPUs over 8 instances, micro-batch
+# 8, gradient accumulation 512, layers_per_ipu 3,3,3,3, matmul_proportion 0.3, RTS, LAMB,
+# recomputation checkpoints every layer, 16.16 precision), modelled by ``examples/vit.py``.
+VIT_ROWS = (
+    ExampleRow(
+        "C8",
+        31_200,
+        "Graphcore performance results, Bow, PopTorch",
+        _launch("bow-pod64", 16, 4, 8),
+        "--model base --micro-batch-size 8 --gradient-accumulation 512 --layers-per-ipu "
+        "3,3,3,3 --available-memory-proportion 0.3 --replicated-tensor-sharding --recompute",
+        "vit.py",
+        "samples_per_second",
+    ),
+)
+
+
+def predict_example(row: ExampleRow) -> float:
+    """Simulated throughput of an offline run of the row's example under ``poprun-emu``."""
+    launch, words = row.launch, row.words
     poprun = shutil.which("poprun-emu", path=str(Path(sys.executable).parent)) or "poprun-emu"
     command = [poprun, "--offline-mode", "yes", "--only-output-from-instance", "0"]
-    command += [*launch.split(), str(ROOT / "examples" / "bert.py")]
+    command += [*launch.split(), str(ROOT / "examples" / row.example)]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     out = subprocess.run(
         command + words.split(), capture_output=True, text=True, env=env, timeout=1800
@@ -238,7 +260,7 @@ def predict_bert(launch: str, words: str) -> float:
         raise SystemExit(f"validate.py: {' '.join(command)} failed:\n{out.stderr[-2000:]}")
     lines = [line.split(">:", 1)[-1] for line in out.stdout.splitlines()]
     report = json.loads(next(line for line in reversed(lines) if line.startswith("{")))
-    return float(report["sequences_per_second"])
+    return float(report[row.figure])
 
 
 def predict(profile: hardware.StepProfile, row: Row) -> float:
@@ -266,6 +288,7 @@ def _table(results: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bert", action="store_true", help="BERT-Large rows too (minutes)")
+    parser.add_argument("--vit", action="store_true", help="ViT-B/16 rows too (a minute)")
     args = parser.parse_args(argv)
     import resnet50
 
@@ -291,14 +314,15 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         print(json.dumps(result), flush=True)
     simulated: dict[tuple[str, str], float] = {}
-    for row in BERT_ROWS if args.bert else ():
+    examples = (BERT_ROWS if args.bert else ()) + (VIT_ROWS if args.vit else ())
+    for row in examples:
         if (row.launch, row.words) not in simulated:
-            simulated[row.launch, row.words] = predict_bert(row.launch, row.words)
+            simulated[row.launch, row.words] = predict_example(row)
         predicted = simulated[row.launch, row.words]
         launch = row.launch.split()
         result = {
             "row": row.key,
-            "system": f"{launch[1]} (BERT-Large)",
+            "system": f"{launch[1]} ({'BERT-Large' if row.example == 'bert.py' else 'ViT-B/16'})",
             "replicas": int(launch[3]),
             "micro_batch": row.value("--micro-batch-size"),
             "gradient_accumulation": row.value("--gradient-accumulation"),

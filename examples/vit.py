@@ -1,0 +1,360 @@
+"""Vision Transformer (ViT) pre-training in plain JAX, pipelined over the IPUs of a replica.
+
+Graphcore's PopTorch ViT (graphcore/examples, ``vision/vit/pytorch``, configuration
+``b16_in1k_pretrain_lamb``) pre-trains ViT-B/16 on ImageNet-1k with LAMB over 4 IPUs per
+replica, three encoder layers on each. Run its IPU-POD64 benchmark configuration offline
+(compile only, from shapes; ``benchmarks.yml``'s ``pytorch_vit_lamb_pretrain_gen_pod64``)::
+
+    poprun-emu --offline-mode yes --system bow-pod64 --num-replicas 16 --num-instances 8 \\
+        --ipus-per-replica 4 examples/vit.py --model base --micro-batch-size 8 \\
+        --gradient-accumulation 512 --layers-per-ipu 3,3,3,3 \\
+        --available-memory-proportion 0.3 --replicated-tensor-sharding --recompute
+
+or train the tiny model for real on the handwritten digits shipped with scikit-learn (8x8
+images cut into 2x2 patches)::
+
+    poprun-emu --num-replicas 2 --ipus-per-replica 2 examples/vit.py --model tiny
+
+The model is ViT (Dosovitskiy et al. 2021): the image cut into patches, each projected
+linearly (the stride-``patch`` convolution as a matmul), a class token and learned position
+embeddings; pre-norm encoder layers (layer norm, multi-head self-attention, residual; layer
+norm, GELU MLP, residual); a final layer norm on the class token, the pre-logits layer
+(``representation_size``: dense and tanh, as in pre-training) and the classifier, with a
+cross-entropy loss. Blocks: ``embeddings``, ``layer00`` ... and ``head``; the embeddings go on
+IPU 0 with its layers and the head with the last IPU's, as Graphcore's ViT places them.
+Dropout and mixup change no cost the model counts and are left out.
+
+The last line printed (by instance 0) is a JSON object with the simulated throughput.
+
+References:
+    Dosovitskiy et al., "An Image is Worth 16x16 Words: Transformers for Image Recognition at
+    Scale", ICLR 2021 (ViT-B/16: 12 layers, hidden 768, 12 heads, MLP 3072, patch 16);
+    graphcore/examples ``vision/vit/pytorch/configs.yml`` and ``benchmarks.yml`` (the
+    configuration); You et al., "Large Batch Optimization for Deep Learning" (LAMB).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import NoReturn
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import hardware
+import popdist_emu as popdist
+from popdist_emu import arguments
+
+# (image, patch, channels, layers, hidden, heads, mlp, classes, representation)
+CONFIGS = {
+    "tiny": (8, 2, 1, 2, 32, 2, 64, 10, 32),
+    "base": (224, 16, 3, 12, 768, 12, 3072, 1000, 768),
+}
+DTYPES = {"fp16": jnp.float16, "fp32": jnp.float32}
+
+
+def _shapes(model: str, dtype) -> dict:
+    image, patch, channels, layers, h, _, mlp, classes, rep = CONFIGS[model]
+    tokens = (image // patch) ** 2 + 1
+
+    def ln():
+        return {"scale": (h,), "bias": (h,)}
+
+    shapes = {
+        "embeddings": {
+            "patch": {"w": (patch * patch * channels, h), "b": (h,)},
+            "cls": (h,),
+            "position": (tokens, h),
+        },
+        "head": {
+            "ln": ln(),
+            "pre_logits": {"w": (h, rep), "b": (rep,)},
+            "classifier": {"w": (rep, classes), "b": (classes,)},
+        },
+    }
+    for i in range(layers):
+        shapes[f"layer{i:02d}"] = {
+            "ln1": ln(),
+            "qkv": {"w": (h, 3 * h), "b": (3 * h,)},
+            "out": {"w": (h, h), "b": (h,)},
+            "ln2": ln(),
+            "mlp1": {"w": (h, mlp), "b": (mlp,)},
+            "mlp2": {"w": (mlp, h), "b": (h,)},
+        }
+    return jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct(s, dtype), shapes, is_leaf=lambda x: isinstance(x, tuple)
+    )
+
+
+def init_params(model: str, dtype, key: jax.Array) -> dict:
+    """LeCun-normal dense weights (std 1/sqrt(fan-in), as the ViT reference's initialisers
+    scale them), 0.02 truncated-normal class token and position embeddings, zero biases and
+    unit layer-norm scales."""
+    shapes = _shapes(model, dtype)
+    leaves, _ = jax.tree_util.tree_flatten_with_path(shapes)
+    keys = jax.random.split(key, len(leaves))
+    out = []
+    for k, (path, s) in zip(keys, leaves, strict=True):
+        name = jax.tree_util.keystr(path)
+        if name.endswith("['scale']"):
+            out.append(jnp.ones(s.shape, dtype))
+        elif name.endswith("['b']") or name.endswith("['bias']"):
+            out.append(jnp.zeros(s.shape, dtype))
+        else:
+            std = 1.0 / math.sqrt(s.shape[0]) if name.endswith("['w']") else 0.02
+            out.append((std * jax.random.truncated_normal(k, -2, 2, s.shape)).astype(dtype))
+    return jax.tree.unflatten(jax.tree.structure(shapes), out)
+
+
+def _layer_norm(p, x):
+    x32 = x.astype(jnp.float32)
+    mean = x32.mean(-1, keepdims=True)
+    var = ((x32 - mean) ** 2).mean(-1, keepdims=True)
+    y = (x32 - mean) * jax.lax.rsqrt(var + 1e-6)
+    return (y * p["scale"].astype(jnp.float32) + p["bias"].astype(jnp.float32)).astype(x.dtype)
+
+
+def _dense(p, x):
+    return x @ p["w"] + p["b"]
+
+
+def make_embeddings_block(model: str):
+    """Patches projected linearly, the class token prepended, position embeddings added."""
+    patch = CONFIGS[model][1]
+
+    def block(p, batch):
+        images, labels = batch
+        e = p["embeddings"]
+        b, height, width, c = images.shape
+        x = images.astype(e["cls"].dtype).reshape(
+            b, height // patch, patch, width // patch, patch, c
+        )
+        x = x.transpose(0, 1, 3, 2, 4, 5).reshape(b, -1, patch * patch * c)
+        x = _dense(e["patch"], x)
+        cls = jnp.broadcast_to(e["cls"], (b, 1, x.shape[-1]))
+        return jnp.concatenate([cls, x], axis=1) + e["position"][None], labels
+
+    return block
+
+
+def make_layer_block(name: str, heads: int):
+    """One pre-norm encoder layer: attention and MLP, each behind a layer norm and residual."""
+
+    def block(p, carry):
+        x, labels = carry
+        q = p[name]
+        b, s, h = x.shape
+        qkv = _dense(q["qkv"], _layer_norm(q["ln1"], x)).reshape(b, s, 3, heads, h // heads)
+        qh, kh, vh = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        scores = jnp.einsum("bqhd,bkhd->bhqk", qh, kh) / math.sqrt(h // heads)
+        attn = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(x.dtype)
+        x = x + _dense(q["out"], jnp.einsum("bhqk,bkhd->bqhd", attn, vh).reshape(b, s, h))
+        mlp = _dense(q["mlp2"], jax.nn.gelu(_dense(q["mlp1"], _layer_norm(q["ln2"], x))))
+        return x + mlp, labels
+
+    return block
+
+
+def head_block(p, carry):
+    """Final layer norm on the class token, pre-logits (dense, tanh), classifier, loss."""
+    x, labels = carry
+    hp = p["head"]
+    cls = _layer_norm(hp["ln"], x[:, 0])
+    logits = _dense(hp["classifier"], jnp.tanh(_dense(hp["pre_logits"], cls)))
+    return optax.softmax_cross_entropy_with_integer_labels(
+        logits.astype(jnp.float32), labels
+    ).mean()
+
+
+def logits_fn(model: str):
+    """The whole network's logits, for evaluating a trained model."""
+    layers, heads = CONFIGS[model][3], CONFIGS[model][5]
+    embed = make_embeddings_block(model)
+    blocks = [make_layer_block(f"layer{i:02d}", heads) for i in range(layers)]
+
+    def logits(params, images):
+        x, _ = embed(params, (images, jnp.zeros(images.shape[0], jnp.int32)))
+        for block in blocks:
+            x, _ = block(params, (x, None))
+        hp = params["head"]
+        cls = _layer_norm(hp["ln"], x[:, 0])
+        return _dense(hp["classifier"], jnp.tanh(_dense(hp["pre_logits"], cls)))
+
+    return jax.jit(logits)
+
+
+def block_model(model: str) -> popdist.BlockModel:
+    layers, heads = CONFIGS[model][3], CONFIGS[model][5]
+    blocks = [popdist.Block("embeddings", make_embeddings_block(model), ("embeddings",))]
+    for i in range(layers):
+        name = f"layer{i:02d}"
+        blocks.append(popdist.Block(name, make_layer_block(name, heads), (name,)))
+    blocks.append(popdist.Block("head", head_block, ("head",)))
+    return popdist.BlockModel(blocks)
+
+
+def _refuse(message: str) -> NoReturn:
+    print(f"vit.py: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def layers_per_ipu(text: str | None, layers: int, ipus: int) -> list[int]:
+    """``--layers-per-ipu`` as a list (default: as even as possible, extras on later IPUs)."""
+    if text is None:
+        base, extra = divmod(layers, ipus)
+        return [base + (1 if i >= ipus - extra else 0) for i in range(ipus)]
+    try:
+        counts = [int(c) for c in text.split(",")]
+    except ValueError:
+        counts = []
+    if len(counts) != ipus or sum(counts) != layers or min(counts, default=-1) < 0:
+        default = ",".join(map(str, layers_per_ipu(None, layers, ipus)))
+        _refuse(
+            f"--layers-per-ipu {text!r} must give {ipus} non-negative counts (one per IPU of "
+            f"the replica) summing to the model's {layers} layers, e.g. {default}."
+        )
+    return counts
+
+
+def stages(model: str, counts: list[int]) -> tuple:
+    """The embeddings with IPU 0's layers, each IPU's layers, the head with the last IPU's."""
+    names, out, i = [f"layer{k:02d}" for k in range(CONFIGS[model][3])], [], 0
+    for ipu, count in enumerate(counts):
+        blocks = (["embeddings"] if ipu == 0 else []) + names[i : i + count]
+        if ipu == len(counts) - 1:
+            blocks.append("head")
+        out.append(popdist.Stage(*blocks, ipu=ipu))
+        i += count
+    return tuple(out)
+
+
+def batch_shapes(model: str, options, micro: int, dtype) -> tuple:
+    image, _, channels = CONFIGS[model][:3]
+    lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
+    return (
+        jax.ShapeDtypeStruct((*lead, micro, image, image, channels), dtype),
+        jax.ShapeDtypeStruct((*lead, micro), jnp.int32),
+    )
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = arguments.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=tuple(CONFIGS), default="tiny")
+    parser.add_argument("--layers-per-ipu", help="encoder layers on each IPU, e.g. 3,3,3,3")
+    parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=8)
+    parser.add_argument(
+        "--gradient-accumulation", type=arguments.positive_int, help="default: 2 x IPUs - 1"
+    )
+    parser.add_argument("--device-iterations", type=arguments.positive_int, default=1)
+    parser.add_argument("--steps", type=arguments.positive_int, default=150)
+    parser.add_argument("--learning-rate", type=arguments.positive_float, default=3e-3)
+    parser.add_argument("--seed", type=arguments.seed, default=0)
+    parser.add_argument("--recompute", action="store_true")
+    parser.add_argument("--precision", choices=tuple(DTYPES), help="default: fp16, tiny fp32")
+    parser.add_argument("--strategy", choices=("pipelined", "sharded"), default="pipelined")
+    parser.add_argument("--replicated-tensor-sharding", action="store_true")
+    parser.add_argument("--offload-optimiser", action="store_true")
+    parser.add_argument(
+        "--available-memory-proportion",
+        type=arguments.proportion,
+        nargs="+",
+        default=[hardware.DEFAULT_AVAILABLE_MEMORY_PROPORTION],
+        metavar="P",
+        help="PopLibs' availableMemoryProportion: one value, or one per IPU (Graphcore's ViT "
+        "sets matmul_proportion 0.3 on each)",
+    )
+    args = parser.parse_args(argv)
+    if args.steps % args.device_iterations:
+        parser.error(
+            f"--steps {args.steps} must be a multiple of --device-iterations "
+            f"{args.device_iterations} (one call runs device-iterations steps)"
+        )
+    if args.precision is None:
+        args.precision = "fp32" if args.model == "tiny" else "fp16"
+    return args
+
+
+def main(argv=None) -> dict:
+    start = time.perf_counter()
+    args = parse_args(argv)
+    ipus = popdist.getNumIpusPerReplica()
+    counts = layers_per_ipu(args.layers_per_ipu, CONFIGS[args.model][3], ipus)
+    ga = args.gradient_accumulation or hardware.min_gradient_accumulation(ipus, args.strategy)
+    try:
+        amp = arguments.per_ipu_proportions(args.available_memory_proportion, ipus)
+    except ValueError as error:
+        _refuse(str(error))
+    cls = popdist.PipelinedExecution if args.strategy == "pipelined" else popdist.ShardedExecution
+    options = popdist.Options(
+        gradient_accumulation=ga,
+        device_iterations=args.device_iterations,
+        replicated_tensor_sharding=args.replicated_tensor_sharding,
+        offload_optimiser=args.offload_optimiser,
+        execution_strategy=cls(*stages(args.model, counts)),
+        recomputation=args.recompute,
+        available_memory_proportion=amp,
+    )
+    dtype, offline = DTYPES[args.precision], popdist.is_offline_mode()
+    if offline:  # shapes only: nothing is allocated
+        params = _shapes(args.model, dtype)
+    else:
+        params = init_params(args.model, dtype, jax.random.PRNGKey(args.seed))
+    try:
+        trainer = popdist.Trainer(
+            block_model(args.model), popdist.lamb(args.learning_rate), params, options
+        )
+    except popdist.PipelineError as err:
+        _refuse(str(err))
+    shapes = batch_shapes(args.model, options, args.micro_batch_size, dtype)
+    try:
+        simulation = popdist.simulate(trainer, shapes, name=f"ViT-{args.model}")
+    except hardware.OutOfMemoryError as error:
+        print(error, file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    report = {
+        "model": args.model,
+        "replicas": options.num_total_replicas,
+        "instances": options.num_instances,
+        "ipus_per_replica": ipus,
+        "layers_per_ipu": counts,
+        "micro_batch_size": args.micro_batch_size,
+        "gradient_accumulation": ga,
+        "precision": args.precision,
+        "parameters": sum(math.prod(x.shape) for x in jax.tree.leaves(_shapes(args.model, dtype))),
+        "offline": offline,
+    }
+    if not offline:
+        data = popdist.load_digits_split(seed=0)
+        images = data.train_images.astype(dtype)
+        loader = popdist.ReplicaLoader(
+            (images, data.train_labels), args.micro_batch_size, options, seed=args.seed
+        )
+        losses = []
+        for call in range(args.steps // options.device_iterations):
+            losses.extend(np.atleast_1d(trainer.step(loader.batch(call))).tolist())
+        logits = logits_fn(args.model)(trainer.params, jnp.asarray(data.test_images, dtype))
+        accuracy = float(np.mean(np.argmax(np.asarray(logits), -1) == data.test_labels))
+        report |= {"first_loss": losses[0], "final_loss": losses[-1], "accuracy": accuracy}
+    popdist.report_simulation(simulation)
+    report |= {
+        "simulated_step_seconds": simulation.simulated_step_seconds,
+        "samples_per_second": simulation.samples_per_second,
+        "bubble_fraction": simulation.pipeline.bubble_fraction,
+        "balance": simulation.pipeline.balance,
+        "memory_per_ipu": [m.total for m in simulation.pipeline.ipu_memory],
+        "system": simulation.system.name,
+        "wall_seconds": round(time.perf_counter() - start, 3),
+    }
+    if popdist.getInstanceIndex() == 0:
+        print(json.dumps(report), flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()
