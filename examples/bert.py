@@ -53,16 +53,18 @@ References:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
 import time
-from typing import NoReturn
 
+import _transformer
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from _transformer import attention, dense
 
 import hardware
 import popdist_emu as popdist
@@ -120,30 +122,12 @@ def init_params(
 ) -> dict:
     """Truncated-normal(0.02) weights, zero biases, unit layer-norm scales (BERT's init)."""
     shapes = _shapes(model, seq, dtype, vocab=vocab, tied=tied)
-    leaves, _ = jax.tree_util.tree_flatten_with_path(shapes)
-    keys = jax.random.split(key, len(leaves))
-    out = []
-    for k, (path, s) in zip(keys, leaves, strict=True):
-        name = jax.tree_util.keystr(path)
-        if name.endswith("['scale']"):
-            out.append(jnp.ones(s.shape, dtype))
-        elif name.endswith("['b']") or name.endswith("['bias']"):
-            out.append(jnp.zeros(s.shape, dtype))
-        else:
-            out.append((0.02 * jax.random.truncated_normal(k, -2, 2, s.shape)).astype(dtype))
-    return jax.tree.unflatten(jax.tree.structure(shapes), out)
+    return _transformer.init_params(shapes, key, lambda name, shape: 0.02)
 
 
-def _layer_norm(p, x):
-    x32 = x.astype(jnp.float32)
-    mean = x32.mean(-1, keepdims=True)
-    var = ((x32 - mean) ** 2).mean(-1, keepdims=True)
-    y = (x32 - mean) * jax.lax.rsqrt(var + 1e-12)
-    return (y * p["scale"].astype(jnp.float32) + p["bias"].astype(jnp.float32)).astype(x.dtype)
-
-
-def _dense(p, x):
-    return x @ p["w"] + p["b"]
+_layer_norm = functools.partial(_transformer.layer_norm, eps=1e-12)
+_refuse = functools.partial(_transformer.refuse, "bert.py")
+layers_per_ipu = functools.partial(_transformer.layers_per_ipu, "bert.py")
 
 
 def embeddings_block(p, batch):
@@ -161,14 +145,8 @@ def make_attention_block(i: int, heads: int):
     def block(p, carry):
         x, aux = carry
         q = p[name]
-        b, s, h = x.shape
-        qkv = _dense(q["qkv"], x).reshape(b, s, 3, heads, h // heads)
-        qh, kh, vh = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        scores = jnp.einsum("bqhd,bkhd->bhqk", qh, kh) / math.sqrt(h // heads)
-        bias = jnp.where(aux[0][:, None, None, :] > 0, 0.0, -1e4).astype(scores.dtype)
-        attn = jax.nn.softmax((scores + bias).astype(jnp.float32), axis=-1).astype(x.dtype)
-        ctx = jnp.einsum("bhqk,bkhd->bqhd", attn, vh).reshape(b, s, h)
-        return _layer_norm(q["ln1"], x + _dense(q["out"], ctx)), aux
+        bias = jnp.where(aux[0][:, None, None, :] > 0, 0.0, -1e4)  # the padding mask
+        return _layer_norm(q["ln1"], x + attention(q, x, heads, bias)), aux
 
     return block
 
@@ -180,7 +158,7 @@ def make_ffn_block(i: int):
     def block(p, carry):
         x, aux = carry
         q = p[name]
-        ffn = _dense(q["ffn2"], jax.nn.gelu(_dense(q["ffn1"], x)))
+        ffn = dense(q["ffn2"], jax.nn.gelu(dense(q["ffn1"], x)))
         return _layer_norm(q["ln2"], x + ffn), aux
 
     return block
@@ -201,16 +179,16 @@ def make_heads_block(tied: bool):
         x, (_, positions, labels, weights, nsp) = carry
         hp = p["heads"]
         picked = jnp.take_along_axis(x, positions[..., None], axis=1)
-        t = _layer_norm(hp["ln"], jax.nn.gelu(_dense(hp["transform"], picked)))
+        t = _layer_norm(hp["ln"], jax.nn.gelu(dense(hp["transform"], picked)))
         if tied:
             logits = t @ p["embeddings"]["word"].T + hp["decoder"]["b"]
         else:
-            logits = _dense(hp["decoder"], t)
+            logits = dense(hp["decoder"], t)
         mlm = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels)
         w = weights.astype(jnp.float32)
         mlm_loss = (mlm * w).sum() / jnp.maximum(w.sum(), 1.0)
-        pooled = jnp.tanh(_dense(hp["pooler"], x[:, 0]))
-        nsp_logits = _dense(hp["nsp"], pooled).astype(jnp.float32)
+        pooled = jnp.tanh(dense(hp["pooler"], x[:, 0]))
+        nsp_logits = dense(hp["nsp"], pooled).astype(jnp.float32)
         nsp_loss = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp).mean()
         return mlm_loss + nsp_loss
 
@@ -235,30 +213,6 @@ def block_model(model: str, *, split: bool = False, tied: bool = False) -> popdi
     owned = ("heads", "embeddings") if tied else ("heads",)
     blocks.append(popdist.Block("heads", make_heads_block(tied), owned))
     return popdist.BlockModel(blocks)
-
-
-def _refuse(message: str) -> NoReturn:
-    print(f"bert.py: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def layers_per_ipu(text: str | None, layers: int, ipus: int) -> list[int]:
-    """``--layers-per-ipu`` as a list, one count per IPU from ``--encoder-start-ipu`` on
-    (default: as even as possible, extras on later IPUs)."""
-    if text is None:
-        base, extra = divmod(layers, ipus)
-        return [base + (1 if i >= ipus - extra else 0) for i in range(ipus)]
-    try:
-        counts = [int(c) for c in text.split(",")]
-    except ValueError:
-        counts = []
-    if len(counts) != ipus or sum(counts) != layers or min(counts, default=-1) < 0:
-        _refuse(
-            f"--layers-per-ipu {text!r} must give {ipus} non-negative counts (one per "
-            f"IPU of the replica from --encoder-start-ipu on) summing to the model's {layers} "
-            f"layers, e.g. {','.join(map(str, layers_per_ipu(None, layers, ipus)))}."
-        )
-    return counts
 
 
 def att_ffn_placement(text: str, layers: int, ipus: int) -> list[tuple[int, int, int]]:
@@ -442,30 +396,14 @@ def parse_args(argv=None) -> argparse.Namespace:
         "and large)",
     )
     parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=2)
-    parser.add_argument(
-        "--gradient-accumulation",
-        type=arguments.positive_int,
-        help="default: 2 x IPUs - 1 or 1",
+    _transformer.add_training_arguments(
+        parser,
+        steps=30,
+        learning_rate=2e-3,
+        proportion_help="Graphcore's BERT-Large lists 0.15 0.18 0.2 0.25",
     )
-    parser.add_argument("--device-iterations", type=arguments.positive_int, default=1)
-    parser.add_argument("--steps", type=arguments.positive_int, default=30)
-    parser.add_argument("--learning-rate", type=arguments.positive_float, default=2e-3)
-    parser.add_argument("--seed", type=arguments.seed, default=0)
-    parser.add_argument("--recompute", action="store_true")
     parser.add_argument("--precision", choices=tuple(DTYPES), default="fp16")
-    parser.add_argument("--strategy", choices=("pipelined", "sharded"), default="pipelined")
-    parser.add_argument("--replicated-tensor-sharding", action="store_true")
-    parser.add_argument("--offload-optimiser", action="store_true")
     parser.add_argument("--prefetch-depth", type=arguments.positive_int, default=3)
-    parser.add_argument(
-        "--available-memory-proportion",
-        type=arguments.proportion,
-        nargs="+",
-        default=[hardware.DEFAULT_AVAILABLE_MEMORY_PROPORTION],
-        metavar="P",
-        help="PopLibs' availableMemoryProportion of the matmuls, in (0, 1]: one value for "
-        "every IPU, or one per IPU (Graphcore's BERT-Large lists 0.15 0.18 0.2 0.25)",
-    )
     parser.add_argument(
         "--enable-half-partials",
         action="store_true",
@@ -479,11 +417,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="packing factor (MLPerf: 2)",
     )
     args = parser.parse_args(argv)
-    if args.steps % args.device_iterations:
-        parser.error(
-            f"--steps {args.steps} must be a multiple of --device-iterations "
-            f"{args.device_iterations} (one call runs device-iterations steps)"
-        )
+    _transformer.check_steps(parser, args)
     if args.att_ffn_placement is not None and args.layers_per_ipu is not None:
         parser.error("give --att-ffn-placement or --layers-per-ipu, not both")
     if args.max_predictions is None:

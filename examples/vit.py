@@ -36,16 +36,18 @@ References:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
 import time
-from typing import NoReturn
 
+import _transformer
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from _transformer import attention, dense
 
 import hardware
 import popdist_emu as popdist
@@ -96,32 +98,16 @@ def init_params(model: str, dtype, key: jax.Array) -> dict:
     """LeCun-normal dense weights (std 1/sqrt(fan-in), as the ViT reference's initialisers
     scale them), 0.02 truncated-normal class token and position embeddings, zero biases and
     unit layer-norm scales."""
-    shapes = _shapes(model, dtype)
-    leaves, _ = jax.tree_util.tree_flatten_with_path(shapes)
-    keys = jax.random.split(key, len(leaves))
-    out = []
-    for k, (path, s) in zip(keys, leaves, strict=True):
-        name = jax.tree_util.keystr(path)
-        if name.endswith("['scale']"):
-            out.append(jnp.ones(s.shape, dtype))
-        elif name.endswith("['b']") or name.endswith("['bias']"):
-            out.append(jnp.zeros(s.shape, dtype))
-        else:
-            std = 1.0 / math.sqrt(s.shape[0]) if name.endswith("['w']") else 0.02
-            out.append((std * jax.random.truncated_normal(k, -2, 2, s.shape)).astype(dtype))
-    return jax.tree.unflatten(jax.tree.structure(shapes), out)
+
+    def std(name: str, shape: tuple) -> float:
+        return 1.0 / math.sqrt(shape[0]) if name.endswith("['w']") else 0.02
+
+    return _transformer.init_params(_shapes(model, dtype), key, std)
 
 
-def _layer_norm(p, x):
-    x32 = x.astype(jnp.float32)
-    mean = x32.mean(-1, keepdims=True)
-    var = ((x32 - mean) ** 2).mean(-1, keepdims=True)
-    y = (x32 - mean) * jax.lax.rsqrt(var + 1e-6)
-    return (y * p["scale"].astype(jnp.float32) + p["bias"].astype(jnp.float32)).astype(x.dtype)
-
-
-def _dense(p, x):
-    return x @ p["w"] + p["b"]
+_layer_norm = functools.partial(_transformer.layer_norm, eps=1e-6)
+_refuse = functools.partial(_transformer.refuse, "vit.py")
+layers_per_ipu = functools.partial(_transformer.layers_per_ipu, "vit.py")
 
 
 def make_embeddings_block(model: str):
@@ -136,7 +122,7 @@ def make_embeddings_block(model: str):
             b, height // patch, patch, width // patch, patch, c
         )
         x = x.transpose(0, 1, 3, 2, 4, 5).reshape(b, -1, patch * patch * c)
-        x = _dense(e["patch"], x)
+        x = dense(e["patch"], x)
         cls = jnp.broadcast_to(e["cls"], (b, 1, x.shape[-1]))
         return jnp.concatenate([cls, x], axis=1) + e["position"][None], labels
 
@@ -149,13 +135,8 @@ def make_layer_block(name: str, heads: int):
     def block(p, carry):
         x, labels = carry
         q = p[name]
-        b, s, h = x.shape
-        qkv = _dense(q["qkv"], _layer_norm(q["ln1"], x)).reshape(b, s, 3, heads, h // heads)
-        qh, kh, vh = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        scores = jnp.einsum("bqhd,bkhd->bhqk", qh, kh) / math.sqrt(h // heads)
-        attn = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(x.dtype)
-        x = x + _dense(q["out"], jnp.einsum("bhqk,bkhd->bqhd", attn, vh).reshape(b, s, h))
-        mlp = _dense(q["mlp2"], jax.nn.gelu(_dense(q["mlp1"], _layer_norm(q["ln2"], x))))
+        x = x + attention(q, _layer_norm(q["ln1"], x), heads)
+        mlp = dense(q["mlp2"], jax.nn.gelu(dense(q["mlp1"], _layer_norm(q["ln2"], x))))
         return x + mlp, labels
 
     return block
@@ -166,7 +147,7 @@ def head_block(p, carry):
     x, labels = carry
     hp = p["head"]
     cls = _layer_norm(hp["ln"], x[:, 0])
-    logits = _dense(hp["classifier"], jnp.tanh(_dense(hp["pre_logits"], cls)))
+    logits = dense(hp["classifier"], jnp.tanh(dense(hp["pre_logits"], cls)))
     return optax.softmax_cross_entropy_with_integer_labels(
         logits.astype(jnp.float32), labels
     ).mean()
@@ -184,7 +165,7 @@ def logits_fn(model: str):
             x, _ = block(params, (x, None))
         hp = params["head"]
         cls = _layer_norm(hp["ln"], x[:, 0])
-        return _dense(hp["classifier"], jnp.tanh(_dense(hp["pre_logits"], cls)))
+        return dense(hp["classifier"], jnp.tanh(dense(hp["pre_logits"], cls)))
 
     return jax.jit(logits)
 
@@ -197,29 +178,6 @@ def block_model(model: str) -> popdist.BlockModel:
         blocks.append(popdist.Block(name, make_layer_block(name, heads), (name,)))
     blocks.append(popdist.Block("head", head_block, ("head",)))
     return popdist.BlockModel(blocks)
-
-
-def _refuse(message: str) -> NoReturn:
-    print(f"vit.py: {message}", file=sys.stderr)
-    raise SystemExit(2)
-
-
-def layers_per_ipu(text: str | None, layers: int, ipus: int) -> list[int]:
-    """``--layers-per-ipu`` as a list (default: as even as possible, extras on later IPUs)."""
-    if text is None:
-        base, extra = divmod(layers, ipus)
-        return [base + (1 if i >= ipus - extra else 0) for i in range(ipus)]
-    try:
-        counts = [int(c) for c in text.split(",")]
-    except ValueError:
-        counts = []
-    if len(counts) != ipus or sum(counts) != layers or min(counts, default=-1) < 0:
-        default = ",".join(map(str, layers_per_ipu(None, layers, ipus)))
-        _refuse(
-            f"--layers-per-ipu {text!r} must give {ipus} non-negative counts (one per IPU of "
-            f"the replica) summing to the model's {layers} layers, e.g. {default}."
-        )
-    return counts
 
 
 def stages(model: str, counts: list[int]) -> tuple:
@@ -248,33 +206,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--model", choices=tuple(CONFIGS), default="tiny")
     parser.add_argument("--layers-per-ipu", help="encoder layers on each IPU, e.g. 3,3,3,3")
     parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=8)
-    parser.add_argument(
-        "--gradient-accumulation", type=arguments.positive_int, help="default: 2 x IPUs - 1"
+    _transformer.add_training_arguments(
+        parser,
+        steps=150,
+        learning_rate=3e-3,
+        proportion_help="Graphcore's ViT sets matmul_proportion 0.3 on each",
     )
-    parser.add_argument("--device-iterations", type=arguments.positive_int, default=1)
-    parser.add_argument("--steps", type=arguments.positive_int, default=150)
-    parser.add_argument("--learning-rate", type=arguments.positive_float, default=3e-3)
-    parser.add_argument("--seed", type=arguments.seed, default=0)
-    parser.add_argument("--recompute", action="store_true")
     parser.add_argument("--precision", choices=tuple(DTYPES), help="default: fp16, tiny fp32")
-    parser.add_argument("--strategy", choices=("pipelined", "sharded"), default="pipelined")
-    parser.add_argument("--replicated-tensor-sharding", action="store_true")
-    parser.add_argument("--offload-optimiser", action="store_true")
-    parser.add_argument(
-        "--available-memory-proportion",
-        type=arguments.proportion,
-        nargs="+",
-        default=[hardware.DEFAULT_AVAILABLE_MEMORY_PROPORTION],
-        metavar="P",
-        help="PopLibs' availableMemoryProportion: one value, or one per IPU (Graphcore's ViT "
-        "sets matmul_proportion 0.3 on each)",
-    )
     args = parser.parse_args(argv)
-    if args.steps % args.device_iterations:
-        parser.error(
-            f"--steps {args.steps} must be a multiple of --device-iterations "
-            f"{args.device_iterations} (one call runs device-iterations steps)"
-        )
+    _transformer.check_steps(parser, args)
     if args.precision is None:
         args.precision = "fp32" if args.model == "tiny" else "fp16"
     return args

@@ -1,22 +1,16 @@
 """examples/bert.py offline from shapes (tiny), its stage placement and its refusals."""
 
-import importlib.util
 import json
 import os
-from pathlib import Path
 from unittest import mock
 
 import pytest
-
-BERT = Path(__file__).parents[2] / "examples" / "bert.py"
+from example_modules import load_example
 
 
 @pytest.fixture(scope="module")
 def bert():
-    spec = importlib.util.spec_from_file_location("example_bert", BERT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("bert")
 
 
 def test_stages_put_embeddings_first_and_heads_last(bert):

@@ -1,22 +1,16 @@
 """examples/vit.py: the tiny ViT learns the digits pipelined over two IPUs; ViT-B/16 offline
 from shapes; its placement and refusals."""
 
-import importlib.util
 import os
-from pathlib import Path
 from unittest import mock
 
 import pytest
-
-VIT = Path(__file__).parents[2] / "examples" / "vit.py"
+from example_modules import load_example
 
 
 @pytest.fixture(scope="module")
 def vit():
-    spec = importlib.util.spec_from_file_location("example_vit", VIT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_example("vit")
 
 
 def test_stages_put_embeddings_first_and_head_last(vit):

@@ -1,0 +1,130 @@
+"""The pieces examples/bert.py and examples/vit.py share: a transformer's layers in plain JAX,
+their initialisation, and the ``--layers-per-ipu`` placement argument.
+
+References:
+    Vaswani et al., "Attention Is All You Need", NeurIPS 2017 (multi-head attention);
+    Ba et al., "Layer Normalization", 2016.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+import jax
+import jax.numpy as jnp
+
+import hardware
+from popdist_emu import arguments
+
+
+def refuse(program: str, message: str) -> NoReturn:
+    """A bad argument: one line on standard error, exit status 2."""
+    print(f"{program}: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def init_params(shapes: Any, key: jax.Array, weight_std: Callable[[str, tuple], float]) -> Any:
+    """Truncated-normal weights (``weight_std(path, shape)`` gives the standard deviation),
+    zero biases and unit layer-norm scales, for a tree of ``ShapeDtypeStruct``."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(shapes)
+    keys = jax.random.split(key, len(leaves))
+    out = []
+    for k, (path, s) in zip(keys, leaves, strict=True):
+        name = jax.tree_util.keystr(path)
+        if name.endswith("['scale']"):
+            out.append(jnp.ones(s.shape, s.dtype))
+        elif name.endswith("['b']") or name.endswith("['bias']"):
+            out.append(jnp.zeros(s.shape, s.dtype))
+        else:
+            std = weight_std(name, s.shape)
+            out.append((std * jax.random.truncated_normal(k, -2, 2, s.shape)).astype(s.dtype))
+    return jax.tree.unflatten(jax.tree.structure(shapes), out)
+
+
+def layer_norm(p: Any, x: jax.Array, eps: float) -> jax.Array:
+    """Layer norm computed in float32, returned in ``x``'s dtype."""
+    x32 = x.astype(jnp.float32)
+    mean = x32.mean(-1, keepdims=True)
+    var = ((x32 - mean) ** 2).mean(-1, keepdims=True)
+    y = (x32 - mean) * jax.lax.rsqrt(var + eps)
+    return (y * p["scale"].astype(jnp.float32) + p["bias"].astype(jnp.float32)).astype(x.dtype)
+
+
+def dense(p: Any, x: jax.Array) -> jax.Array:
+    return x @ p["w"] + p["b"]
+
+
+def attention(p: Any, x: jax.Array, heads: int, bias: jax.Array | None = None) -> jax.Array:
+    """Multi-head self-attention (one ``qkv`` projection, softmax in float32) and its output
+    projection ``out``; ``bias`` is added to the scores (an attention mask)."""
+    b, s, h = x.shape
+    qkv = dense(p["qkv"], x).reshape(b, s, 3, heads, h // heads)
+    qh, kh, vh = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    scores = jnp.einsum("bqhd,bkhd->bhqk", qh, kh) / math.sqrt(h // heads)
+    if bias is not None:
+        scores = scores + bias.astype(scores.dtype)
+    probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(x.dtype)
+    return dense(p["out"], jnp.einsum("bhqk,bkhd->bqhd", probs, vh).reshape(b, s, h))
+
+
+def layers_per_ipu(program: str, text: str | None, layers: int, ipus: int) -> list[int]:
+    """``--layers-per-ipu`` as a list of ``ipus`` counts (default: as even as possible, extras
+    on later IPUs); refused in one line (exit 2) unless they are non-negative and sum to
+    ``layers``."""
+    if text is None:
+        base, extra = divmod(layers, ipus)
+        return [base + (1 if i >= ipus - extra else 0) for i in range(ipus)]
+    try:
+        counts = [int(c) for c in text.split(",")]
+    except ValueError:
+        counts = []
+    if len(counts) != ipus or sum(counts) != layers or min(counts, default=-1) < 0:
+        default = ",".join(map(str, layers_per_ipu(program, None, layers, ipus)))
+        refuse(
+            program,
+            f"--layers-per-ipu {text!r} must give {ipus} non-negative counts (one per IPU "
+            f"holding layers) summing to the model's {layers} layers, e.g. {default}.",
+        )
+    return counts
+
+
+def add_training_arguments(
+    parser: Any, *, steps: int, learning_rate: float, proportion_help: str
+) -> None:
+    """The flags both pipelined examples take: accumulation, iterations, steps, the
+    optimiser's learning rate, seed, recomputation, strategy, RTS, offloading and the
+    matmuls' available memory proportion (one value or one per IPU)."""
+    parser.add_argument(
+        "--gradient-accumulation",
+        type=arguments.positive_int,
+        help="default: PopTorch's least, 2 x stages - 1 (1 sharded)",
+    )
+    parser.add_argument("--device-iterations", type=arguments.positive_int, default=1)
+    parser.add_argument("--steps", type=arguments.positive_int, default=steps)
+    parser.add_argument("--learning-rate", type=arguments.positive_float, default=learning_rate)
+    parser.add_argument("--seed", type=arguments.seed, default=0)
+    parser.add_argument("--recompute", action="store_true")
+    parser.add_argument("--strategy", choices=("pipelined", "sharded"), default="pipelined")
+    parser.add_argument("--replicated-tensor-sharding", action="store_true")
+    parser.add_argument("--offload-optimiser", action="store_true")
+    parser.add_argument(
+        "--available-memory-proportion",
+        type=arguments.proportion,
+        nargs="+",
+        default=[hardware.DEFAULT_AVAILABLE_MEMORY_PROPORTION],
+        metavar="P",
+        help=f"PopLibs' availableMemoryProportion of the matmuls, in (0, 1]: one value for "
+        f"every IPU, or one per IPU ({proportion_help})",
+    )
+
+
+def check_steps(parser: Any, args: Any) -> None:
+    """``--steps`` must be whole calls of ``--device-iterations`` steps."""
+    if args.steps % args.device_iterations:
+        parser.error(
+            f"--steps {args.steps} must be a multiple of --device-iterations "
+            f"{args.device_iterations} (one call runs device-iterations steps)"
+        )
