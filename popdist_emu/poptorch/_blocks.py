@@ -29,7 +29,8 @@ _ACTIVE: list[tuple[str | None, int | None]] = []
 
 
 class AutoStage(enum.Enum):
-    """How blocks without an explicit stage are grouped (PopTorch's ``AutoStage``)."""
+    """How ``PipelinedExecution(AutoStage.X)`` makes stages of the blocks (PopTorch's
+    ``AutoStage``): ``SameAsIpu``, a stage per IPU; ``AutoIncrement``, a stage per block."""
 
     SameAsIpu = 0
     AutoIncrement = 1
@@ -202,6 +203,13 @@ def emulator_strategy(strategy: Any, blocks: list[tuple[str, int | None]]) -> An
         emu = [popdist_emu.Stage(*names, ipu=ipu) for names, ipu in stages]
         return popdist_emu.PipelinedExecution(*emu)
     check_strategy(strategy)
+    cls = (
+        popdist_emu.ShardedExecution
+        if isinstance(strategy, ShardedExecution)
+        else popdist_emu.PipelinedExecution
+    )
+    if len(strategy.stages) == 1 and isinstance(strategy.stages[0], AutoStage):
+        return cls(*_auto_stages(strategy, blocks))
     ipu_of = dict(blocks)
     emu = []
     for stage in strategy.stages:
@@ -209,9 +217,41 @@ def emulator_strategy(strategy: Any, blocks: list[tuple[str, int | None]]) -> An
             emu.append(popdist_emu.Stage(*stage.blocks, ipu=stage.ipu_id))
         else:
             emu.append(popdist_emu.Stage(str(stage), ipu=ipu_of.get(str(stage))))
-    cls = (
-        popdist_emu.ShardedExecution
-        if isinstance(strategy, ShardedExecution)
-        else popdist_emu.PipelinedExecution
-    )
     return cls(*emu)
+
+
+def _auto_stages(strategy: Any, blocks: list[tuple[str, int | None]]) -> list[Any]:
+    """The stages ``PipelinedExecution(AutoStage.X)`` (or sharded) makes of the blocks, each
+    placed by its ``ipu_id``: ``AutoIncrement``, a stage per block, in the order they run
+    (blocks on one IPU become stages of their own on it); ``SameAsIpu``, stage k holds the
+    blocks on IPU k, which must then run one after the other.
+
+    Raises:
+        ValueError: a block without an ``ipu_id``, or ``SameAsIpu`` blocks on one IPU that
+            another IPU's block separates.
+    """
+    import popdist_emu
+
+    auto, name = strategy.stages[0], type(strategy).__name__
+    missing = [block for block, ipu in blocks if ipu is None]
+    if missing:
+        raise ValueError(
+            f"{name}(AutoStage.{auto.name}): block {missing[0]!r} has no ipu_id; AutoStage "
+            "places each block by its ipu_id: give BeginBlock/Block an ipu_id, or list the "
+            "stages as poptorch.Stage(...).ipu(n)."
+        )
+    if auto is AutoStage.AutoIncrement:
+        return [popdist_emu.Stage(block, ipu=ipu) for block, ipu in blocks]
+    stages: list[tuple[int, list[str]]] = []
+    for block, ipu in blocks:
+        if stages and stages[-1][0] == ipu:
+            stages[-1][1].append(block)
+        elif any(placed == ipu for placed, _ in stages):
+            raise ValueError(
+                f"{name}(AutoStage.SameAsIpu): block {block!r} returns to IPU {ipu} after "
+                f"block {stages[-1][1][-1]!r} on IPU {stages[-1][0]}, but a stage must be one "
+                "run of blocks: use AutoStage.AutoIncrement (a stage per block)."
+            )
+        else:
+            stages.append((int(ipu), [block]))  # type: ignore[arg-type]
+    return [popdist_emu.Stage(*names, ipu=ipu) for ipu, names in stages]

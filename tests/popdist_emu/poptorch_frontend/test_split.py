@@ -74,14 +74,19 @@ class _TiedLm(torch.nn.Module):
         return logits, torch.nn.functional.cross_entropy(logits, labels)
 
 
+@pytest.mark.parametrize("auto", [None, "AutoIncrement"])
 def test_a_tied_decoder_wrapped_round_to_ipu_0_trains_as_pytorch(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, auto: str | None
 ) -> None:
-    """Three stages on two IPUs, PopTorch's default strategy (pipelined), the tied weight
-    read by the first and last stage: the steps follow PyTorch eager's."""
+    """Three stages on two IPUs, PopTorch's default strategy (pipelined) or
+    ``PipelinedExecution(AutoStage.AutoIncrement)`` (a stage per block, as Graphcore's BERT
+    and ViT applications set it), the tied weight read by the first and last stage: the
+    steps follow PyTorch eager's."""
     monkeypatch.setenv("POPDIST_NUM_IPUS_PER_REPLICA", "2")
     emulated, reference = _TiedLm(wrap=True), _TiedLm(wrap=False)
     opts = poptorch.Options()
+    if auto is not None:
+        opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage[auto]))
     opts.Training.gradientAccumulation(5)  # at least 2 x 3 stages - 1
     optimizer = torch.optim.SGD(emulated.parameters(), lr=0.5)
     training = poptorch.trainingModel(emulated, opts, optimizer)
@@ -107,3 +112,27 @@ def test_a_tied_decoder_wrapped_round_to_ipu_0_trains_as_pytorch(
         rtol=1e-5,
         atol=1e-6,
     )
+
+
+@pytest.mark.parametrize(
+    ("wrap", "auto", "match"),
+    [
+        (True, "SameAsIpu", "block 'decoder' returns to IPU 0 after block 'layer' on IPU 1"),
+        (False, "AutoIncrement", "has no ipu_id; AutoStage places each block by its ipu_id"),
+    ],
+)
+def test_auto_stages_a_model_cannot_have_are_refused_in_one_line(
+    monkeypatch: pytest.MonkeyPatch, wrap: bool, auto: str, match: str
+) -> None:
+    monkeypatch.setenv("POPDIST_NUM_IPUS_PER_REPLICA", "2")
+    model = _TiedLm(wrap=wrap)
+    if not wrap:
+        poptorch.BeginBlock(model.layer, "layer")  # a block without its IPU
+    opts = poptorch.Options()
+    opts.setExecutionStrategy(poptorch.PipelinedExecution(poptorch.AutoStage[auto]))
+    opts.Training.gradientAccumulation(5)
+    training = poptorch.trainingModel(model, opts, torch.optim.SGD(model.parameters(), lr=0.5))
+    tokens, labels = torch.zeros(10, 3, dtype=torch.long), torch.zeros(10, dtype=torch.long)
+    with pytest.raises(ValueError, match=match) as info:
+        training(tokens, labels)
+    assert "\n" not in str(info.value)
