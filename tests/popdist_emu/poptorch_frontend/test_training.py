@@ -38,13 +38,13 @@ def _run(tmp_path: Path, launcher: list[str], *extra: str) -> tuple[list[float],
     return result["losses"], dict(np.load(save))
 
 
-def _poprun(instances: int) -> list[str]:
+def _poprun(instances: int, replicas: int = 2) -> list[str]:
     launcher = shutil.which("poprun-emu", path=str(Path(sys.executable).parent))
     assert launcher is not None, "poprun-emu is not installed beside this Python"
     return [
         launcher,
         "--num-replicas",
-        "2",
+        str(replicas),
         "--num-instances",
         str(instances),
         "--only-output-from-instance",
@@ -71,6 +71,17 @@ def test_matches_plain_pytorch_and_is_layout_independent(
         np.testing.assert_allclose(one[name], value, rtol=1e-3, atol=1e-4, err_msg=name)
         assert np.array_equal(one[name], two[name]), name
     assert one_losses == two_losses
+
+
+def test_four_replicas_give_the_same_bits_on_one_two_and_four_instances(tmp_path: Path) -> None:
+    """``popdist.poptorch.Options`` under PopRun's layouts of 4 replicas: every instance its
+    share of the data, the same parameters and losses, bit for bit."""
+    runs = [_run(tmp_path, _poprun(n, replicas=4)) for n in (1, 2, 4)]
+    (losses, params), *others = runs
+    for other_losses, other in others:
+        assert other_losses == losses
+        for name, value in params.items():
+            assert np.array_equal(other[name], value), name
 
 
 def test_the_tutorial_learns_on_four_ipus() -> None:
