@@ -40,7 +40,8 @@ def raise_non_finite(
     Every instance must call it (one all-reduce of a mark per global replica).
 
     Args:
-        flags: per local replica, the finite flag of each of its micro-batches.
+        flags: per local replica, the finite flags of its micro-batches in order, one each
+            or an array for several computed together.
         options: the layout (replicas, this instance's offset) and the accumulation.
         step: optimiser steps done before this one, for the message.
         comm: mpi4py communicator of the instances; None is gcl's default.
@@ -53,7 +54,8 @@ def raise_non_finite(
     local = []
     for k, replica_flags in enumerate(flags):
         marks = np.zeros(options.num_total_replicas)
-        bad = [a for a, ok in enumerate(replica_flags) if not bool(ok)]
+        oks = np.concatenate([np.atleast_1d(np.asarray(ok)) for ok in replica_flags])
+        bad = np.flatnonzero(~oks.astype(bool)).tolist()
         if bad:
             marks[options.replica_offset + k] = bad[0] + 1
         local.append(marks)

@@ -2,8 +2,9 @@
 
 A call's batch is laid out as PopART's input, ``[device_iterations, gradient_accumulation,
 replication_factor, micro_batch, *sample]`` for every leaf. For device iteration ``d`` each
-local replica ``k`` runs its ``gradient_accumulation`` micro-batches ``batch[d, a, k]``,
-one call after the other, through the compiled micro-step (or, for a pipeline, through the
+local replica ``k`` runs its ``gradient_accumulation`` micro-batches ``batch[d, a, k]``
+through the compiled micro-step, several together where their gradients fit
+(``make_batched_micro_steps``), added in micro-batch order (or, for a pipeline, through the
 stages in the strategy's schedule), and hands the reduce-and-update stage one flat
 accumulator: its gradient sum, then its loss sum.
 
@@ -22,7 +23,12 @@ import numpy as np
 from popdist_emu._options import Options
 from popdist_emu.pipeline import Pipeline
 from popdist_emu.programs import Program, shape_struct
-from popdist_emu.runtime._replica_step import Accumulator, Batch, Params
+from popdist_emu.runtime._replica_step import (
+    Accumulator,
+    Batch,
+    Params,
+    micro_batches_per_program,
+)
 
 
 def _leaf_path(path: tuple[Any, ...]) -> str:
@@ -70,6 +76,7 @@ def accumulate(
     micro_step: Program | None,
     pipeline: Pipeline | None,
     zeros: Accumulator,
+    batched: Any = None,
 ) -> tuple[list[Accumulator], list[list[Any]]]:
     """Every local replica's flat accumulator for device iteration ``d`` of ``batch``.
 
@@ -81,10 +88,14 @@ def accumulate(
         micro_step: the compiled micro-step; None for a pipeline.
         pipeline: the replica's pipeline, or None for the micro-step.
         zeros: the accumulator a replica starts from (never written).
+        batched: ``make_batched_micro_steps``' program, which computes several of a
+            replica's micro-batches together (as many as ``micro_batches_per_program``
+            allows); None runs ``micro_step`` once per micro-batch.
 
     Returns:
         ``(sums, flags)``: one flat accumulator (gradient sum, then loss sum) per local
-        replica, and per replica the finite flag of each micro-batch.
+        replica, and per replica the finite flags of its micro-batches in order (one each,
+        or an array for those computed together).
     """
     leaves, treedef = jax.tree.flatten(batch)
     accumulation = options.gradient_accumulation
@@ -105,9 +116,18 @@ def accumulate(
         if micro_step is None:
             raise RuntimeError("accumulate: no micro-step was compiled for this step shape.")
         acc, replica_flags = zeros, []
-        for micro in micros:
-            acc, finite = micro_step(params, acc, micro)
-            replica_flags.append(finite)
+        together = micro_batches_per_program(accumulation, zeros.nbytes) if batched else 1
+        if together > 1:
+            for a in range(0, accumulation, together):
+                chunk = jax.tree.unflatten(
+                    treedef, [leaf[d, a : a + together, k] for leaf in leaves]
+                )
+                acc, finite = batched(params, acc, chunk)
+                replica_flags.append(finite)  # read only when the update is not finite
+        else:
+            for micro in micros:
+                acc, finite = micro_step(params, acc, micro)
+                replica_flags.append(finite)
         sums.append(acc)
         flags.append(replica_flags)
     return sums, flags

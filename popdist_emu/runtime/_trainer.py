@@ -51,6 +51,7 @@ from popdist_emu.runtime._replica_step import (
     Accumulator,
     TrainState,
     check_scalar_loss,
+    make_batched_micro_steps,
     make_micro_step,
     make_update,
     shape_struct,
@@ -110,6 +111,7 @@ class Trainer:
         self.replica_offset = opts.replica_offset
         scale = update_scale(self.num_total_replicas, opts.gradient_accumulation, opts.reduction)
         self.grad_fn = make_micro_step(loss_fn)
+        self._batched = make_batched_micro_steps(loss_fn)
         # Model parallelism over the replica's IPUs (None: the loss runs as one program).
         self.pipeline = make_pipeline(loss_fn, opts, params)
         self.update_fn = make_update(optimiser, scale)
@@ -301,6 +303,7 @@ class Trainer:
                 micro_step=self._compiled_step().micro_step,
                 pipeline=self.pipeline,
                 zeros=self._zeros,
+                batched=self._batched,
             )
         # The collectives as gcl ran them, for the host timeline of the run.
         with gcl.timed_recording() as ran, TIMELINE.span("reduce and update"):

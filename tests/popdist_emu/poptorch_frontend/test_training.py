@@ -95,18 +95,27 @@ def test_the_tutorial_learns_on_four_ipus() -> None:
     assert np.mean(losses[-20:]) < 0.25 * np.mean(losses[:20])
 
 
-@pytest.mark.parametrize("strategy", ["", "pipelined", "sharded"])
 def test_blocks_on_four_ipus_train_as_on_one(
-    tmp_path: Path, strategy: str, one_instance: tuple[list[float], dict]
+    tmp_path: Path, one_instance: tuple[list[float], dict]
 ) -> None:
-    """BeginBlock on IPUs 0-3 with PopTorch's strategy (none: its default, pipelined): the
-    same bits as one IPU."""
+    """BeginBlock on IPUs 0-3 with PopTorch's strategy (none: its default, pipelined),
+    pipelined and sharded: the same bits as each other, and one IPU's numbers within float
+    rounding (one IPU computes a replica's micro-batches together, the stages one at a
+    time)."""
     one_losses, one = one_instance
     four = [*_poprun(1), "--ipus-per-replica", "4"]
-    losses, params = _run(tmp_path, four, *(("--strategy", strategy) if strategy else ()))
-    assert losses == one_losses
+    runs = [
+        _run(tmp_path, four, *(("--strategy", s) if s else ()))
+        for s in ("", "pipelined", "sharded")
+    ]
+    (losses, params), *others = runs
+    for other_losses, other in others:
+        assert other_losses == losses
+        for name, value in params.items():
+            assert np.array_equal(other[name], value), name
+    np.testing.assert_allclose(losses, one_losses, rtol=1e-5, atol=1e-6)
     for name, value in one.items():
-        assert np.array_equal(params[name], value), name
+        np.testing.assert_allclose(params[name], value, rtol=1e-3, atol=1e-4, err_msg=name)
 
 
 def test_bad_combined_batch_refused_in_one_line() -> None:

@@ -1,5 +1,6 @@
 """Each program of a step is compiled once per process, functional and offline alike: the
-trainer runs (and the hardware model analyses) the executables it compiled.
+hardware model analyses the executables the trainer compiled, and the trainer runs them (a
+replica's micro-batches through one program where they fit together).
 
 Compilations are counted with JAX's monitoring events (one ``backend_compile_duration`` event
 per XLA compilation, with the program's name), not with timings.
@@ -70,9 +71,11 @@ def test_a_functional_run_compiles_each_program_once(compiles):
         trainer.step(b)
     popdist_emu.simulate(trainer, batches[0], environ={})
     counts = collections.Counter(compiles)
-    # The optimiser's init, the micro-step and the update; each exactly once.
-    assert len(counts) == 3 and set(counts.values()) == {1}, counts
-    assert any("micro_step" in name for name in counts)
+    # The optimiser's init, the micro-step (the hardware model's), the micro-steps of a
+    # replica's micro-batches together (what runs) and the update; each exactly once.
+    assert len(counts) == 4 and set(counts.values()) == {1}, counts
+    assert any("micro_steps" in name for name in counts)
+    assert any(name.endswith("(micro_step)") for name in counts)
     assert any("update" in name for name in counts)
     assert simulation.profile.grad_flops > 0
 
