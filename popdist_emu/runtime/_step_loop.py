@@ -67,6 +67,12 @@ def micro_batch_shapes(batch: Batch, options: Options) -> Any:
     return jax.tree.map(lambda x: shape_struct(x, tuple(np.shape(x))[3:]), batch)
 
 
+def _part(leaves: list[Any], treedef: Any, d: int, micro: int | slice, k: int) -> Batch:
+    """Micro-batch ``micro`` (or a slice of them, stacked) of replica ``k`` at device
+    iteration ``d``."""
+    return jax.tree.unflatten(treedef, [leaf[d, micro, k] for leaf in leaves])
+
+
 def accumulate(
     batch: Batch,
     d: int,
@@ -101,14 +107,12 @@ def accumulate(
     accumulation = options.gradient_accumulation
     sums: list[Accumulator] = []
     flags: list[list[Any]] = []
+    together = micro_batches_per_program(accumulation, zeros.nbytes) if batched is not None else 1
     for k in range(options.replication_factor):
-        micros = [
-            jax.tree.unflatten(treedef, [leaf[d, a, k] for leaf in leaves])
-            for a in range(accumulation)
-        ]
         if pipeline is not None:
             # The replica's micro-batches run through the stages (pipelined or sharded) and
             # come out as the same flat accumulator, accumulated in micro-batch order.
+            micros = [_part(leaves, treedef, d, a, k) for a in range(accumulation)]
             acc, finite = pipeline.accumulate(params, micros, zeros)
             sums.append(acc)
             flags.append([finite] * accumulation)
@@ -116,18 +120,13 @@ def accumulate(
         if micro_step is None:
             raise RuntimeError("accumulate: no micro-step was compiled for this step shape.")
         acc, replica_flags = zeros, []
-        together = micro_batches_per_program(accumulation, zeros.nbytes) if batched else 1
-        if together > 1:
-            for a in range(0, accumulation, together):
-                chunk = jax.tree.unflatten(
-                    treedef, [leaf[d, a : a + together, k] for leaf in leaves]
-                )
+        for a in range(0, accumulation, together):
+            if together > 1:
+                chunk = _part(leaves, treedef, d, slice(a, a + together), k)
                 acc, finite = batched(params, acc, chunk)
-                replica_flags.append(finite)  # read only when the update is not finite
-        else:
-            for micro in micros:
-                acc, finite = micro_step(params, acc, micro)
-                replica_flags.append(finite)
+            else:
+                acc, finite = micro_step(params, acc, _part(leaves, treedef, d, a, k))
+            replica_flags.append(finite)  # read only when the update is not finite
         sums.append(acc)
         flags.append(replica_flags)
     return sums, flags
