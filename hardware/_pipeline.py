@@ -335,6 +335,12 @@ def _cycle_passes(num_stages: int, gradient_accumulation: int, cycle: int):
     return forwards + backwards
 
 
+def stash_entry_bytes(stage: StageCost, recomputation: bool) -> int:
+    """One micro-batch's entry in a stage's stash: its input under recomputation, else what
+    its forward saves for its backward."""
+    return stage.input_bytes if recomputation else stage.activation_bytes
+
+
 def stash_bytes(
     stage: StageCost,
     position: int,
@@ -346,9 +352,8 @@ def stash_bytes(
 ) -> int:
     """Bytes of stage ``position``'s activation stash at its deepest."""
     depth = stash_depth(position, num_stages, strategy, schedule)
-    if recomputation:
-        return depth * stage.input_bytes + (stage.checkpoint_bytes or stage.activation_bytes)
-    return depth * stage.activation_bytes
+    working = (stage.checkpoint_bytes or stage.activation_bytes) if recomputation else 0
+    return depth * stash_entry_bytes(stage, recomputation) + working
 
 
 def memory_counter(
@@ -360,7 +365,7 @@ def memory_counter(
     A micro-batch's stash entry is allocated when its forward pass starts and freed when
     its backward pass ends (PopVision's liveness view, per IPU).
     """
-    entry = [s.input_bytes if recomputation else s.activation_bytes for s in pipeline.stages]
+    entry = [stash_entry_bytes(s, recomputation) for s in pipeline.stages]
     changes: dict[int, list[tuple[float, int]]] = {ipu: [] for ipu in pipeline.ipus}
     for e in pipeline.events:
         if e.kind == "forward":

@@ -43,6 +43,7 @@ from hardware._pipeline import (
     schedule_pipeline,
     stash_bytes,
     stash_depth,
+    stash_entry_bytes,
 )
 from hardware._specs import IpuSpec, SystemSelectionError, SystemSpec
 from hardware._step_profile import StepProfile
@@ -102,6 +103,11 @@ class PipelineReport:
         totals = [m.total for m in self.ipu_memory]
         return totals.index(max(totals))
 
+    @property
+    def stash_entries(self) -> tuple[int, ...]:
+        """Each stage's stash entry per micro-batch (``stash_entry_bytes``)."""
+        return tuple(stash_entry_bytes(s, self.recomputation) for s in self.schedule.stages)
+
     def stages_on(self, ipu: int) -> tuple[int, ...]:
         """The stages IPU ``ipu`` runs, in pipeline order."""
         return tuple(k for k, s in enumerate(self.schedule.stages) if s.ipu == ipu)
@@ -150,9 +156,10 @@ def ipu_memory(
     accumulating = profile.gradient_accumulation > 1
     # Each stage stashes its entries (only its input under recomputation); one stage at a
     # time recomputes, with its checkpoints and one block's activations live.
-    entry = [s.input_bytes if recomputation else s.activation_bytes for _, s in mine]
-    depths = [stash_depth(k, len(stages), strategy, schedule) for k, _ in mine]
-    stash = sum(d * e for d, e in zip(depths, entry, strict=True))
+    stash = sum(
+        stash_depth(k, len(stages), strategy, schedule) * stash_entry_bytes(s, recomputation)
+        for k, s in mine
+    )
     if recomputation:
         stash += max(s.checkpoint_bytes or s.activation_bytes for _, s in mine)
     parameter_bytes = sum(s.parameter_bytes for _, s in mine)
@@ -192,11 +199,9 @@ def _remedies(report: PipelineReport, profile: StepProfile, layout: ReplicaLayou
     remedies = []
     lightest = min(range(len(report.ipu_memory)), key=lambda i: report.ipu_memory[i].total)
     if lightest != ipu:
-        stages = " and ".join(str(k) for k in report.stages_on(ipu))
         remedies.append(
-            f"moving blocks of stage {stages} to IPU {lightest} "
-            f"(stage {' and '.join(str(k) for k in report.stages_on(lightest))}, "
-            f"{report.ipu_memory[lightest].total:,} bytes)"
+            f"moving blocks of {_which_stages(report, ipu)} to IPU {lightest} "
+            f"({_which_stages(report, lightest)}, {report.ipu_memory[lightest].total:,} bytes)"
         )
     if not report.recomputation and c["activations"] > 0:
         remedies.append("recomputation (stash only each stage's input: --recompute)")
@@ -213,17 +218,21 @@ def _remedies(report: PipelineReport, profile: StepProfile, layout: ReplicaLayou
     return remedies
 
 
+def _which_stages(report: PipelineReport, ipu: int) -> str:
+    """``stage 0`` or ``stages 0 and 7``: the stages IPU ``ipu`` runs."""
+    ks = report.stages_on(ipu)
+    return f"stage {ks[0]}" if len(ks) == 1 else "stages " + " and ".join(map(str, ks))
+
+
 def _named_stages(report: PipelineReport, ipu: int) -> str:
     """``stage 0: B0`` or ``stages 0 and 7: emb, L0, head``: what IPU ``ipu`` runs."""
-    ks = report.stages_on(ipu)
-    blocks = [b for k in ks for b in report.schedule.stages[k].blocks]
+    blocks = [b for k in report.stages_on(ipu) for b in report.schedule.stages[k].blocks]
     named = (
         ", ".join(blocks)
         if len(blocks) <= 6
         else f"{blocks[0]}, {blocks[1]} ... {blocks[-1]}, {len(blocks)} blocks"
     )
-    which = f"stage {ks[0]}" if len(ks) == 1 else "stages " + " and ".join(map(str, ks))
-    return f"{which}: {named}"
+    return f"{_which_stages(report, ipu)}: {named}"
 
 
 def check_pipeline_memory(sim: StepSimulation) -> None:

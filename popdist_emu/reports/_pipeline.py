@@ -110,10 +110,7 @@ def memory_counter_events(
     report = sim.pipeline
     if report is None:
         return []
-    entry = [
-        s.input_bytes if report.recomputation else s.activation_bytes
-        for s in report.schedule.stages
-    ]
+    entry = report.stash_entries
     out = []
     for ipu, memory in enumerate(report.ipu_memory):
         track = ipu_track(ipu)
@@ -149,7 +146,7 @@ def pipeline_lines(sim: StepSimulation) -> list[str]:
     k, n = len(report.schedule.stages), len(report.ipu_memory)
     stages_text = f" ({k} stages)" if k != n else ""
     lines = [
-        f"  pipeline: {report.strategy} over {len(report.ipu_memory)} IPUs"
+        f"  pipeline: {report.strategy} over {n} IPUs"
         f"{stages_text}"
         f"{' with recomputation' if report.recomputation else ''}; {bubble_text(sim)}, "
         f"balance {report.balance:.2f} (slowest/mean IPU)"
