@@ -194,14 +194,10 @@ def emulator_strategy(strategy: Any, blocks: list[tuple[str, int | None]]) -> An
     import popdist_emu
 
     if strategy is None:  # PopTorch's default: pipelined, one stage per run of one IPU
-        stages: list[Any] = []
-        for name, ipu in blocks:
-            if stages and stages[-1][1] == (ipu or 0):
-                stages[-1][0].append(name)
-            else:
-                stages.append(([name], ipu or 0))
-        emu = [popdist_emu.Stage(*names, ipu=ipu) for names, ipu in stages]
-        return popdist_emu.PipelinedExecution(*emu)
+        runs = _runs_by_ipu([(name, ipu or 0) for name, ipu in blocks])
+        return popdist_emu.PipelinedExecution(
+            *(popdist_emu.Stage(*names, ipu=ipu) for ipu, names in runs)
+        )
     check_strategy(strategy)
     cls = (
         popdist_emu.ShardedExecution
@@ -242,16 +238,24 @@ def _auto_stages(strategy: Any, blocks: list[tuple[str, int | None]]) -> list[An
         )
     if auto is AutoStage.AutoIncrement:
         return [popdist_emu.Stage(block, ipu=ipu) for block, ipu in blocks]
-    stages: list[tuple[int, list[str]]] = []
-    for block, ipu in blocks:
-        if stages and stages[-1][0] == ipu:
-            stages[-1][1].append(block)
-        elif any(placed == ipu for placed, _ in stages):
+    runs = _runs_by_ipu([(block, int(ipu)) for block, ipu in blocks if ipu is not None])
+    for i, (ipu, names) in enumerate(runs):
+        if any(earlier == ipu for earlier, _ in runs[:i]):
+            before_ipu, before = runs[i - 1]
             raise ValueError(
-                f"{name}(AutoStage.SameAsIpu): block {block!r} returns to IPU {ipu} after "
-                f"block {stages[-1][1][-1]!r} on IPU {stages[-1][0]}, but a stage must be one "
+                f"{name}(AutoStage.SameAsIpu): block {names[0]!r} returns to IPU {ipu} after "
+                f"block {before[-1]!r} on IPU {before_ipu}, but a stage must be one "
                 "run of blocks: use AutoStage.AutoIncrement (a stage per block)."
             )
+    return [popdist_emu.Stage(*names, ipu=ipu) for ipu, names in runs]
+
+
+def _runs_by_ipu(blocks: list[tuple[str, int]]) -> list[tuple[int, list[str]]]:
+    """``(ipu, block names)`` of each run of consecutive blocks on one IPU, in order."""
+    runs: list[tuple[int, list[str]]] = []
+    for block, ipu in blocks:
+        if runs and runs[-1][0] == ipu:
+            runs[-1][1].append(block)
         else:
-            stages.append((int(ipu), [block]))  # type: ignore[arg-type]
-    return [popdist_emu.Stage(*names, ipu=ipu) for ipu, names in stages]
+            runs.append((ipu, [block]))
+    return runs
