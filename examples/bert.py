@@ -195,9 +195,6 @@ def make_heads_block(tied: bool):
     return block
 
 
-heads_block = make_heads_block(tied=False)
-
-
 def block_model(model: str, *, split: bool = False, tied: bool = False) -> popdist.BlockModel:
     """``embeddings``, then ``layer00`` ... (or, ``split``, ``attention00``, ``ffn00``, ...:
     blocks finer than a layer, as Graphcore's ``att_ffn_placement`` places them), ``heads``."""

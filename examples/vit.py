@@ -142,12 +142,16 @@ def make_layer_block(name: str, heads: int):
     return block
 
 
-def head_block(p, carry):
-    """Final layer norm on the class token, pre-logits (dense, tanh), classifier, loss."""
-    x, labels = carry
-    hp = p["head"]
+def _head_logits(hp, x):
+    """Final layer norm on the class token, pre-logits (dense, tanh), classifier."""
     cls = _layer_norm(hp["ln"], x[:, 0])
-    logits = dense(hp["classifier"], jnp.tanh(dense(hp["pre_logits"], cls)))
+    return dense(hp["classifier"], jnp.tanh(dense(hp["pre_logits"], cls)))
+
+
+def head_block(p, carry):
+    """The head's logits and the cross-entropy loss."""
+    x, labels = carry
+    logits = _head_logits(p["head"], x)
     return optax.softmax_cross_entropy_with_integer_labels(
         logits.astype(jnp.float32), labels
     ).mean()
@@ -163,9 +167,7 @@ def logits_fn(model: str):
         x, _ = embed(params, (images, jnp.zeros(images.shape[0], jnp.int32)))
         for block in blocks:
             x, _ = block(params, (x, None))
-        hp = params["head"]
-        cls = _layer_norm(hp["ln"], x[:, 0])
-        return dense(hp["classifier"], jnp.tanh(dense(hp["pre_logits"], cls)))
+        return _head_logits(params["head"], x)
 
     return jax.jit(logits)
 
