@@ -339,7 +339,7 @@ def simulate_pipeline_step(
             f"replica: place at least one stage on each IPU 0..{layout.ipus_per_replica - 1} "
             "of the replica, and none beyond."
         )
-    params = parameters if parameters is not None else load_parameters()
+    params = parameters if parameters is not None else load_parameters(model=profile.name)
     ipu = system.ipu
     # IPU s sends to IPU s + 1 over the IPU-Links between them; with the replica's IPUs on
     # one ring, half of an IPU's links face each neighbour (graphcore-facts.md section 4).

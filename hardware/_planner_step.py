@@ -186,7 +186,7 @@ def plan_profile(
     """
     from hardware._parameters import load_parameters
 
-    params = parameters if parameters is not None else load_parameters()
+    params = parameters if parameters is not None else load_parameters(model=profile.name)
     return plan_step(
         profile.matmuls if ops is None else ops,
         ipu,

@@ -380,7 +380,7 @@ def simulate_step(
         )
     if prefetch_depth < 0:
         raise ValueError(f"`prefetch_depth` must be >= 0, got {prefetch_depth}.")
-    params = parameters if parameters is not None else load_parameters()
+    params = parameters if parameters is not None else load_parameters(model=profile.name)
     d = _durations(profile, layout, system, params)
     events, step_seconds, exposed, exposed_host, run = exposed_host_times(
         d, profile, prefetch_depth

@@ -27,7 +27,7 @@ import math
 import pathlib
 
 from hardware._layout import ReplicaLayout
-from hardware._parameters import CALIBRATION_FILE
+from hardware._parameters import CALIBRATION_FILE, calibration_family
 from hardware._specs import SystemSpec, get_system
 
 METHOD = "leave-one-out RMS relative error of the calibration rows"
@@ -79,8 +79,8 @@ class Calibration:
 
     @property
     def max_ipus(self) -> int:
-        """IPUs of the largest calibration row (its rows run one IPU per replica)."""
-        return max((r.replicas for r in self.rows), default=0)
+        """IPUs of the largest calibration row (each row ran on all of its system's IPUs)."""
+        return max((get_system(r.system).num_ipus for r in self.rows), default=0)
 
     @property
     def ipu_names(self) -> tuple[str, ...]:
@@ -130,14 +130,19 @@ class Calibration:
 
 
 @functools.lru_cache(maxsize=8)
-def load_calibration(path: str | pathlib.Path | None = None) -> Calibration:
-    """The calibration rows of ``path`` (default: the packaged calibration.json); none when
-    the file does not exist (a checkout before anyone calibrated). Read once per process:
-    every report and every point of a sweep asks for it."""
+def load_calibration(path: str | pathlib.Path | None = None, model: str = "") -> Calibration:
+    """The calibration rows of ``path`` (default: the packaged calibration.json) that fitted
+    the parameters ``model`` runs with: its family's rows when it belongs to a calibrated
+    family (``calibration_family``), else the shared rows; none when the file does not exist
+    (a checkout before anyone calibrated). Read once per process and model: every report and
+    every point of a sweep asks for it."""
     file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
     if not file.exists():
         return Calibration((), "", ())
     data = json.loads(file.read_text())
+    families = data.get("families", {})
+    family = calibration_family(model, families)
+    record = families[family] if family else data
     rows = tuple(
         CalibrationRow(
             system=str(r["system"]),
@@ -146,6 +151,7 @@ def load_calibration(path: str | pathlib.Path | None = None) -> Calibration:
             error=float(r["error"]),
             leave_one_out_error=float(r["leave_one_out_error"]),
         )
-        for r in data.get("rows", ())
+        for r in record.get("rows", ())
     )
-    return Calibration(rows, str(data.get("data", "")), tuple(data.get("model_families", ())))
+    names = (family,) if family else tuple(data.get("model_families", ()))
+    return Calibration(rows, str(record.get("data", "")), names)

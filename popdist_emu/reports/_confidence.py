@@ -16,7 +16,7 @@ from hardware import StepSimulation, load_calibration
 def uncertainty_summary(sim: StepSimulation) -> dict[str, Any]:
     """``summary.json``'s ``uncertainty``: the bands, how they were derived, and the
     extrapolations (empty when the configuration is inside the calibrated range)."""
-    calibration = load_calibration()
+    calibration = load_calibration(model=sim.profile.name)
     low, high = calibration.band(sim.samples_per_second)
     fast, slow = calibration.step_band(sim.simulated_step_seconds)
     return {

@@ -285,7 +285,7 @@ def simulate_pipeline(
     pipeline = _pipeline_of(trainer)
     layout = trainer.options.layout
     spec = hardware.select_system(system, layout.num_ipus)
-    params = hardware.load_parameters()
+    params = hardware.load_parameters(model=name)
     shapes = trainer.step_shapes(batch)
     if not environ.get(REQUEST_VARIABLE):
         # Under poprun-emu-scaling every point's own memory check decides (with RTS a

@@ -38,7 +38,7 @@ def test_what_the_calibration_covers_is_not_called_an_extrapolation():
     [
         (65536, "pod65536", "ResNet-50", "65,536 IPUs: beyond the largest calibration row"),
         (64, "bow-pod64", "ResNet-50", "Bow"),
-        (16, "pod16", "BERT-large", "model BERT-large"),
+        (16, "pod16", "ViT-base", "model ViT-base"),
     ],
 )
 def test_each_extrapolation_is_named(replicas, system, model, words):
@@ -54,3 +54,23 @@ def test_no_calibration_file_means_no_band(tmp_path):
     assert (
         empty.extrapolations(hardware.ReplicaLayout(16, 8), hardware.get_system("pod16"), "x") == []
     )
+
+
+def test_a_calibrated_family_has_its_own_rows_band_and_coverage(tmp_path):
+    record = json.loads(CALIBRATION_FILE.read_text())
+    row = {"system": "pod64", "replicas": 8, "published_samples_per_second": 100.0}
+    family_rows = [{**row, "error": 0.01, "leave_one_out_error": e} for e in (0.03, -0.04)]
+    record["families"] = {"BERT": {"parameters": {}, "data": "BERT rows", "rows": family_rows}}
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(record))
+    bert = hardware.load_calibration(path, model="BERT-large")
+    assert bert.data == "BERT rows" and bert.relative_spread == pytest.approx(0.0354, abs=1e-4)
+    assert bert.max_ipus == 64  # a row's IPUs are its system's, 8 replicas of 8 IPUs here
+    pod64, bow = hardware.get_system("pod64"), hardware.get_system("bow-pod64")
+    layout = hardware.ReplicaLayout(8, 1, ipus_per_replica=8)
+    assert bert.extrapolations(layout, pod64, "BERT-large") == []
+    assert [line.split(":")[0] for line in bert.extrapolations(layout, bow, "BERT-large")] == [
+        "Bow IPU"
+    ]
+    # Every other model keeps the shared rows.
+    assert hardware.load_calibration(path, model="ResNet-50").data == record["data"]
