@@ -182,11 +182,12 @@ def _extrapolated(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def _published_rows(series, published) -> tuple[list[list[str]], list[list[str]]]:
+def _published_rows(series, published, model: str = "") -> tuple[list[list[str]], list[list[str]]]:
     """The published points against the predictions: the calibration rows (the parameters
     were fitted on them, so their error is no check; their leave-one-out error is), and the
-    held-out rows, which are checks."""
-    calibration = load_calibration()
+    held-out rows, which are checks. ``model`` picks the calibration that fitted its
+    parameters (a calibrated family's rows, else the shared ones)."""
+    calibration = load_calibration(model=model)
     fitted, held_out = [], []
     for m in published:
         for s in series:
@@ -331,7 +332,7 @@ def report_html(doc: Mapping[str, Any]) -> str:
                 fits,
             )
         )
-    fitted, held_out = _published_rows(series, published)
+    fitted, held_out = _published_rows(series, published, doc["model"] or "")
     header = [
         "published",
         "series",
@@ -341,7 +342,7 @@ def report_html(doc: Mapping[str, Any]) -> str:
         "band",
         "error",
     ]
-    calibration = load_calibration()
+    calibration = load_calibration(model=doc["model"] or "")
     spread = (
         f"&plusmn;{100 * calibration.relative_spread:.1f} %, the {html.escape(calibration.method)} "
         f"({html.escape(calibration.data)})"

@@ -139,6 +139,18 @@ def test_calibrated_parameters_are_loaded_by_default():
     assert sim.parameters == hardware.load_parameters()
 
 
+def test_a_model_of_a_calibrated_family_runs_with_the_family_parameters():
+    layout, pod16 = hardware.ReplicaLayout(16, 8), hardware.get_system("pod16")
+    shared = hardware.simulate_step(profile(name="toy"), layout, pod16)
+    bert = hardware.simulate_step(profile(name="BERT-large"), layout, pod16)
+    assert bert.parameters == hardware.load_parameters(model="BERT-large")
+    assert bert.parameters != shared.parameters == hardware.load_parameters()
+    # The family's host synchronisation ends each step; its efficiency sets the compute.
+    assert bert.phases["host_sync"] == bert.parameters.host_sync_seconds
+    ratio = shared.parameters.compute_efficiency / bert.parameters.compute_efficiency
+    assert bert.phases["compute"] < shared.phases["compute"] and ratio < 1
+
+
 @given(
     exponent=st.integers(0, 9),
     ga=st.integers(1, 8),
