@@ -3,12 +3,13 @@
 Graphcore's PopTorch ViT (graphcore/examples, ``vision/vit/pytorch``, configuration
 ``b16_in1k_pretrain_lamb``) pre-trains ViT-B/16 on ImageNet-1k with LAMB over 4 IPUs per
 replica, three encoder layers on each. Run its IPU-POD64 benchmark configuration offline
-(compile only, from shapes; ``benchmarks.yml``'s ``pytorch_vit_lamb_pretrain_gen_pod64``)::
+(compile only, from shapes; ``benchmarks.yml``'s ``pytorch_vit_lamb_pretrain_gen_pod64``,
+which passes ``--enable-rts false``)::
 
     poprun-emu --offline-mode yes --system bow-pod64 --num-replicas 16 --num-instances 8 \\
         --ipus-per-replica 4 examples/vit.py --model base --micro-batch-size 8 \\
         --gradient-accumulation 512 --layers-per-ipu 3,3,3,3 \\
-        --available-memory-proportion 0.3 --replicated-tensor-sharding --recompute
+        --available-memory-proportion 0.3 --recompute
 
 or train the tiny model for real on the handwritten digits shipped with scikit-learn (8x8
 images cut into 2x2 patches)::

@@ -1,0 +1,350 @@
+"""ResNeXt training in plain JAX, pipelined over the IPUs of a replica.
+
+Graphcore's TensorFlow CNNs train ResNeXt-101 (32x4d: 32 groups of 4 channels in the first
+stage's 3x3 convolutions) over 2 IPUs per replica; its Bow-POD16 benchmark configuration
+(``configs.yml`` key ``mk2_resnext101_16ipus``: 8 replicas, micro-batch 6, gradient
+accumulation 16, the pipeline split after ``stage3/unit4/relu``, recomputation, half partials,
+group norm) runs offline (compile only, from shapes) as::
+
+    poprun-emu --offline-mode yes --system bow-pod16 --num-replicas 8 --ipus-per-replica 2 \\
+        examples/resnext_training.py --model 101 --micro-batch-size 6 \\
+        --gradient-accumulation 16 --split-after stage3unit4 --recompute \\
+        --enable-half-partials
+
+or the tiny model trains for real on the handwritten digits shipped with scikit-learn::
+
+    poprun-emu --num-replicas 2 --ipus-per-replica 2 examples/resnext_training.py
+
+The model: a 7x7 stride-2 stem and 3x3 max pool (the tiny model: a 3x3 stem, no pool), then
+bottleneck units (1x1 convolution, grouped 3x3 convolution carrying the stride, 1x1
+convolution to four times the planes, each followed by a group norm, with a projection
+shortcut where the shape changes: Graphcore's shortcut type B), global average pooling and
+the classifier, trained with momentum SGD on the cross-entropy. Blocks: ``stem``, one per
+unit (``stage1unit1`` ...) and ``head``; ``--split-after`` names the last block of IPU 0
+(Graphcore's ``pipeline_splits``), the rest goes on IPU 1, or ``--units-per-ipu`` spreads
+the units over any number of IPUs.
+
+The last line printed (by instance 0) is a JSON object with the simulated throughput.
+
+References:
+    Xie et al., "Aggregated Residual Transformations for Deep Neural Networks", CVPR 2017
+    (ResNeXt-101 32x4d: units 3, 4, 23, 3); Wu and He, "Group Normalization", ECCV 2018;
+    graphcore/examples (and its copy in mlcommons/training_results_v2.0,
+    ``Graphcore/benchmarks/resnet/implementations/tensorflow``): ``configs.yml`` and
+    ``Models/resnext.py`` (cardinality 32, group dimension 4, group norm of 32 groups on
+    ImageNet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from typing import NoReturn
+
+import _transformer
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+import hardware
+import popdist_emu as popdist
+from popdist_emu import arguments
+
+# (image, channels, stem: kernel, stride, pool; units per stage, groups, group width,
+#  first planes, norm groups, classes)
+CONFIGS = {
+    "tiny": (8, 1, (3, 1, False), (1, 1), 4, 2, 8, 4, 10),
+    "101": (224, 3, (7, 2, True), (3, 4, 23, 3), 32, 4, 64, 32, 1000),
+}
+DTYPES = {"fp16": jnp.float16, "fp32": jnp.float32}
+_DIMS = ("NHWC", "HWIO", "NHWC")
+
+
+def refuse(message: str) -> NoReturn:
+    _transformer.refuse("resnext_training.py", message)
+
+
+def unit_names(model: str) -> list[str]:
+    """Every bottleneck unit's block name, in order (``stage1unit1`` ...)."""
+    units = CONFIGS[model][3]
+    return [f"stage{s + 1}unit{u + 1}" for s, n in enumerate(units) for u in range(n)]
+
+
+def _unit_plan(model: str):
+    """Per unit: name, input channels, grouped width, output channels, stride."""
+    _, _, _, units, groups, group_width, planes, _, _ = CONFIGS[model]
+    cin, plan = planes, []
+    for s, n in enumerate(units):
+        width, cout = groups * group_width * 2**s, planes * 4 * 2**s
+        for u in range(n):
+            stride = 2 if (u == 0 and s > 0) else 1
+            plan.append((f"stage{s + 1}unit{u + 1}", cin, width, cout, stride))
+            cin = cout
+    return plan
+
+
+def _shapes(model: str, dtype) -> dict:
+    _, channels, (kernel, _, _), _, groups, _, planes, _, classes = CONFIGS[model]
+
+    def conv(kh, cin, cout, g=1):
+        return {"w": (kh, kh, cin // g, cout), "scale": (cout,), "bias": (cout,)}
+
+    shapes = {"stem": conv(kernel, channels, planes)}
+    for name, cin, width, cout, stride in _unit_plan(model):
+        unit = {
+            "conv1": conv(1, cin, width),
+            "conv2": conv(3, width, width, groups),
+            "conv3": conv(1, width, cout),
+        }
+        if stride != 1 or cin != cout:
+            unit["shortcut"] = conv(1, cin, cout)
+        shapes[name] = unit
+    shapes["head"] = {"w": (_unit_plan(model)[-1][3], classes), "b": (classes,)}
+    return jax.tree.map(
+        lambda s: jax.ShapeDtypeStruct(s, dtype), shapes, is_leaf=lambda x: isinstance(x, tuple)
+    )
+
+
+def init_params(model: str, dtype, key: jax.Array) -> dict:
+    """He-normal convolutions (std sqrt(2 / fan-in)), unit norm scales, zero shifts, a
+    zero-initialised classifier."""
+
+    def std(name: str, shape: tuple) -> float:
+        return math.sqrt(2.0 / math.prod(shape[:3])) if len(shape) == 4 else 0.0
+
+    return _transformer.init_params(_shapes(model, dtype), key, std)
+
+
+def _conv_norm(p, x, norm_groups: int, *, stride: int = 1, groups: int = 1, relu: bool = True):
+    """Convolution (``SAME`` padding), group norm over ``norm_groups`` groups, ReLU."""
+    x = jax.lax.conv_general_dilated(
+        x, p["w"], (stride, stride), "SAME", dimension_numbers=_DIMS, feature_group_count=groups
+    )
+    b, h, w, c = x.shape
+    g = x.astype(jnp.float32).reshape(b, h, w, norm_groups, c // norm_groups)
+    mean = g.mean(axis=(1, 2, 4), keepdims=True)
+    var = g.var(axis=(1, 2, 4), keepdims=True)
+    x = ((g - mean) * jax.lax.rsqrt(var + 1e-5)).reshape(b, h, w, c).astype(x.dtype)
+    x = x * p["scale"] + p["bias"]
+    return jax.nn.relu(x) if relu else x
+
+
+def make_stem_block(model: str):
+    _, _, (_, stride, pool), _, _, _, _, norm_groups, _ = CONFIGS[model]
+
+    def block(p, batch):
+        images, labels = batch
+        x = _conv_norm(p["stem"], images.astype(p["stem"]["w"].dtype), norm_groups, stride=stride)
+        if pool:
+            x = jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 3, 3, 1), (1, 2, 2, 1), "SAME")
+        return x, labels
+
+    return block
+
+
+def make_unit_block(model: str, name: str, stride: int):
+    """One bottleneck unit: 1x1, grouped 3x3 (the stride), 1x1, the shortcut, ReLU."""
+    groups, norm_groups = CONFIGS[model][4], CONFIGS[model][7]
+
+    def block(p, carry):
+        x, labels = carry
+        q = p[name]
+        y = _conv_norm(q["conv1"], x, norm_groups)
+        y = _conv_norm(q["conv2"], y, norm_groups, stride=stride, groups=groups)
+        y = _conv_norm(q["conv3"], y, norm_groups, relu=False)
+        if "shortcut" in q:
+            x = _conv_norm(q["shortcut"], x, norm_groups, stride=stride, relu=False)
+        return jax.nn.relu(x + y), labels
+
+    return block
+
+
+def _head_logits(hp, x):
+    pooled = x.astype(jnp.float32).mean(axis=(1, 2)).astype(x.dtype)
+    return pooled @ hp["w"] + hp["b"]
+
+
+def head_block(p, carry):
+    """Global average pooling, the classifier and the cross-entropy loss."""
+    x, labels = carry
+    logits = _head_logits(p["head"], x)
+    return optax.softmax_cross_entropy_with_integer_labels(
+        logits.astype(jnp.float32), labels
+    ).mean()
+
+
+def _blocks(model: str) -> list:
+    blocks = [("stem", make_stem_block(model))]
+    blocks += [(n, make_unit_block(model, n, s)) for n, _, _, _, s in _unit_plan(model)]
+    return blocks
+
+
+def logits_fn(model: str):
+    """The whole network's logits, for evaluating a trained model."""
+    blocks = _blocks(model)
+
+    def logits(params, images):
+        carry = (images, jnp.zeros(images.shape[0], jnp.int32))
+        for _, block in blocks:
+            carry = block(params, carry)
+        return _head_logits(params["head"], carry[0])
+
+    return jax.jit(logits)
+
+
+def block_model(model: str) -> popdist.BlockModel:
+    blocks = [popdist.Block(name, fn, (name,)) for name, fn in _blocks(model)]
+    return popdist.BlockModel([*blocks, popdist.Block("head", head_block, ("head",))])
+
+
+def units_per_ipu(model: str, split_after: str | None, counts: str | None, ipus: int) -> list:
+    """Units on each IPU: from ``--units-per-ipu``, from ``--split-after`` (2 IPUs), or
+    spread evenly."""
+    names = unit_names(model)
+    if split_after is not None:
+        if counts is not None:
+            refuse("give --split-after or --units-per-ipu, not both")
+        if ipus != 2:
+            refuse(
+                f"--split-after splits 2 IPUs, got --ipus-per-replica {ipus}: use --units-per-ipu"
+            )
+        if split_after not in names[:-1]:
+            refuse(
+                f"--split-after {split_after!r} is not a unit before the last: give one of "
+                f"{names[0]} ... {names[-2]}"
+            )
+        first = names.index(split_after) + 1
+        return [first, len(names) - first]
+    return _transformer.layers_per_ipu("resnext_training.py", counts, len(names), ipus)
+
+
+def stages(model: str, counts: list[int]) -> tuple:
+    """The stem with IPU 0's units, each IPU's units, the head with the last IPU's."""
+    names, out, i = unit_names(model), [], 0
+    for ipu, count in enumerate(counts):
+        blocks = (["stem"] if ipu == 0 else []) + names[i : i + count]
+        if ipu == len(counts) - 1:
+            blocks.append("head")
+        out.append(popdist.Stage(*blocks, ipu=ipu))
+        i += count
+    return tuple(out)
+
+
+def batch_shapes(model: str, options, micro: int, dtype) -> tuple:
+    image, channels = CONFIGS[model][:2]
+    lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
+    return (
+        jax.ShapeDtypeStruct((*lead, micro, image, image, channels), dtype),
+        jax.ShapeDtypeStruct((*lead, micro), jnp.int32),
+    )
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = arguments.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=tuple(CONFIGS), default="tiny")
+    parser.add_argument(
+        "--split-after", help="the last unit on IPU 0 of 2 (Graphcore's pipeline_splits)"
+    )
+    parser.add_argument("--units-per-ipu", help="bottleneck units on each IPU, e.g. 10,23")
+    parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=8)
+    parser.add_argument(
+        "--enable-half-partials",
+        action="store_true",
+        help="half-precision partials in the convolutions (Graphcore's enable_half_partials)",
+    )
+    _transformer.add_training_arguments(
+        parser,
+        steps=90,
+        learning_rate=0.1,
+        proportion_help="PopLibs' default 0.6 when not set",
+    )
+    parser.add_argument("--precision", choices=tuple(DTYPES), help="default: fp16, tiny fp32")
+    args = parser.parse_args(argv)
+    _transformer.check_steps(parser, args)
+    if args.precision is None:
+        args.precision = "fp32" if args.model == "tiny" else "fp16"
+    return args
+
+
+def main(argv=None) -> dict:
+    start = time.perf_counter()
+    args = parse_args(argv)
+    ipus = popdist.getNumIpusPerReplica()
+    counts = units_per_ipu(args.model, args.split_after, args.units_per_ipu, ipus)
+    ga = args.gradient_accumulation or hardware.min_gradient_accumulation(ipus, args.strategy)
+    try:
+        amp = arguments.per_ipu_proportions(args.available_memory_proportion, ipus)
+    except ValueError as error:
+        refuse(str(error))
+    cls = popdist.PipelinedExecution if args.strategy == "pipelined" else popdist.ShardedExecution
+    options = popdist.Options(
+        gradient_accumulation=ga,
+        device_iterations=args.device_iterations,
+        replicated_tensor_sharding=args.replicated_tensor_sharding,
+        offload_optimiser=args.offload_optimiser,
+        execution_strategy=cls(*stages(args.model, counts)),
+        recomputation=args.recompute,
+        available_memory_proportion=amp,
+        partials_type="half" if args.enable_half_partials else "float",
+    )
+    dtype, offline = DTYPES[args.precision], popdist.is_offline_mode()
+    if offline:  # shapes only: nothing is allocated
+        params = _shapes(args.model, dtype)
+    else:
+        params = init_params(args.model, dtype, jax.random.PRNGKey(args.seed))
+    optimiser = optax.sgd(args.learning_rate, momentum=0.9)
+    try:
+        trainer = popdist.Trainer(block_model(args.model), optimiser, params, options)
+    except popdist.PipelineError as err:
+        refuse(str(err))
+    shapes = batch_shapes(args.model, options, args.micro_batch_size, dtype)
+    try:
+        simulation = popdist.simulate(trainer, shapes, name=f"ResNeXt-{args.model}")
+    except hardware.OutOfMemoryError as error:
+        print(error, file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+    report = {
+        "model": args.model,
+        "replicas": options.num_total_replicas,
+        "instances": options.num_instances,
+        "ipus_per_replica": ipus,
+        "units_per_ipu": counts,
+        "micro_batch_size": args.micro_batch_size,
+        "gradient_accumulation": ga,
+        "precision": args.precision,
+        "parameters": sum(math.prod(x.shape) for x in jax.tree.leaves(_shapes(args.model, dtype))),
+        "offline": offline,
+    }
+    if not offline:
+        data = popdist.load_digits_split(seed=0)
+        images = data.train_images.astype(dtype)
+        loader = popdist.ReplicaLoader(
+            (images, data.train_labels), args.micro_batch_size, options, seed=args.seed
+        )
+        losses = []
+        for call in range(args.steps // options.device_iterations):
+            losses.extend(np.atleast_1d(trainer.step(loader.batch(call))).tolist())
+        logits = logits_fn(args.model)(trainer.params, jnp.asarray(data.test_images, dtype))
+        accuracy = float(np.mean(np.argmax(np.asarray(logits), -1) == data.test_labels))
+        report |= {"first_loss": losses[0], "final_loss": losses[-1], "accuracy": accuracy}
+    popdist.report_simulation(simulation)
+    report |= {
+        "simulated_step_seconds": simulation.simulated_step_seconds,
+        "samples_per_second": simulation.samples_per_second,
+        "bubble_fraction": simulation.pipeline.bubble_fraction,
+        "balance": simulation.pipeline.balance,
+        "memory_per_ipu": [m.total for m in simulation.pipeline.ipu_memory],
+        "system": simulation.system.name,
+        "wall_seconds": round(time.perf_counter() - start, 3),
+    }
+    if popdist.getInstanceIndex() == 0:
+        print(json.dumps(report), flush=True)
+    return report
+
+
+if __name__ == "__main__":
+    main()
