@@ -19,8 +19,9 @@ it (its placement, tied decoder, vocabulary, micro-batch, memory proportions, LA
 MLPerf Training v2.0 on Bow-POD16 to Bow-POD256 are the checks (an IPU and a software
 release the BERT fit never saw); v1.0 on the Mk2 IPU-POD16 and POD64 and v1.1's POD16 to
 POD128 (against their training-only throughput: the references' figures include
-evaluation) are the family's calibration. With ``--vit``, the ViT-B/16 row, on the shared
-parameters. The other families wait for their examples.
+evaluation) are the family's calibration. With ``--vit``, the ViT-B/16 row, and with
+``--resnext`` the ResNeXt-101 row (``examples/resnext_training.py``), both on the shared
+parameters. EfficientNet and the other families wait for their examples.
 
 Layouts: one IPU per replica, ``replicas / 2`` instances (PopRun's MLPerf ResNet-50 runs;
 16 for the v1.0 Pod64 run, as its logs give),
@@ -33,7 +34,7 @@ error, and a last JSON line with those.
 
 Run::
 
-    python benchmarks/validate.py
+    python benchmarks/validate.py [--bert] [--vit] [--resnext]
 
 References:
     mlcommons/training_results_v1.0 and v2.0, Graphcore ResNet-50 result logs (throughput =
@@ -146,6 +147,7 @@ class ExampleRow(NamedTuple):
     words: str
     example: str = "bert.py"
     figure: str = "sequences_per_second"  # the key of the example's JSON line
+    model: str = "BERT-Large"  # the table's label
     fitted: bool = False  # a calibration row (benchmarks/calibrate_bert.py)
 
     def value(self, flag: str) -> int:
@@ -258,6 +260,28 @@ VIT_ROWS = (
         "3,3,3,3 --available-memory-proportion 0.3 --recompute",
         "vit.py",
         "samples_per_second",
+        model="ViT-B/16",
+    ),
+)
+
+
+# ResNeXt-101 32x4d, Graphcore's TensorFlow CNNs on a Bow-POD16 (configs.yml
+# ``mk2_resnext101_16ipus``, in mlcommons/training_results_v2.0's copy,
+# ``Graphcore/benchmarks/resnet/implementations/tensorflow``: 8 replicas of 2 IPUs,
+# micro-batch 6, gradient accumulation 16, the pipeline split after ``stage3/unit4/relu``, the
+# grouped schedule, recomputation, half partials, group norm, momentum SGD; PopLibs' default
+# memory proportion), modelled by ``examples/resnext_training.py``.
+RESNEXT_ROWS = (
+    ExampleRow(
+        "C7",
+        12_221,
+        "Graphcore performance results, Bow launch, TF1",
+        _launch("bow-pod16", 8, 2),
+        "--model 101 --micro-batch-size 6 --gradient-accumulation 16 --split-after stage3unit4 "
+        "--recompute --enable-half-partials",
+        "resnext_training.py",
+        "samples_per_second",
+        model="ResNeXt-101",
     ),
 )
 
@@ -309,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bert", action="store_true", help="BERT-Large rows too (minutes)")
     parser.add_argument("--vit", action="store_true", help="ViT-B/16 rows too (a minute)")
+    parser.add_argument("--resnext", action="store_true", help="ResNeXt-101 rows too (30 s)")
     args = parser.parse_args(argv)
     import resnet50
 
@@ -334,8 +359,10 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         print(json.dumps(result), flush=True)
     simulated: dict[tuple[str, str], float] = {}
-    examples = (BERT_CALIBRATION_ROWS + BERT_ROWS if args.bert else ()) + (
-        VIT_ROWS if args.vit else ()
+    examples = (
+        (BERT_CALIBRATION_ROWS + BERT_ROWS if args.bert else ())
+        + (VIT_ROWS if args.vit else ())
+        + (RESNEXT_ROWS if args.resnext else ())
     )
     for row in examples:
         if (row.launch, row.words) not in simulated:
@@ -344,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         launch = row.launch.split()
         result = {
             "row": row.key,
-            "system": f"{launch[1]} ({'BERT-Large' if row.example == 'bert.py' else 'ViT-B/16'})",
+            "system": f"{launch[1]} ({row.model})",
             "replicas": int(launch[3]),
             "micro_batch": row.value("--micro-batch-size"),
             "gradient_accumulation": row.value("--gradient-accumulation"),
