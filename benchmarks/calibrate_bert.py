@@ -94,10 +94,14 @@ def _replace(path: Path, text: str) -> None:
     os.replace(temporary, path)
 
 
-def _steps(rows, values: dict[str, float] | None) -> list[tuple[float, float]]:
-    """Each row's simulated (step seconds, samples per step) with the family at ``values``."""
+def _reports(rows, values: dict[str, float] | None) -> list[dict]:
+    """Each row's example report with the family's parameters at ``values``."""
     with _family_parameters(values), ThreadPoolExecutor(max_workers=2) as pool:
-        reports = list(pool.map(validate.run_example, rows))
+        return list(pool.map(validate.run_example, rows))
+
+
+def _steps(rows, reports: list[dict]) -> list[tuple[float, float]]:
+    """Each row's simulated (step seconds, samples per step)."""
     return [
         (r["simulated_step_seconds"], r[row.figure] * r["simulated_step_seconds"])
         for r, row in zip(reports, rows, strict=True)
@@ -127,8 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     shared = hardware.load_parameters()
     eta1, sync = shared.compute_efficiency, shared.host_sync_seconds
     eta2 = min(eta1 * TRIAL_SCALE, 1.0)
-    first = _steps(rows, None)
-    second = _steps(rows, {"compute_efficiency": eta2, "host_sync_seconds": sync})
+    first = _steps(rows, _reports(rows, None))
+    second = _steps(rows, _reports(rows, {"compute_efficiency": eta2, "host_sync_seconds": sync}))
     terms = []
     for (t1, samples), (t2, _) in zip(first, second, strict=True):
         a = (t1 - t2) / (1 / eta1 - 1 / eta2)
@@ -143,7 +147,9 @@ def main(argv: list[str] | None = None) -> int:
         held = _fit(terms_array[keep], published[keep], (eta, host_sync))
         loo.append(float(_predict(terms_array[[i]], *held)[0]))
     fitted = {"compute_efficiency": eta, "host_sync_seconds": host_sync}
-    checked = _steps(rows, fitted)
+    final = _reports(rows, fitted)
+    checked = _steps(rows, final)
+    share = max(r["fixed_cost_share"] for r in final)  # hardware._uncertainty
     records = []
     for i, row in enumerate(rows):
         launch = row.launch.split()
@@ -166,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         "family": FAMILY,
         "parameters": fitted,
         "shared_compute_efficiency": eta1,
+        "fixed_cost_share": round(share, 4),
         "max_abs_error": max(abs(r["error"]) for r in records),
         "max_abs_leave_one_out_error": max(abs(r["leave_one_out_error"]) for r in records),
     }
@@ -176,6 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             "parameters": fitted,
             "fitted_by": "python benchmarks/calibrate_bert.py --write",
             "data": DATA,
+            "fixed_cost_share": round(share, 4),
             "rows": [{k: v for k, v in r.items() if k != "closed_form_predicted"} for r in records],
         }
         _replace(CALIBRATION_FILE, json.dumps(record, indent=2) + "\n")

@@ -72,6 +72,7 @@ from hardware._step_simulation import StepSimulation as StepSimulation
 from hardware._step_simulation import TimelineEvent as TimelineEvent
 from hardware._timeline import simulate_step as simulate_step
 from hardware._uncertainty import Calibration as Calibration
+from hardware._uncertainty import fixed_cost_share as fixed_cost_share
 from hardware._uncertainty import load_calibration as load_calibration
 
 __all__ = [
@@ -118,6 +119,7 @@ __all__ = [
     "collective_time",
     "compute_seconds",
     "default_system",
+    "fixed_cost_share",
     "get_system",
     "group_span",
     "host_compute_seconds",

@@ -56,6 +56,11 @@ def compute_seconds(
     special = transcendentals / n / (ipu.tiles * ipu.clock_hz * TRANSCENDENTALS_PER_TILE_CYCLE)
     if compute_sets < 0:
         raise ValueError(f"`compute_sets` must be >= 0, got {compute_sets}.")
-    # The sync and exchange set-up take cycles: scale the fitted time by the clock.
-    overhead = compute_sets * params.compute_set_seconds * CLOCK_OF_FIT_HZ / ipu.clock_hz
-    return max(arithmetic, memory) + special + overhead
+    return max(arithmetic, memory) + special + compute_set_overhead(compute_sets, ipu, params)
+
+
+def compute_set_overhead(compute_sets: int, ipu: IpuSpec, params: ModelParameters) -> float:
+    """Seconds ``compute_sets`` compute sets cost beyond their arithmetic on ``ipu``: the
+    fitted cost of one, measured in cycles of the clock of the fit, so a faster IPU pays it
+    in proportionally less time."""
+    return compute_sets * params.compute_set_seconds * CLOCK_OF_FIT_HZ / ipu.clock_hz

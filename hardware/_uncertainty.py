@@ -9,8 +9,11 @@ give a coarse estimate, so read it as "a few per cent", not as a confidence leve
 
 A configuration the calibration rows do not cover is an extrapolation, named as such:
 more IPUs than the largest row (the cross-Pod collectives follow the fitted GW-Link
-latency far beyond the Pods that fixed it), another IPU than the rows', or another model
-family than the one the compute efficiency was fitted on.
+latency far beyond the Pods that fixed it), another IPU than the rows', another model
+family than the one the compute efficiency was fitted on, or a step whose compute is far
+more the fixed cost of its operations than the rows' was (``fixed_cost_share``): the rows
+all ran one micro-batch size, so they cannot tell that cost from the efficiency, and a
+step of many small operations (a deep net at a small micro-batch) leans on the split.
 
 References:
     Hastie, Tibshirani and Friedman, "The Elements of Statistical Learning", 2nd ed.,
@@ -26,11 +29,16 @@ import json
 import math
 import pathlib
 
+from hardware._compute import compute_set_overhead
 from hardware._layout import ReplicaLayout
 from hardware._parameters import CALIBRATION_FILE, calibration_family
 from hardware._specs import SystemSpec, get_system
+from hardware._step_simulation import StepSimulation
 
 METHOD = "leave-one-out RMS relative error of the calibration rows"
+# How far (in points of the compute) a step's fixed-cost share may exceed the rows' before
+# it is called an extrapolation: the rows' own shares differ by a few points.
+FIXED_COST_MARGIN = 0.1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,11 +68,14 @@ class Calibration:
         rows: the calibration rows.
         data: where the rows come from.
         model_families: the models the rows measured (the compute efficiency's).
+        fixed_cost_share: the largest ``fixed_cost_share`` of the rows' steps (0: not
+            recorded, and not checked).
     """
 
     rows: tuple[CalibrationRow, ...]
     data: str
     model_families: tuple[str, ...]
+    fixed_cost_share: float = 0.0
 
     @property
     def method(self) -> str:
@@ -104,8 +115,11 @@ class Calibration:
                 return row
         return None
 
-    def extrapolations(self, layout: ReplicaLayout, system: SystemSpec, model: str) -> list[str]:
-        """What of this configuration the calibration rows do not cover, one line each."""
+    def extrapolations(
+        self, layout: ReplicaLayout, system: SystemSpec, model: str, fixed_share: float = 0.0
+    ) -> list[str]:
+        """What of this configuration the calibration rows do not cover, one line each;
+        ``fixed_share`` is the step's ``fixed_cost_share``."""
         out = []
         ipus = layout.num_ipus
         if self.rows and ipus > self.max_ipus:
@@ -126,7 +140,30 @@ class Calibration:
                 f"{', '.join(self.model_families)}; another model's compute time is an "
                 "extrapolation"
             )
+        if self.fixed_cost_share and fixed_share > self.fixed_cost_share + FIXED_COST_MARGIN:
+            out.append(
+                f"fixed cost per operation {fixed_share:.0%} of the compute, beyond the "
+                f"calibration rows' {self.fixed_cost_share:.0%}: the rows cannot tell it from "
+                "the compute efficiency, so a step of many small operations (a small "
+                "micro-batch) is an extrapolation"
+            )
         return out
+
+
+def fixed_cost_share(sim: StepSimulation) -> float:
+    """The part of a micro-batch's IPU compute that is the fixed cost of its operations
+    (``compute_set_seconds`` per compute set) rather than their arithmetic and memory time:
+    over all stages of a pipeline, or of the replica's step."""
+    ipu, params = sim.system.ipu, sim.parameters
+    if sim.pipeline is not None:
+        stages = sim.pipeline.schedule.stages
+        fixed = sum(compute_set_overhead(s.num_ops, ipu, params) for s in stages)
+        total = sum(s.forward_seconds + s.backward_seconds for s in stages)
+    else:
+        micro = sim.profile.gradient_accumulation * sim.profile.device_iterations
+        fixed = compute_set_overhead(sim.profile.num_ops, ipu, params)
+        total = sim.phases.get("compute", 0.0) / max(micro, 1)
+    return min(fixed / total, 1.0) if total > 0 else 0.0
 
 
 @functools.lru_cache(maxsize=8)
@@ -154,4 +191,5 @@ def load_calibration(path: str | pathlib.Path | None = None, model: str = "") ->
         for r in record.get("rows", ())
     )
     names = (family,) if family else tuple(data.get("model_families", ()))
-    return Calibration(rows, str(record.get("data", "")), names)
+    share = float(record.get("fixed_cost_share", 0.0))
+    return Calibration(rows, str(record.get("data", "")), names, share)

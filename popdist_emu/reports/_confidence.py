@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from hardware import StepSimulation, load_calibration
+from hardware import StepSimulation, fixed_cost_share, load_calibration
 
 
 def uncertainty_summary(sim: StepSimulation) -> dict[str, Any]:
@@ -25,7 +25,9 @@ def uncertainty_summary(sim: StepSimulation) -> dict[str, Any]:
         "relative": calibration.relative_spread,
         "samples_per_second": [low, high],
         "simulated_step_seconds": [fast, slow],
-        "extrapolations": calibration.extrapolations(sim.layout, sim.system, sim.profile.name),
+        "extrapolations": calibration.extrapolations(
+            sim.layout, sim.system, sim.profile.name, fixed_cost_share(sim)
+        ),
     }
 
 

@@ -60,3 +60,4 @@ def test_the_packaged_families_fit_their_rows_within_two_percent_and_five_out_of
         assert len(rows) > len(family["parameters"]), name  # more rows than parameters
         assert max(abs(r["error"]) for r in rows) <= 0.02, name
         assert max(abs(r["leave_one_out_error"]) for r in rows) <= 0.05, name
+        assert 0 < family["fixed_cost_share"] < 1, name  # recorded for the extrapolation check

@@ -289,3 +289,13 @@ def test_a_stages_matmuls_are_planned_on_its_ipu_and_can_overflow_its_fullest_ti
     first, *rest = str(err.value).splitlines()
     assert first.startswith("Out of memory: IPU 1 (stage 1: B1)") and "fullest tile" in first
     assert any(line.startswith("  worst tile ") for line in rest)
+
+
+def test_a_pipeline_fixed_cost_share_is_its_stages_compute_sets_over_their_passes():
+    stages = tuple(s._replace(num_ops=n) for s, n in zip(_stages(2), (100, 300), strict=True))
+    layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=2)
+    sim = hardware.simulate_pipeline_step(
+        _profile(), stages, layout, hardware.get_system("pod16"), parameters=PARAMS
+    )
+    fixed = 400 * PARAMS.compute_set_seconds  # pod16's Mk2 runs at the fit's clock
+    assert hardware.fixed_cost_share(sim) == pytest.approx(fixed / (2 * 3e-4))

@@ -74,3 +74,36 @@ def test_a_calibrated_family_has_its_own_rows_band_and_coverage(tmp_path):
     ]
     # Every other model keeps the shared rows.
     assert hardware.load_calibration(path, model="ResNet-50").data == record["data"]
+
+
+def test_a_step_mostly_of_fixed_operation_costs_is_called_an_extrapolation():
+    calibration = hardware.load_calibration()
+    assert 0 < calibration.fixed_cost_share < 1  # calibrate.py records the rows' share
+    layout, pod64 = hardware.ReplicaLayout(64, 32), hardware.get_system("pod64")
+    inside = calibration.fixed_cost_share + 0.05
+    beyond = calibration.fixed_cost_share + 0.15
+    assert calibration.extrapolations(layout, pod64, "ResNet-50", inside) == []
+    (line,) = calibration.extrapolations(layout, pod64, "ResNet-50", beyond)
+    assert line.startswith(f"fixed cost per operation {beyond:.0%} of the compute")
+    # Without a recorded share nothing is checked.
+    unrecorded = hardware.Calibration(calibration.rows, calibration.data, ("ResNet-50",))
+    assert unrecorded.extrapolations(layout, pod64, "ResNet-50", 0.99) == []
+
+
+@pytest.mark.parametrize("num_ops", [0, 1_000, 100_000])
+def test_the_fixed_cost_share_is_the_compute_sets_part_of_a_micro_batch(num_ops):
+    profile = hardware.StepProfile(
+        grad_flops=2e11,
+        grad_bytes_accessed=1e10,
+        num_ops=num_ops,
+        micro_batch_size=20,
+        gradient_accumulation=4,
+        device_iterations=2,
+        precision="float16",
+    )
+    pod16 = hardware.get_system("pod16")
+    sim = hardware.simulate_step(profile, hardware.ReplicaLayout(16, 8), pod16)
+    params = sim.parameters
+    fixed = num_ops * params.compute_set_seconds  # the Mk2 clock is the fit's
+    arithmetic = hardware.compute_seconds(2e11, 1e10, 0.0, pod16.ipu, "float16", params)
+    assert hardware.fixed_cost_share(sim) == pytest.approx(fixed / (fixed + arithmetic))
