@@ -522,6 +522,7 @@ def main(argv=None) -> dict:
         "sequences_per_second": simulation.samples_per_second * args.sequences_per_sample,
         "bubble_fraction": pipe.bubble_fraction,
         "balance": pipe.balance,
+        "fixed_cost_share": hardware.fixed_cost_share(simulation),
         "memory_per_ipu_per_stage": [m.total for m in pipe.stage_memory],
         "memory_per_ipu": [m.total for m in pipe.ipu_memory],
         "system": simulation.system.name,

@@ -38,16 +38,14 @@ References:
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import sys
 import time
 from typing import NoReturn
 
+import _image_examples
 import _transformer
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 import hardware
@@ -302,48 +300,17 @@ def main(argv=None) -> dict:
     except popdist.PipelineError as err:
         refuse(str(err))
     shapes = batch_shapes(args.model, options, args.micro_batch_size, dtype)
-    try:
-        simulation = popdist.simulate(trainer, shapes, name=f"ResNeXt-{args.model}")
-    except hardware.OutOfMemoryError as error:
-        print(error, file=sys.stderr, flush=True)
-        raise SystemExit(1) from None
-    report = {
-        "model": args.model,
-        "replicas": options.num_total_replicas,
-        "instances": options.num_instances,
-        "ipus_per_replica": ipus,
-        "units_per_ipu": counts,
-        "micro_batch_size": args.micro_batch_size,
-        "gradient_accumulation": ga,
-        "precision": args.precision,
-        "parameters": sum(math.prod(x.shape) for x in jax.tree.leaves(_shapes(args.model, dtype))),
-        "offline": offline,
-    }
-    if not offline:
-        data = popdist.load_digits_split(seed=0)
-        images = data.train_images.astype(dtype)
-        loader = popdist.ReplicaLoader(
-            (images, data.train_labels), args.micro_batch_size, options, seed=args.seed
-        )
-        losses = []
-        for call in range(args.steps // options.device_iterations):
-            losses.extend(np.atleast_1d(trainer.step(loader.batch(call))).tolist())
-        logits = logits_fn(args.model)(trainer.params, jnp.asarray(data.test_images, dtype))
-        accuracy = float(np.mean(np.argmax(np.asarray(logits), -1) == data.test_labels))
-        report |= {"first_loss": losses[0], "final_loss": losses[-1], "accuracy": accuracy}
-    popdist.report_simulation(simulation)
-    report |= {
-        "simulated_step_seconds": simulation.simulated_step_seconds,
-        "samples_per_second": simulation.samples_per_second,
-        "bubble_fraction": simulation.pipeline.bubble_fraction,
-        "balance": simulation.pipeline.balance,
-        "memory_per_ipu": [m.total for m in simulation.pipeline.ipu_memory],
-        "system": simulation.system.name,
-        "wall_seconds": round(time.perf_counter() - start, 3),
-    }
-    if popdist.getInstanceIndex() == 0:
-        print(json.dumps(report), flush=True)
-    return report
+    simulation = _image_examples.simulate(trainer, shapes, f"ResNeXt-{args.model}")
+    return _image_examples.run(
+        args,
+        trainer,
+        simulation,
+        placement={"units_per_ipu": counts},
+        param_shapes=_shapes(args.model, dtype),
+        logits=logits_fn(args.model),
+        dtype=dtype,
+        start=start,
+    )
 
 
 if __name__ == "__main__":

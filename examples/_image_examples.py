@@ -1,0 +1,92 @@
+"""What the pipelined image examples (``vit.py``, ``resnext_training.py``) share: simulating
+the configuration, training on the handwritten digits, and the report's simulated figures."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+import hardware
+import popdist_emu as popdist
+
+
+def simulate(trainer: Any, shapes: Any, name: str) -> hardware.StepSimulation:
+    """The configuration's simulated step; out of memory ends the program (exit 1) with
+    Poplar's message."""
+    try:
+        return popdist.simulate(trainer, shapes, name=name)
+    except hardware.OutOfMemoryError as error:
+        print(error, file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
+
+
+def train_on_digits(
+    trainer: Any, options: Any, logits: Callable, micro_batch: int, steps: int, dtype, seed: int
+) -> dict:
+    """``steps`` steps on the digits shipped with scikit-learn, then the test accuracy of
+    ``logits(params, images)``: the first and final loss and the accuracy."""
+    data = popdist.load_digits_split(seed=0)
+    loader = popdist.ReplicaLoader(
+        (data.train_images.astype(dtype), data.train_labels), micro_batch, options, seed=seed
+    )
+    losses = []
+    for call in range(steps // options.device_iterations):
+        losses.extend(np.atleast_1d(trainer.step(loader.batch(call))).tolist())
+    scores = logits(trainer.params, jnp.asarray(data.test_images, dtype))
+    accuracy = float(np.mean(np.argmax(np.asarray(scores), -1) == data.test_labels))
+    return {"first_loss": losses[0], "final_loss": losses[-1], "accuracy": accuracy}
+
+
+def run(
+    args: Any,
+    trainer: Any,
+    simulation: hardware.StepSimulation,
+    *,
+    placement: dict,
+    param_shapes: Any,
+    logits: Callable,
+    dtype,
+    start: float,
+) -> dict:
+    """The example's report: its configuration (``placement`` names what runs on each IPU),
+    the digits trained on for real unless offline, the simulation reported and its figures;
+    printed as the last line of instance 0."""
+    options = trainer.options
+    report = {
+        "model": args.model,
+        "replicas": options.num_total_replicas,
+        "instances": options.num_instances,
+        "ipus_per_replica": popdist.getNumIpusPerReplica(),
+        **placement,
+        "micro_batch_size": args.micro_batch_size,
+        "gradient_accumulation": options.gradient_accumulation,
+        "precision": args.precision,
+        "parameters": sum(math.prod(x.shape) for x in jax.tree.leaves(param_shapes)),
+        "offline": popdist.is_offline_mode(),
+    }
+    if not report["offline"]:
+        report |= train_on_digits(
+            trainer, options, logits, args.micro_batch_size, args.steps, dtype, args.seed
+        )
+    popdist.report_simulation(simulation)
+    report |= {
+        "simulated_step_seconds": simulation.simulated_step_seconds,
+        "samples_per_second": simulation.samples_per_second,
+        "bubble_fraction": simulation.pipeline.bubble_fraction,
+        "balance": simulation.pipeline.balance,
+        "fixed_cost_share": hardware.fixed_cost_share(simulation),
+        "memory_per_ipu": [m.total for m in simulation.pipeline.ipu_memory],
+        "system": simulation.system.name,
+        "wall_seconds": round(time.perf_counter() - start, 3),
+    }
+    if popdist.getInstanceIndex() == 0:
+        print(json.dumps(report), flush=True)
+    return report
