@@ -1,5 +1,6 @@
 """The pieces examples/bert.py and examples/vit.py share: a transformer's layers in plain JAX,
-their initialisation, and the ``--layers-per-ipu`` placement argument.
+their initialisation, and the ``--layers-per-ipu`` placement argument; with
+examples/resnext_training.py, the training flags and the options they set.
 
 References:
     Vaswani et al., "Attention Is All You Need", NeurIPS 2017 (multi-head attention);
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
 
 import hardware
+import popdist_emu as popdist
 from popdist_emu import arguments
 
 
@@ -128,3 +130,29 @@ def check_steps(parser: Any, args: Any) -> None:
             f"--steps {args.steps} must be a multiple of --device-iterations "
             f"{args.device_iterations} (one call runs device-iterations steps)"
         )
+
+
+def pipeline_options(program: str, args: Any, placement: Sequence[Any], **extra: Any) -> Any:
+    """``popdist.Options`` from the flags ``add_training_arguments`` adds, for the stages of
+    ``placement``: PopTorch's least gradient accumulation for them unless one is given, the
+    memory proportions per IPU (a bad list refused in one line) and ``extra`` options."""
+    ga = args.gradient_accumulation or hardware.min_gradient_accumulation(
+        len(placement), args.strategy
+    )
+    try:
+        amp = arguments.per_ipu_proportions(
+            args.available_memory_proportion, popdist.getNumIpusPerReplica()
+        )
+    except ValueError as error:
+        refuse(program, str(error))
+    cls = popdist.PipelinedExecution if args.strategy == "pipelined" else popdist.ShardedExecution
+    return popdist.Options(
+        gradient_accumulation=ga,
+        device_iterations=args.device_iterations,
+        replicated_tensor_sharding=args.replicated_tensor_sharding,
+        offload_optimiser=args.offload_optimiser,
+        execution_strategy=cls(*placement),
+        recomputation=args.recompute,
+        available_memory_proportion=amp,
+        **extra,
+    )

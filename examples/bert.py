@@ -439,25 +439,12 @@ def main(argv=None) -> dict:
     placement = stages(
         args.model, counts, att_ffn=att_ffn, encoder_start_ipu=args.encoder_start_ipu, tied=tied
     )
-    ga = args.gradient_accumulation or hardware.min_gradient_accumulation(
-        len(placement), args.strategy
-    )
-    try:
-        amp = arguments.per_ipu_proportions(args.available_memory_proportion, ipus)
-    except ValueError as error:
-        print(f"bert.py: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    cls = popdist.PipelinedExecution if args.strategy == "pipelined" else popdist.ShardedExecution
-    options = popdist.Options(
-        gradient_accumulation=ga,
-        device_iterations=args.device_iterations,
+    options = _transformer.pipeline_options(
+        "bert.py",
+        args,
+        placement,
         output_mode="all",
-        replicated_tensor_sharding=args.replicated_tensor_sharding,
-        offload_optimiser=args.offload_optimiser,
         prefetch_depth=args.prefetch_depth,
-        execution_strategy=cls(*placement),
-        recomputation=args.recompute,
-        available_memory_proportion=amp,
         partials_type="half" if args.enable_half_partials else "float",
     )
     dtype, seq = DTYPES[args.precision], args.sequence_length
@@ -494,10 +481,10 @@ def main(argv=None) -> dict:
         "stages": [{"ipu": st.ipu, "blocks": list(st.blocks)} for st in placement],
         "sequence_length": seq,
         "micro_batch_size": args.micro_batch_size,
-        "gradient_accumulation": ga,
+        "gradient_accumulation": options.gradient_accumulation,
         "precision": args.precision,
         "recompute": args.recompute,
-        "available_memory_proportion": amp,
+        "available_memory_proportion": options.available_memory_proportion,
         "partials_type": options.partials_type,
         "parameters": int(
             sum(

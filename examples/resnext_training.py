@@ -48,7 +48,6 @@ import jax
 import jax.numpy as jnp
 import optax
 
-import hardware
 import popdist_emu as popdist
 from popdist_emu import arguments
 
@@ -273,20 +272,10 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     ipus = popdist.getNumIpusPerReplica()
     counts = units_per_ipu(args.model, args.split_after, args.units_per_ipu, ipus)
-    ga = args.gradient_accumulation or hardware.min_gradient_accumulation(ipus, args.strategy)
-    try:
-        amp = arguments.per_ipu_proportions(args.available_memory_proportion, ipus)
-    except ValueError as error:
-        refuse(str(error))
-    cls = popdist.PipelinedExecution if args.strategy == "pipelined" else popdist.ShardedExecution
-    options = popdist.Options(
-        gradient_accumulation=ga,
-        device_iterations=args.device_iterations,
-        replicated_tensor_sharding=args.replicated_tensor_sharding,
-        offload_optimiser=args.offload_optimiser,
-        execution_strategy=cls(*stages(args.model, counts)),
-        recomputation=args.recompute,
-        available_memory_proportion=amp,
+    options = _transformer.pipeline_options(
+        "resnext_training.py",
+        args,
+        stages(args.model, counts),
         partials_type="half" if args.enable_half_partials else "float",
     )
     dtype, offline = DTYPES[args.precision], popdist.is_offline_mode()

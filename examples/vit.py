@@ -48,7 +48,6 @@ import jax.numpy as jnp
 import optax
 from _transformer import attention, dense
 
-import hardware
 import popdist_emu as popdist
 from popdist_emu import arguments
 
@@ -226,21 +225,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     ipus = popdist.getNumIpusPerReplica()
     counts = layers_per_ipu(args.layers_per_ipu, CONFIGS[args.model][3], ipus)
-    ga = args.gradient_accumulation or hardware.min_gradient_accumulation(ipus, args.strategy)
-    try:
-        amp = arguments.per_ipu_proportions(args.available_memory_proportion, ipus)
-    except ValueError as error:
-        _refuse(str(error))
-    cls = popdist.PipelinedExecution if args.strategy == "pipelined" else popdist.ShardedExecution
-    options = popdist.Options(
-        gradient_accumulation=ga,
-        device_iterations=args.device_iterations,
-        replicated_tensor_sharding=args.replicated_tensor_sharding,
-        offload_optimiser=args.offload_optimiser,
-        execution_strategy=cls(*stages(args.model, counts)),
-        recomputation=args.recompute,
-        available_memory_proportion=amp,
-    )
+    options = _transformer.pipeline_options("vit.py", args, stages(args.model, counts))
     dtype, offline = DTYPES[args.precision], popdist.is_offline_mode()
     if offline:  # shapes only: nothing is allocated
         params = _shapes(args.model, dtype)
