@@ -40,6 +40,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
 import hardware  # noqa: E402
+import popdist_emu as popdist  # noqa: E402
 from hardware._parameters import CALIBRATION_FILE  # noqa: E402
 
 # (system, replicas, gradient accumulation, instances, hosts, published images/s):
@@ -163,7 +164,7 @@ def main(argv=None) -> int:
             families = json.loads(CALIBRATION_FILE.read_text()).get("families")
             if families:
                 record["families"] = families
-        CALIBRATION_FILE.write_text(json.dumps(record, indent=2) + "\n")
+        popdist.write_atomically(CALIBRATION_FILE, json.dumps(record, indent=2) + "\n")
     if not all(math.isfinite(r["predicted_samples_per_second"]) for r in rows):
         return 1
     return 0

@@ -49,7 +49,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -63,6 +62,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import validate
 
 import hardware
+import popdist_emu as popdist
 from hardware._parameters import CALIBRATION_FILE
 
 FAMILY = "BERT"
@@ -81,17 +81,11 @@ def _family_parameters(values: dict[str, float] | None) -> Iterator[None]:
     if values is not None:
         families[FAMILY] = {"parameters": values}
     record["families"] = families
-    _replace(CALIBRATION_FILE, json.dumps(record, indent=2) + "\n")
+    popdist.write_atomically(CALIBRATION_FILE, json.dumps(record, indent=2) + "\n")
     try:
         yield
     finally:
-        _replace(CALIBRATION_FILE, original)
-
-
-def _replace(path: Path, text: str) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)
+        popdist.write_atomically(CALIBRATION_FILE, original)
 
 
 def _reports(rows, values: dict[str, float] | None) -> list[dict]:
@@ -186,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             "fixed_cost_share": round(share, 4),
             "rows": [{k: v for k, v in r.items() if k != "closed_form_predicted"} for r in records],
         }
-        _replace(CALIBRATION_FILE, json.dumps(record, indent=2) + "\n")
+        popdist.write_atomically(CALIBRATION_FILE, json.dumps(record, indent=2) + "\n")
     return 0
 
 

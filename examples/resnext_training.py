@@ -47,6 +47,7 @@ import _transformer
 import jax
 import jax.numpy as jnp
 import optax
+import resnext
 
 import popdist_emu as popdist
 from popdist_emu import arguments
@@ -55,7 +56,7 @@ from popdist_emu import arguments
 #  first planes, norm groups, classes)
 CONFIGS = {
     "tiny": (8, 1, (3, 1, False), (1, 1), 4, 2, 8, 4, 10),
-    "101": (224, 3, (7, 2, True), (3, 4, 23, 3), 32, 4, 64, 32, 1000),
+    "101": (224, 3, (7, 2, True), resnext.DEPTHS[101], 32, 4, 64, 32, 1000),
 }
 DTYPES = {"fp16": jnp.float16, "fp32": jnp.float32}
 _DIMS = ("NHWC", "HWIO", "NHWC")
