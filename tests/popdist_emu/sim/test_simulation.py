@@ -214,14 +214,24 @@ def test_functional_and_offline_runs_report_the_same_step(tmp_path):
         assert key in summary
     assert {"compute", "allreduce"} <= set(summary["phases"])
     assert summary["replicas"] == 4 and summary["system"] == "pod16"
-    # The same step; only the host's measured cost differs between two measurements.
+    # The same step on the IPUs; only the host's measured cost differs between the two runs:
+    # offline there is no infeed, while a functional run's host compute may be exposed when
+    # this machine's CPU is slow against the simulated step (a loaded CI runner's was).
     offline_summary = json.loads((tmp_path / "off" / "summary.json").read_text())
-    assert offline_summary["phases"] == pytest.approx(summary["phases"], rel=1e-9, abs=1e-15)
+    phases, offline_phases = dict(summary["phases"]), dict(offline_summary["phases"])
+    exposed_host = phases.pop("host_compute")
+    assert offline_phases.pop("host_compute") == 0.0 and exposed_host >= 0.0
+    assert offline_phases == pytest.approx(phases, rel=1e-9, abs=1e-15)
+    ipu_step = summary["simulated_step_seconds"] - exposed_host
+    # Whether host-bound depends on this machine's speed; the IPUs' figure does not.
+    host, ipu = summary["host_bound_samples_per_second"], summary["ipu_bound_samples_per_second"]
+    assert summary["host_bound"] == (host < ipu)
+    assert ipu == pytest.approx(offline_summary["samples_per_second"], rel=1e-9)
     measured = (*HOST_MEASURED, "simulated_step_seconds", "samples_per_second", "phases", "run")
     for key in measured:
         assert (offline_summary.pop(key) is None) == (summary[key] is None), key
     assert offline_summary == {k: v for k, v in summary.items() if k not in measured}
-    assert summary["host_cpu_seconds_per_sample"] > 0 and not summary["host_bound"]
+    assert summary["host_cpu_seconds_per_sample"] > 0
 
     trace = json.loads((tmp_path / "fun" / "trace.json").read_text())
     spans = [e for e in trace["traceEvents"] if e["ph"] == "X"]
@@ -233,10 +243,9 @@ def test_functional_and_offline_runs_report_the_same_step(tmp_path):
         expected = report or json.loads((tmp_path / "off" / "summary.json").read_text())
         assert line["simulated_step_seconds"] == expected["simulated_step_seconds"]
         assert line["samples_per_second"] == expected["samples_per_second"]
-        # Not host-bound: the IPUs' step, whatever the host measured.
-        assert line["simulated_step_seconds"] == pytest.approx(
-            summary["simulated_step_seconds"], rel=1e-9
-        )
+        # The IPUs' step, plus what this run's host compute exposed.
+        exposed = exposed_host if report else 0.0
+        assert line["simulated_step_seconds"] == pytest.approx(ipu_step + exposed, rel=1e-9)
 
 
 def test_offline_65536_replicas_picks_the_largest_pod(tmp_path):
