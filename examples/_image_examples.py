@@ -1,5 +1,6 @@
-"""What the pipelined image examples (``vit.py``, ``resnext_training.py``) share: simulating
-the configuration, training on the handwritten digits, and the report's simulated figures."""
+"""What the pipelined image examples (``vit.py``, ``resnext_training.py``) share: building
+the trainer from their arguments, simulating the configuration, training on the handwritten
+digits, and the report's simulated figures."""
 
 from __future__ import annotations
 
@@ -10,12 +11,59 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import _transformer
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 import hardware
 import popdist_emu as popdist
+
+
+def build_and_run(
+    args: Any,
+    start: float,
+    *,
+    program: str,
+    name: str,
+    stages: tuple,
+    placement: dict,
+    model: Any,
+    optimiser: Any,
+    shapes: Callable[[Any], Any],
+    init: Callable[[Any, jax.Array], Any],
+    batch_shapes: Callable[[Any, Any], Any],
+    logits: Callable,
+    dtype,
+    **options: Any,
+) -> dict:
+    """An example's ``main`` once its own arguments are read: the ``Options`` for its
+    pipeline ``stages``, the weights (``shapes(dtype)`` offline, where nothing is allocated,
+    else ``init(dtype, key)``), the trainer of ``model``, the simulation and :func:`run`'s
+    report. A placement the pipeline refuses ends ``program`` with exit status 2.
+
+    Args:
+        batch_shapes: ``(options, dtype) -> shapes`` of one micro-batch of every replica.
+        **options: further ``Options`` settings (``_transformer.pipeline_options``).
+    """
+    opts = _transformer.pipeline_options(program, args, stages, **options)
+    offline = popdist.is_offline_mode()
+    params = shapes(dtype) if offline else init(dtype, jax.random.PRNGKey(args.seed))
+    try:
+        trainer = popdist.Trainer(model, optimiser, params, opts)
+    except popdist.PipelineError as err:
+        _transformer.refuse(program, str(err))
+    simulation = simulate(trainer, batch_shapes(opts, dtype), name)
+    return run(
+        args,
+        trainer,
+        simulation,
+        placement=placement,
+        param_shapes=shapes(dtype),
+        logits=logits,
+        dtype=dtype,
+        start=start,
+    )
 
 
 def simulate(trainer: Any, shapes: Any, name: str) -> hardware.StepSimulation:

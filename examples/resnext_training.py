@@ -38,6 +38,7 @@ References:
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import time
 from typing import NoReturn
@@ -273,33 +274,23 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     ipus = popdist.getNumIpusPerReplica()
     counts = units_per_ipu(args.model, args.split_after, args.units_per_ipu, ipus)
-    options = _transformer.pipeline_options(
-        "resnext_training.py",
+    return _image_examples.build_and_run(
         args,
-        stages(args.model, counts),
-        partials_type="half" if args.enable_half_partials else "float",
-    )
-    dtype, offline = DTYPES[args.precision], popdist.is_offline_mode()
-    if offline:  # shapes only: nothing is allocated
-        params = _shapes(args.model, dtype)
-    else:
-        params = init_params(args.model, dtype, jax.random.PRNGKey(args.seed))
-    optimiser = optax.sgd(args.learning_rate, momentum=0.9)
-    try:
-        trainer = popdist.Trainer(block_model(args.model), optimiser, params, options)
-    except popdist.PipelineError as err:
-        refuse(str(err))
-    shapes = batch_shapes(args.model, options, args.micro_batch_size, dtype)
-    simulation = _image_examples.simulate(trainer, shapes, f"ResNeXt-{args.model}")
-    return _image_examples.run(
-        args,
-        trainer,
-        simulation,
+        start,
+        program="resnext_training.py",
+        name=f"ResNeXt-{args.model}",
+        stages=stages(args.model, counts),
         placement={"units_per_ipu": counts},
-        param_shapes=_shapes(args.model, dtype),
+        model=block_model(args.model),
+        optimiser=optax.sgd(args.learning_rate, momentum=0.9),
+        shapes=functools.partial(_shapes, args.model),
+        init=functools.partial(init_params, args.model),
+        batch_shapes=lambda options, dtype: batch_shapes(
+            args.model, options, args.micro_batch_size, dtype
+        ),
         logits=logits_fn(args.model),
-        dtype=dtype,
-        start=start,
+        dtype=DTYPES[args.precision],
+        partials_type="half" if args.enable_half_partials else "float",
     )
 
 

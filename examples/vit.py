@@ -104,7 +104,6 @@ def init_params(model: str, dtype, key: jax.Array) -> dict:
 
 
 _layer_norm = functools.partial(_transformer.layer_norm, eps=1e-6)
-_refuse = functools.partial(_transformer.refuse, "vit.py")
 layers_per_ipu = functools.partial(_transformer.layers_per_ipu, "vit.py")
 
 
@@ -225,29 +224,22 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     ipus = popdist.getNumIpusPerReplica()
     counts = layers_per_ipu(args.layers_per_ipu, CONFIGS[args.model][3], ipus)
-    options = _transformer.pipeline_options("vit.py", args, stages(args.model, counts))
-    dtype, offline = DTYPES[args.precision], popdist.is_offline_mode()
-    if offline:  # shapes only: nothing is allocated
-        params = _shapes(args.model, dtype)
-    else:
-        params = init_params(args.model, dtype, jax.random.PRNGKey(args.seed))
-    try:
-        trainer = popdist.Trainer(
-            block_model(args.model), popdist.lamb(args.learning_rate), params, options
-        )
-    except popdist.PipelineError as err:
-        _refuse(str(err))
-    shapes = batch_shapes(args.model, options, args.micro_batch_size, dtype)
-    simulation = _image_examples.simulate(trainer, shapes, f"ViT-{args.model}")
-    return _image_examples.run(
+    return _image_examples.build_and_run(
         args,
-        trainer,
-        simulation,
+        start,
+        program="vit.py",
+        name=f"ViT-{args.model}",
+        stages=stages(args.model, counts),
         placement={"layers_per_ipu": counts},
-        param_shapes=_shapes(args.model, dtype),
+        model=block_model(args.model),
+        optimiser=popdist.lamb(args.learning_rate),
+        shapes=functools.partial(_shapes, args.model),
+        init=functools.partial(init_params, args.model),
+        batch_shapes=lambda options, dtype: batch_shapes(
+            args.model, options, args.micro_batch_size, dtype
+        ),
         logits=logits_fn(args.model),
-        dtype=dtype,
-        start=start,
+        dtype=DTYPES[args.precision],
     )
 
 
