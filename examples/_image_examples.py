@@ -19,6 +19,43 @@ import numpy as np
 import hardware
 import popdist_emu as popdist
 
+DTYPES = {"fp16": jnp.float16, "fp32": jnp.float32}
+
+
+def parse(parser: Any, argv: Any) -> Any:
+    """The example's arguments with ``--precision`` (fp16, the tiny model fp32 by default)
+    and the step count checked against the accumulation."""
+    parser.add_argument("--precision", choices=tuple(DTYPES), help="default: fp16, tiny fp32")
+    args = parser.parse_args(argv)
+    _transformer.check_steps(parser, args)
+    if args.precision is None:
+        args.precision = "fp32" if args.model == "tiny" else "fp16"
+    return args
+
+
+def batch_shapes(image: int, channels: int, options: Any, micro: int, dtype) -> tuple:
+    """Shapes of one call's images and labels for every replica: ``device_iterations x
+    gradient_accumulation x replication_factor`` micro-batches of ``micro`` images."""
+    lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
+    return (
+        jax.ShapeDtypeStruct((*lead, micro, image, image, channels), dtype),
+        jax.ShapeDtypeStruct((*lead, micro), jnp.int32),
+    )
+
+
+def stages(first: str, names: list[str], last: str, counts: list[int]) -> tuple:
+    """One ``popdist.Stage`` per IPU: ``first`` (the stem or embeddings) with IPU 0's share
+    of ``names``, each IPU's ``counts[i]`` blocks in order, ``last`` (the head) with the last
+    IPU's."""
+    out, i = [], 0
+    for ipu, count in enumerate(counts):
+        blocks = ([first] if ipu == 0 else []) + names[i : i + count]
+        if ipu == len(counts) - 1:
+            blocks.append(last)
+        out.append(popdist.Stage(*blocks, ipu=ipu))
+        i += count
+    return tuple(out)
+
 
 def build_and_run(
     args: Any,

@@ -59,7 +59,6 @@ CONFIGS = {
     "tiny": (8, 1, (3, 1, False), (1, 1), 4, 2, 8, 4, 10),
     "101": (224, 3, (7, 2, True), resnext.DEPTHS[101], 32, 4, 64, 32, 1000),
 }
-DTYPES = {"fp16": jnp.float16, "fp32": jnp.float32}
 _DIMS = ("NHWC", "HWIO", "NHWC")
 
 
@@ -223,23 +222,7 @@ def units_per_ipu(model: str, split_after: str | None, counts: str | None, ipus:
 
 def stages(model: str, counts: list[int]) -> tuple:
     """The stem with IPU 0's units, each IPU's units, the head with the last IPU's."""
-    names, out, i = unit_names(model), [], 0
-    for ipu, count in enumerate(counts):
-        blocks = (["stem"] if ipu == 0 else []) + names[i : i + count]
-        if ipu == len(counts) - 1:
-            blocks.append("head")
-        out.append(popdist.Stage(*blocks, ipu=ipu))
-        i += count
-    return tuple(out)
-
-
-def batch_shapes(model: str, options, micro: int, dtype) -> tuple:
-    image, channels = CONFIGS[model][:2]
-    lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
-    return (
-        jax.ShapeDtypeStruct((*lead, micro, image, image, channels), dtype),
-        jax.ShapeDtypeStruct((*lead, micro), jnp.int32),
-    )
+    return _image_examples.stages("stem", unit_names(model), "head", counts)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -261,12 +244,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         learning_rate=0.1,
         proportion_help="PopLibs' default 0.6 when not set",
     )
-    parser.add_argument("--precision", choices=tuple(DTYPES), help="default: fp16, tiny fp32")
-    args = parser.parse_args(argv)
-    _transformer.check_steps(parser, args)
-    if args.precision is None:
-        args.precision = "fp32" if args.model == "tiny" else "fp16"
-    return args
+    return _image_examples.parse(parser, argv)
 
 
 def main(argv=None) -> dict:
@@ -285,11 +263,11 @@ def main(argv=None) -> dict:
         optimiser=optax.sgd(args.learning_rate, momentum=0.9),
         shapes=functools.partial(_shapes, args.model),
         init=functools.partial(init_params, args.model),
-        batch_shapes=lambda options, dtype: batch_shapes(
-            args.model, options, args.micro_batch_size, dtype
+        batch_shapes=lambda options, dtype: _image_examples.batch_shapes(
+            *CONFIGS[args.model][:2], options, args.micro_batch_size, dtype
         ),
         logits=logits_fn(args.model),
-        dtype=DTYPES[args.precision],
+        dtype=_image_examples.DTYPES[args.precision],
         partials_type="half" if args.enable_half_partials else "float",
     )
 

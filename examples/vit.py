@@ -56,7 +56,6 @@ CONFIGS = {
     "tiny": (8, 2, 1, 2, 32, 2, 64, 10, 32),
     "base": (224, 16, 3, 12, 768, 12, 3072, 1000, 768),
 }
-DTYPES = {"fp16": jnp.float16, "fp32": jnp.float32}
 
 
 def _shapes(model: str, dtype) -> dict:
@@ -181,23 +180,8 @@ def block_model(model: str) -> popdist.BlockModel:
 
 def stages(model: str, counts: list[int]) -> tuple:
     """The embeddings with IPU 0's layers, each IPU's layers, the head with the last IPU's."""
-    names, out, i = [f"layer{k:02d}" for k in range(CONFIGS[model][3])], [], 0
-    for ipu, count in enumerate(counts):
-        blocks = (["embeddings"] if ipu == 0 else []) + names[i : i + count]
-        if ipu == len(counts) - 1:
-            blocks.append("head")
-        out.append(popdist.Stage(*blocks, ipu=ipu))
-        i += count
-    return tuple(out)
-
-
-def batch_shapes(model: str, options, micro: int, dtype) -> tuple:
-    image, _, channels = CONFIGS[model][:3]
-    lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
-    return (
-        jax.ShapeDtypeStruct((*lead, micro, image, image, channels), dtype),
-        jax.ShapeDtypeStruct((*lead, micro), jnp.int32),
-    )
+    names = [f"layer{k:02d}" for k in range(CONFIGS[model][3])]
+    return _image_examples.stages("embeddings", names, "head", counts)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -211,12 +195,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         learning_rate=3e-3,
         proportion_help="Graphcore's ViT sets matmul_proportion 0.3 on each",
     )
-    parser.add_argument("--precision", choices=tuple(DTYPES), help="default: fp16, tiny fp32")
-    args = parser.parse_args(argv)
-    _transformer.check_steps(parser, args)
-    if args.precision is None:
-        args.precision = "fp32" if args.model == "tiny" else "fp16"
-    return args
+    return _image_examples.parse(parser, argv)
 
 
 def main(argv=None) -> dict:
@@ -235,11 +214,11 @@ def main(argv=None) -> dict:
         optimiser=popdist.lamb(args.learning_rate),
         shapes=functools.partial(_shapes, args.model),
         init=functools.partial(init_params, args.model),
-        batch_shapes=lambda options, dtype: batch_shapes(
-            args.model, options, args.micro_batch_size, dtype
+        batch_shapes=lambda options, dtype: _image_examples.batch_shapes(
+            CONFIGS[args.model][0], CONFIGS[args.model][2], options, args.micro_batch_size, dtype
         ),
         logits=logits_fn(args.model),
-        dtype=DTYPES[args.precision],
+        dtype=_image_examples.DTYPES[args.precision],
     )
 
 
