@@ -102,6 +102,12 @@ class ConvOp:
             float) or 2 (half partials, as Graphcore's fp16 ResNet-50 configurations set).
         available_memory_proportion: a per-operation setting (PopTorch's
             ``set_available_memory``), or None for the IPU's.
+        weight_live: whether the right-hand operand is a model weight, live all step
+            (False: a value the step computes, such as an activation gradient, live only
+            around the operation).
+        weight_key: which weight it is: operations with the same key (a forward
+            convolution, its recomputation, a matmul's data gradient) use one tensor,
+            laid out once; "" when unknown (the operand is its own tensor).
     """
 
     name: str
@@ -114,6 +120,8 @@ class ConvOp:
     dtype_bytes: int = 2
     available_memory_proportion: float | None = None
     partials_bytes: int = PARTIALS_BYTES
+    weight_live: bool = True
+    weight_key: str = ""
 
     def __post_init__(self) -> None:
         for field in (
@@ -148,7 +156,7 @@ class ConvOp:
 
     @property
     def weight_bytes(self) -> int:
-        """Bytes of its weights (the right-hand operand)."""
+        """Bytes of its right-hand operand (its weights when ``weight_live``)."""
         return self.groups * self.dtype_bytes * self.reduction * self.columns
 
     @property

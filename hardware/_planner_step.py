@@ -84,21 +84,27 @@ class PlannerReport:
     def worst_tile_excess_bytes(self) -> int:
         """Bytes the worst tile holds beyond the mean tile because of the plans' layouts.
 
-        Weights are always live, so the excess of every operation's weights stacks on the
-        first tiles; inputs and outputs are live around their operation, so the largest
-        single excess (with the operation's temporary memory above the mean) counts.
+        Weights are always live, so the excess of every weight's layout stacks on the first
+        tiles: once per weight tensor (its operations with one ``weight_key``; the largest
+        of their layouts), not once per operation that reads it. Inputs, outputs and a
+        right-hand operand the step computes are live around their operation, so the
+        largest single excess (with the operation's temporary memory above the mean) counts.
         ASSUMPTION: each operation lays its operands out from the IPU's first tile.
         """
-        weights, transient = 0, 0
+        weights: dict[str, int] = {}
+        transient = 0
         for p in self.planned:
             share = 1 / p.plan.tiles_used - 1 / self.tiles
-            weights += math.ceil(p.op.weight_bytes * share)
-            others = p.op.operand_bytes - p.op.weight_bytes
+            others = p.op.operand_bytes
+            if p.op.weight_live:
+                key = p.op.weight_key or p.op.name
+                weights[key] = max(weights.get(key, 0), math.ceil(p.op.weight_bytes * share))
+                others -= p.op.weight_bytes
             mean_temp = p.plan.temporary_bytes * p.plan.tiles_used / self.tiles
             transient = max(
                 transient, math.ceil(others * share + p.plan.temporary_bytes - mean_temp)
             )
-        return weights + transient
+        return sum(weights.values()) + transient
 
     @property
     def phase_two(self) -> tuple[PlannedOp, ...]:

@@ -19,6 +19,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -156,12 +157,45 @@ def _overrides(jaxpr) -> dict[int, float]:
     return found
 
 
-def matmul_ops(jaxpr: Any, *, prefix: str = "", partials_type: str = "float") -> tuple[ConvOp, ...]:
+# Equations whose sub-jaxpr takes the equation's operands in order (a call): a weight
+# passed in is the same weight inside.
+_CALLS = frozenset(
+    {"pjit", "jit", "closed_call", "core_call", "remat", "remat2", "checkpoint", "custom_jvp_call",
+     "custom_vjp_call", "custom_vjp_call_jaxpr"}
+)  # fmt: skip
+
+
+def _weight_of(eqn: Any, weights: dict | None) -> dict[str, Any]:
+    """``ConvOp``'s weight fields for ``eqn``: unknown without ``weights`` (var -> key),
+    else the key of the weight its right-hand operand is, or not a weight."""
+    if weights is None:
+        return {}
+    key = weights.get(eqn.invars[1]) if isinstance(eqn.invars[1], jex.Var) else None
+    return {"weight_key": key} if key else {"weight_live": False}
+
+
+def matmul_ops(
+    jaxpr: Any,
+    *,
+    prefix: str = "",
+    partials_type: str = "float",
+    weights: int | None = None,
+    weight_prefix: str = "",
+) -> tuple[ConvOp, ...]:
     """Every ``dot_general`` and ``conv_general_dilated`` of ``jaxpr`` (and its sub-jaxprs).
 
     Each gets a unique name, ``<primitive> #<n> <lhs shape> x <rhs shape>``, which the
     planner's warning quotes. ``partials_type`` is PopLibs' ``partialsType`` ("float", the
     default, or "half").
+
+    ``weights``: how many of the jaxpr's first inputs are the model's weights (a step's or
+    a stage's parameters come first). Each operation then says whether its right-hand
+    operand is one of them (``ConvOp.weight_key``: ``<weight_prefix>weight <i>``, the same
+    in a stage's forward and backward programs, followed into calls such as
+    ``jax.checkpoint``)
+    or a value the step computes (``weight_live`` False), so the planner lays each weight
+    out once. Without it (None), or inside a loop or branch, every right-hand operand is
+    taken for a weight of its own.
     """
     if partials_type not in PARTIALS_TYPES:
         raise ValueError(
@@ -172,7 +206,7 @@ def matmul_ops(jaxpr: Any, *, prefix: str = "", partials_type: str = "float") ->
         jaxpr = jaxpr.jaxpr
     ops: list[ConvOp] = []
 
-    def walk(jp: Any) -> None:
+    def walk(jp: Any, keys: dict | None) -> None:
         overrides = _overrides(jp)
         for i, eqn in enumerate(jp.eqns):
             if eqn.primitive.name in MATMUL_PRIMITIVES:
@@ -181,11 +215,28 @@ def matmul_ops(jaxpr: Any, *, prefix: str = "", partials_type: str = "float") ->
                     f"{prefix}{eqn.primitive.name} #{len(ops)} "
                     f"{'x'.join(map(str, lhs.shape))} * {'x'.join(map(str, rhs.shape))}"
                 )
-                ops.append(_conv_op(eqn, name, overrides.get(i), partials))
+                op = _conv_op(eqn, name, overrides.get(i), partials)
+                ops.append(dataclasses.replace(op, **_weight_of(eqn, keys)))
             for sub in sub_jaxprs(eqn.params):
-                walk(sub)
+                inner = None
+                if (
+                    keys is not None
+                    and eqn.primitive.name in _CALLS
+                    and len(sub.invars) == len(eqn.invars)
+                ):
+                    inner = {
+                        s: keys[o]
+                        for s, o in zip(sub.invars, eqn.invars, strict=True)
+                        if isinstance(o, jex.Var) and o in keys
+                    }
+                walk(sub, inner)
 
-    walk(jaxpr)
+    top = (
+        None
+        if weights is None
+        else {v: f"{weight_prefix}weight {i}" for i, v in enumerate(jaxpr.invars[:weights])}
+    )
+    walk(jaxpr, top)
     return tuple(ops)
 
 

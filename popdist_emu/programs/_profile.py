@@ -70,7 +70,9 @@ def program_counts(
         # The largest operation needs its input and its output at once.
         temporary_bytes=2 * size.largest_bytes,
         # Every matmul and convolution of the program that runs, for the planner model.
-        matmuls=matmul_ops(micro_step.jaxpr, partials_type=partials_type),
+        matmuls=matmul_ops(
+            micro_step.jaxpr, partials_type=partials_type, weights=len(jax.tree.leaves(params))
+        ),
     )
 
 

@@ -112,6 +112,13 @@ def profile_stages(
         bwd_jaxpr = jax.make_jaxpr(backward)(*args).jaxpr
         fwd_size, bwd_size = jaxpr_size(fwd_jaxpr), jaxpr_size(bwd_jaxpr)
         where = f"stage {s} "
+        # The stage's parameters come first in both programs: one key per weight.
+        ops = functools.partial(
+            matmul_ops,
+            partials_type=partials_type,
+            weights=len(jax.tree.leaves(p)),
+            weight_prefix=where,
+        )
         out.append(
             StageProfile(
                 forward=xla_cost(fwd),
@@ -128,10 +135,8 @@ def profile_stages(
                     tree_nbytes({k: p[k] for k in pipeline.model.block(name).params})
                     for name in pipeline.stages[s].blocks
                 ),
-                forward_matmuls=matmul_ops(
-                    fwd_jaxpr, prefix=f"{where}forward ", partials_type=partials_type
-                ),
-                backward_matmuls=matmul_ops(bwd_jaxpr, prefix=where, partials_type=partials_type),
+                forward_matmuls=ops(fwd_jaxpr, prefix=f"{where}forward "),
+                backward_matmuls=ops(bwd_jaxpr, prefix=where),
             )
         )
         x = y

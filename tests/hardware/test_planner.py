@@ -110,6 +110,26 @@ def test_very_low_proportions_pile_operands_onto_few_tiles():
     assert plan_step([op], IPU, 0.6, sync_cycles=SYNC).worst_tile_excess_bytes == 0
 
 
+def test_a_weight_read_by_several_operations_is_laid_out_once():
+    # A convolution on few tiles (a tiny proportion): its weights pile onto the first tiles.
+    op = ConvOp("forward", "conv", 1, 20 * 56 * 56, 256, 576, 64, weight_key="w")
+    again = dataclasses.replace(op, name="recomputed")  # the same weight, read again
+
+    def excess(*planned):
+        return plan_step(planned, IPU, 0.0001, sync_cycles=SYNC).worst_tile_excess_bytes
+
+    one = excess(op)
+    assert one > 0 and excess(op, again) == one
+    # Unknown identity: each operation's right-hand operand is a weight of its own.
+    assert excess(*(dataclasses.replace(o, weight_key="") for o in (op, again))) > one
+    # Right-hand operands the step computes (weight gradients') are live only around their
+    # operation: the largest counts, they do not stack as weights do.
+    computed = [dataclasses.replace(op, name=f"c{i}", weight_live=False) for i in range(2)]
+    assert excess(op, *computed) == excess(op, computed[0])
+    others = [dataclasses.replace(c, weight_live=True, weight_key=c.name) for c in computed]
+    assert excess(op, *others) > excess(op, others[0])
+
+
 def test_a_per_operation_setting_wins_and_costs_code_it_cannot_share():
     op = ConvOp("a", "matmul", 1, 4096, 1024, 1024, 1024)
     twin = dataclasses.replace(op, name="b")

@@ -49,6 +49,29 @@ def test_operations_shapes_and_the_override_survive_into_the_gradient_jaxpr():
     assert all("#" in op.name for op in ops)
 
 
+def test_with_the_weights_counted_each_operation_names_its_weight_or_none():
+    weights = len(jax.tree.leaves(PARAMS))  # leaves in key order: k, w1
+
+    def keyed(fn):
+        ops = matmul_ops(jax.make_jaxpr(fn)(PARAMS, X), weights=weights, weight_prefix="s0 ")
+        live = sorted(op.weight_key for op in ops if op.weight_live)
+        computed = [op for op in ops if not op.weight_live]
+        assert all(not op.weight_key for op in computed)
+        return live, len(computed)
+
+    # The forward matmul reads w1 and the forward convolution k; the convolution's data
+    # gradient (the flipped kernel) and both weight gradients read values the step computes.
+    assert keyed(jax.grad(_loss)) == (["s0 weight 0", "s0 weight 1"], 3)
+    # Recomputed under jax.checkpoint, the forward reads the same two weights again.
+    assert keyed(jax.grad(jax.checkpoint(_loss))) == (
+        ["s0 weight 0", "s0 weight 0", "s0 weight 1", "s0 weight 1"],
+        3,
+    )
+    # Without the count every right-hand operand is taken for a weight of its own.
+    closed = jax.make_jaxpr(jax.grad(_loss))(PARAMS, X)
+    assert all(op.weight_live and not op.weight_key for op in matmul_ops(closed))
+
+
 def test_the_mark_is_an_identity_that_changes_no_numbers():
     plain = jax.grad(lambda p, x: ((x @ p["w1"]) ** 2).sum())(PARAMS, X)
     marked = jax.jit(jax.grad(lambda p, x: (set_available_memory(x @ p["w1"], 0.3) ** 2).sum()))(
