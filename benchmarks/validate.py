@@ -19,9 +19,10 @@ it (its placement, tied decoder, vocabulary, micro-batch, memory proportions, LA
 MLPerf Training v1.0 and v1.1 on the Mk2 IPU-POD16 and POD64 are the family's calibration
 (v1.1 against its training-only throughput: the references' figures include evaluation);
 v1.1 on the POD128 and v2.0 on Bow-POD16 to Bow-POD256 (an IPU and a software release the
-BERT fit never saw) are the checks. With ``--vit``, the ViT-B/16 row, and with
-``--resnext`` the ResNeXt-101 row (``examples/resnext_training.py``), both on the shared
-parameters. EfficientNet and the other families wait for their examples.
+BERT fit never saw) are the checks. With ``--vit``, the ViT-B/16 row, with ``--resnext`` the
+ResNeXt-101 row (``examples/resnext_training.py``) and with ``--efficientnet`` the three
+G16-EfficientNet-B4 rows (``examples/efficientnet_training.py``), all on the shared
+parameters. The other families wait for their examples.
 
 Layouts: one IPU per replica, ``replicas / 2`` instances (PopRun's MLPerf ResNet-50 runs;
 16 for the v1.0 Pod64 run, as its logs give),
@@ -34,7 +35,7 @@ error, and a last JSON line with those.
 
 Run::
 
-    python benchmarks/validate.py [--bert] [--vit] [--resnext]
+    python benchmarks/validate.py [--bert] [--vit] [--resnext] [--efficientnet]
 
 References:
     mlcommons/training_results_v1.0 and v2.0, Graphcore ResNet-50 result logs (throughput =
@@ -281,6 +282,38 @@ RESNEXT_ROWS = (
 )
 
 
+# G16-EfficientNet-B4, Graphcore's TensorFlow CNNs (configs.yml
+# ``mk2_efficientnet_b4_g16_{16,64,256}ipus`` in mlcommons/training_results_v2.0's copy,
+# ``Graphcore/benchmarks/resnet/implementations/tensorflow``: replicas of 2 IPUs, micro-batch 3,
+# global batch 6,144, the pipeline split at ``block4a``, group dimension 16, expansion 4,
+# recomputation, half partials, group norm, ``available_memory_proportion`` 0.4, 16.16, LARS;
+# 380 x 380 images, B4's default), modelled by ``examples/efficientnet_training.py``. Instances
+# as benchmarks.yml's poprun lines give them: one per replica on the Pod16, 32 on the Pod64;
+# its Pod256 line repeats the Pod64's 32 (with 32 replicas, where the configuration names 128),
+# so 32 instances serve the 128 replicas here.
+_EFFICIENTNET = (
+    "--model b4 --group-dim 16 --expand-ratio 4 --micro-batch-size 3 --pipeline-splits block4a "
+    "--recompute --enable-half-partials --available-memory-proportion 0.4 --optimiser lars"
+)
+EFFICIENTNET_ROWS = tuple(
+    ExampleRow(
+        key,
+        published,
+        "Graphcore performance results, Bow launch, TF1",
+        _launch(system, replicas, 2, instances),
+        f"{_EFFICIENTNET} --gradient-accumulation {accumulation}",
+        "efficientnet_training.py",
+        "samples_per_second",
+        model="EfficientNet-B4 G16",
+    )
+    for key, published, system, replicas, instances, accumulation in (
+        ("C4", 8_936, "bow-pod16", 8, 8, 256),
+        ("C5", 34_943, "bow-pod64", 32, 32, 64),
+        ("C6", 117_641, "bow-pod256", 128, 32, 16),
+    )
+)
+
+
 def run_example(row: ExampleRow) -> dict:
     """The final JSON line of an offline run of the row's example under ``poprun-emu``."""
     launch, words = row.launch, row.words
@@ -329,6 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bert", action="store_true", help="BERT-Large rows too (minutes)")
     parser.add_argument("--vit", action="store_true", help="ViT-B/16 rows too (a minute)")
     parser.add_argument("--resnext", action="store_true", help="ResNeXt-101 rows too (30 s)")
+    parser.add_argument(
+        "--efficientnet", action="store_true", help="EfficientNet-B4 rows too (4 minutes)"
+    )
     args = parser.parse_args(argv)
     import resnet50
 
@@ -358,6 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         (BERT_CALIBRATION_ROWS + BERT_ROWS if args.bert else ())
         + (VIT_ROWS if args.vit else ())
         + (RESNEXT_ROWS if args.resnext else ())
+        + (EFFICIENTNET_ROWS if args.efficientnet else ())
     )
     for row in examples:
         if (row.launch, row.words) not in simulated:
