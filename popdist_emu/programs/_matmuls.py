@@ -192,10 +192,9 @@ def matmul_ops(
     a stage's parameters come first). Each operation then says whether its right-hand
     operand is one of them (``ConvOp.weight_key``: ``<weight_prefix>weight <i>``, the same
     in a stage's forward and backward programs, followed into calls such as
-    ``jax.checkpoint``)
-    or a value the step computes (``weight_live`` False), so the planner lays each weight
-    out once. Without it (None), or inside a loop or branch, every right-hand operand is
-    taken for a weight of its own.
+    ``jax.checkpoint``) or a value the step computes (``weight_live`` False), so the
+    planner lays each weight out once. Without it (None), or inside a loop or branch,
+    every right-hand operand is taken for a weight of its own.
     """
     if partials_type not in PARTIALS_TYPES:
         raise ValueError(
