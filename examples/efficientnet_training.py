@@ -281,8 +281,8 @@ def stages(model: str, counts: list[int]) -> tuple:
 
 OPTIMISERS = {
     "momentum": lambda lr: optax.sgd(lr, momentum=0.9),
-    # Graphcore's large-batch configuration: LARS, momentum 0.885, no weight decay.
-    "lars": lambda lr: popdist.lars(lr, momentum=0.885),
+    # Graphcore's large-batch configuration: LARS, momentum 0.885, weight decay 2.5e-6.
+    "lars": lambda lr: popdist.lars(lr, weight_decay=2.5e-6, momentum=0.885),
 }
 
 
