@@ -15,6 +15,7 @@ import _transformer
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 import hardware
 import popdist_emu as popdist
@@ -31,6 +32,42 @@ def parse(parser: Any, argv: Any) -> Any:
     if args.precision is None:
         args.precision = "fp32" if args.model == "tiny" else "fp16"
     return args
+
+
+def cross_entropy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """The examples' loss: the mean softmax cross-entropy of ``logits``, in float32."""
+    return optax.softmax_cross_entropy_with_integer_labels(
+        logits.astype(jnp.float32), labels
+    ).mean()
+
+
+def chain_logits(blocks: list, head_logits: Callable) -> Callable:
+    """Jitted ``(params, images) -> logits`` for evaluation: ``blocks`` (name, block) in
+    order, each ``(params, (x, labels)) -> (x, labels)``, then ``head_logits(params, x)``."""
+
+    def logits(params, images):
+        carry = (images, jnp.zeros(images.shape[0], jnp.int32))
+        for _, block in blocks:
+            carry = block(params, carry)
+        return head_logits(params, carry[0])
+
+    return jax.jit(logits)
+
+
+def add_convolution_arguments(parser: Any, *, learning_rate: float) -> None:
+    """The flags of the pipelined CNN examples beyond their placement: Graphcore's half
+    partials and the shared training flags (90 steps by default)."""
+    parser.add_argument(
+        "--enable-half-partials",
+        action="store_true",
+        help="half-precision partials in the convolutions (Graphcore's enable_half_partials)",
+    )
+    _transformer.add_training_arguments(
+        parser,
+        steps=90,
+        learning_rate=learning_rate,
+        proportion_help="PopLibs' default 0.6 when not set",
+    )
 
 
 def batch_shapes(image: int, channels: int, options: Any, micro: int, dtype) -> tuple:

@@ -216,10 +216,7 @@ def _top_logits(tp, x):
 def top_block(p, carry):
     """The 1x1 convolution to the top width, pooling, the classifier and the cross-entropy."""
     x, labels = carry
-    logits = _top_logits(p["top"], x)
-    return optax.softmax_cross_entropy_with_integer_labels(
-        logits.astype(jnp.float32), labels
-    ).mean()
+    return _image_examples.cross_entropy(_top_logits(p["top"], x), labels)
 
 
 def _blocks(model: str, group_dim: int, expand_ratio: int) -> list:
@@ -231,15 +228,9 @@ def _blocks(model: str, group_dim: int, expand_ratio: int) -> list:
 
 def logits_fn(model: str, group_dim: int, expand_ratio: int):
     """The whole network's logits, for evaluating a trained model."""
-    blocks = _blocks(model, group_dim, expand_ratio)
-
-    def logits(params, images):
-        carry = (images, jnp.zeros(images.shape[0], jnp.int32))
-        for _, block in blocks:
-            carry = block(params, carry)
-        return _top_logits(params["top"], carry[0])
-
-    return jax.jit(logits)
+    return _image_examples.chain_logits(
+        _blocks(model, group_dim, expand_ratio), lambda params, x: _top_logits(params["top"], x)
+    )
 
 
 def block_model(model: str, group_dim: int, expand_ratio: int) -> popdist.BlockModel:
@@ -301,18 +292,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--blocks-per-ipu", help="MBConv blocks on each IPU, e.g. 10,22")
     parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=8)
-    parser.add_argument(
-        "--enable-half-partials",
-        action="store_true",
-        help="half-precision partials in the convolutions (Graphcore's enable_half_partials)",
-    )
     parser.add_argument("--optimiser", choices=tuple(OPTIMISERS), default="momentum")
-    _transformer.add_training_arguments(
-        parser,
-        steps=90,
-        learning_rate=0.01,
-        proportion_help="PopLibs' default 0.6 when not set",
-    )
+    _image_examples.add_convolution_arguments(parser, learning_rate=0.01)
     return _image_examples.parse(parser, argv)
 
 

@@ -169,10 +169,7 @@ def _head_logits(hp, x):
 def head_block(p, carry):
     """Global average pooling, the classifier and the cross-entropy loss."""
     x, labels = carry
-    logits = _head_logits(p["head"], x)
-    return optax.softmax_cross_entropy_with_integer_labels(
-        logits.astype(jnp.float32), labels
-    ).mean()
+    return _image_examples.cross_entropy(_head_logits(p["head"], x), labels)
 
 
 def _blocks(model: str) -> list:
@@ -183,15 +180,9 @@ def _blocks(model: str) -> list:
 
 def logits_fn(model: str):
     """The whole network's logits, for evaluating a trained model."""
-    blocks = _blocks(model)
-
-    def logits(params, images):
-        carry = (images, jnp.zeros(images.shape[0], jnp.int32))
-        for _, block in blocks:
-            carry = block(params, carry)
-        return _head_logits(params["head"], carry[0])
-
-    return jax.jit(logits)
+    return _image_examples.chain_logits(
+        _blocks(model), lambda params, x: _head_logits(params["head"], x)
+    )
 
 
 def block_model(model: str) -> popdist.BlockModel:
@@ -233,17 +224,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--units-per-ipu", help="bottleneck units on each IPU, e.g. 10,23")
     parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=8)
-    parser.add_argument(
-        "--enable-half-partials",
-        action="store_true",
-        help="half-precision partials in the convolutions (Graphcore's enable_half_partials)",
-    )
-    _transformer.add_training_arguments(
-        parser,
-        steps=90,
-        learning_rate=0.1,
-        proportion_help="PopLibs' default 0.6 when not set",
-    )
+    _image_examples.add_convolution_arguments(parser, learning_rate=0.1)
     return _image_examples.parse(parser, argv)
 
 

@@ -45,7 +45,6 @@ import _image_examples
 import _transformer
 import jax
 import jax.numpy as jnp
-import optax
 from _transformer import attention, dense
 
 import popdist_emu as popdist
@@ -147,10 +146,7 @@ def _head_logits(hp, x):
 def head_block(p, carry):
     """The head's logits and the cross-entropy loss."""
     x, labels = carry
-    logits = _head_logits(p["head"], x)
-    return optax.softmax_cross_entropy_with_integer_labels(
-        logits.astype(jnp.float32), labels
-    ).mean()
+    return _image_examples.cross_entropy(_head_logits(p["head"], x), labels)
 
 
 def logits_fn(model: str):
