@@ -227,7 +227,20 @@ def test_functional_and_offline_runs_report_the_same_step(tmp_path):
     host, ipu = summary["host_bound_samples_per_second"], summary["ipu_bound_samples_per_second"]
     assert summary["host_bound"] == (host < ipu)
     assert ipu == pytest.approx(offline_summary["samples_per_second"], rel=1e-9)
-    measured = (*HOST_MEASURED, "simulated_step_seconds", "samples_per_second", "phases", "run")
+    # The band's width is the calibration's; its ends follow the (host-measured) throughput.
+    band = ("method", "calibration", "relative")
+    assert {k: offline_summary["uncertainty"][k] for k in band} == {
+        k: summary["uncertainty"][k] for k in band
+    }
+    measured = (
+        *HOST_MEASURED,
+        "host_bound",
+        "uncertainty",
+        "simulated_step_seconds",
+        "samples_per_second",
+        "phases",
+        "run",
+    )
     for key in measured:
         assert (offline_summary.pop(key) is None) == (summary[key] is None), key
     assert offline_summary == {k: v for k, v in summary.items() if k not in measured}
