@@ -1,6 +1,6 @@
-"""What the pipelined image examples (``vit.py``, ``resnext_training.py``) share: building
-the trainer from their arguments, simulating the configuration, training on the handwritten
-digits, and the report's simulated figures."""
+"""What the pipelined image examples (``vit.py``, ``resnext_training.py``,
+``efficientnet_training.py``) share: building the trainer from their arguments, simulating
+the configuration, training on the handwritten digits, and the report's simulated figures."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def build_and_run(
     optimiser: Any,
     shapes: Callable[[Any], Any],
     init: Callable[[Any, jax.Array], Any],
-    batch_shapes: Callable[[Any, Any], Any],
+    image: tuple[int, int],
     logits: Callable,
     dtype,
     **options: Any,
@@ -117,23 +117,25 @@ def build_and_run(
     report. A placement the pipeline refuses ends ``program`` with exit status 2.
 
     Args:
-        batch_shapes: ``(options, dtype) -> shapes`` of one micro-batch of every replica.
+        image: the images' side and channels (``--micro-batch-size`` of them per micro-batch).
         **options: further ``Options`` settings (``_transformer.pipeline_options``).
     """
     opts = _transformer.pipeline_options(program, args, stages, **options)
+    param_shapes = shapes(dtype)
     offline = popdist.is_offline_mode()
-    params = shapes(dtype) if offline else init(dtype, jax.random.PRNGKey(args.seed))
+    params = param_shapes if offline else init(dtype, jax.random.PRNGKey(args.seed))
     try:
         trainer = popdist.Trainer(model, optimiser, params, opts)
     except popdist.PipelineError as err:
         _transformer.refuse(program, str(err))
-    simulation = simulate(trainer, batch_shapes(opts, dtype), name)
+    batch = batch_shapes(*image, opts, args.micro_batch_size, dtype)
+    simulation = simulate(trainer, batch, name)
     return run(
         args,
         trainer,
         simulation,
         placement=placement,
-        param_shapes=shapes(dtype),
+        param_shapes=param_shapes,
         logits=logits,
         dtype=dtype,
         start=start,

@@ -1,6 +1,7 @@
 """The pieces examples/bert.py and examples/vit.py share: a transformer's layers in plain JAX,
-their initialisation, and the ``--layers-per-ipu`` placement argument; with
-examples/resnext_training.py, the training flags and the options they set.
+their initialisation, and the ``--layers-per-ipu`` placement argument; with the
+pipelined CNN examples (examples/resnext_training.py, examples/efficientnet_training.py),
+the training flags and the options they set.
 
 References:
     Vaswani et al., "Attention Is All You Need", NeurIPS 2017 (multi-head attention);

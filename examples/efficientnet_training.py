@@ -314,9 +314,7 @@ def main(argv=None) -> dict:
         optimiser=OPTIMISERS[args.optimiser](args.learning_rate),
         shapes=lambda dtype: _shapes(args.model, dtype, args.group_dim, args.expand_ratio),
         init=functools.partial(init_params, *net),
-        batch_shapes=lambda options, dtype: _image_examples.batch_shapes(
-            *CONFIGS[args.model][:2], options, args.micro_batch_size, dtype
-        ),
+        image=CONFIGS[args.model][:2],
         logits=logits_fn(*net),
         dtype=_image_examples.DTYPES[args.precision],
         partials_type="half" if args.enable_half_partials else "float",

@@ -244,9 +244,7 @@ def main(argv=None) -> dict:
         optimiser=optax.sgd(args.learning_rate, momentum=0.9),
         shapes=functools.partial(_shapes, args.model),
         init=functools.partial(init_params, args.model),
-        batch_shapes=lambda options, dtype: _image_examples.batch_shapes(
-            *CONFIGS[args.model][:2], options, args.micro_batch_size, dtype
-        ),
+        image=CONFIGS[args.model][:2],
         logits=logits_fn(args.model),
         dtype=_image_examples.DTYPES[args.precision],
         partials_type="half" if args.enable_half_partials else "float",

@@ -210,9 +210,7 @@ def main(argv=None) -> dict:
         optimiser=popdist.lamb(args.learning_rate),
         shapes=functools.partial(_shapes, args.model),
         init=functools.partial(init_params, args.model),
-        batch_shapes=lambda options, dtype: _image_examples.batch_shapes(
-            CONFIGS[args.model][0], CONFIGS[args.model][2], options, args.micro_batch_size, dtype
-        ),
+        image=(CONFIGS[args.model][0], CONFIGS[args.model][2]),
         logits=logits_fn(args.model),
         dtype=_image_examples.DTYPES[args.precision],
     )
