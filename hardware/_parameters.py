@@ -100,11 +100,19 @@ def load_parameters(path: str | pathlib.Path | None = None, *, model: str = "") 
     data = json.loads(file.read_text())
     fields = {f.name for f in dataclasses.fields(ModelParameters)}
     values = {k: float(v) for k, v in data.get("parameters", {}).items() if k in fields}
-    family = calibration_family(model, data.get("families", {}))
+    family, record = family_record(data, model)
     if family:
-        own = data["families"][family].get("parameters", {})
+        own = record.get("parameters", {})
         values.update({k: float(v) for k, v in own.items() if k in fields})
     return ModelParameters(**values)
+
+
+def family_record(data: dict, model: str) -> tuple[str | None, dict]:
+    """``model``'s calibrated family in a calibration file's ``data`` and that family's
+    record, or (None, the shared record ``data``)."""
+    families = data.get("families", {})
+    family = calibration_family(model, families)
+    return family, (families[family] if family else data)
 
 
 def calibration_family(model: str, families: Iterable[str]) -> str | None:

@@ -31,7 +31,7 @@ import pathlib
 
 from hardware._compute import compute_set_overhead
 from hardware._layout import ReplicaLayout
-from hardware._parameters import CALIBRATION_FILE, calibration_family
+from hardware._parameters import CALIBRATION_FILE, family_record
 from hardware._specs import SystemSpec, get_system
 from hardware._step_simulation import StepSimulation
 
@@ -177,9 +177,7 @@ def load_calibration(path: str | pathlib.Path | None = None, model: str = "") ->
     if not file.exists():
         return Calibration((), "", ())
     data = json.loads(file.read_text())
-    families = data.get("families", {})
-    family = calibration_family(model, families)
-    record = families[family] if family else data
+    family, record = family_record(data, model)
     rows = tuple(
         CalibrationRow(
             system=str(r["system"]),
