@@ -91,7 +91,12 @@ def _run(tmp_path, wrapper, *extra):
     command = [sys.executable, "-m", "launch", "--real-hosts", "-H", HOSTS]
     command += ["--num-replicas=8", "--num-instances=4", "--print-topology"]
     if mpi_flavour(find_mpiexec()) == "openmpi":
-        ssh = f"--mca plm_rsh_agent {wrapper}"  # Open MPI's ssh launcher
+        # Open MPI's ssh launcher. Both "hosts" are this machine under one hostname, and Open
+        # MPI 5 names a shared-memory (btl/sm) segment by hostname, job and local rank, so
+        # instance 0 and instance 2 (local rank 0 on each host) would share one segment: about
+        # one run in ten crashed in mca_btl_sm_poll_handle_frag. Real hosts have their own
+        # names and memory; here the instances talk over TCP only (30 runs in a row passed).
+        ssh = f"--mca plm_rsh_agent {wrapper} --mca btl self,tcp"
     else:
         ssh = f"-launcher ssh -launcher-exec {wrapper}"  # Hydra's
     command += [f"--mpi-global-args={ssh}", str(program), str(out)]
