@@ -351,6 +351,15 @@ def run_job(
             lost = [] if failures else list(_vanished(groups, exits))
             if failures or lost:
                 running = not finished and len(exits) < len(instances)
+                if failures and not running:
+                    # The others may all have ended before this look, through the fail-fast
+                    # the first failure set off (a peer's PeerLeft): they were running then.
+                    first = failures[0]
+                    running = any(
+                        e.code != 0 and e.when_ns > first.when_ns
+                        for e in exits.values()
+                        if e.instance != first.instance
+                    )
                 stopped = sorted(seen_stopped.union(_stopped(groups, exits)))
                 if end_on_hosts(exits):
                     return 1  # instances gone with their host: the others' failures follow
