@@ -85,22 +85,21 @@ def test_launcher_and_gcl_tests_pass_under_open_mpi(openmpi_mpiexec):
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *subset],
             capture_output=True,
             text=True,
-            timeout=180,  # a normal run takes about 35 s; three fit in the test's 600 s
+            timeout=280,  # about 60 s alone, up to 140 s beside the suite; two fit in 600 s
             cwd=ROOT,
             env={**os.environ, **LOOPBACK_ONLY, "POPDIST_EMU_MPIEXEC": openmpi_mpiexec},
         )
 
-    # Up to two retries: Open MPI's wire-up between processes on this machine failed about
-    # once in five runs (a refused TCP connection, then a crash in its teardown), and twice
-    # in a row while other work loaded the machine (load average 10); that is Open MPI's
-    # environment, not the emulator. A real fault fails every run.
+    # One retry. The wire-up failures once seen here about one run in five (a refused TCP
+    # connection after a crash in btl/sm) were the two loopback "hosts" of the real-hosts
+    # test sharing shared-memory segments, which that test now avoids (see its comment); a
+    # retry stays for what Open MPI's own start-up may still do on a loaded machine. A real
+    # fault fails both runs.
     first = result = run()
-    for _ in range(2):
-        if result.returncode == 0:
-            break
+    if result.returncode != 0:
         result = run()
     assert result.returncode == 0, (
-        "failed three times under Open MPI; the first time:\n"
+        "failed twice under Open MPI; the first time:\n"
         + first.stdout[-3000:]
         + "\nthe last time:\n"
         + result.stdout[-3000:]
