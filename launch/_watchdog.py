@@ -90,6 +90,28 @@ def _raise_terminated(signum: int, _frame: object) -> None:
     raise _Terminated(signum)
 
 
+def others_were_running(
+    first: InstanceExit | None,
+    exits: Mapping[int, InstanceExit],
+    num_instances: int,
+    finished: bool,
+) -> bool:
+    """Whether the job's other instances were still running when it failed, so that the
+    failure's line may say the launcher ended them.
+
+    They were if some have not exited yet, or if, after ``first`` (the first failure), others
+    failed too: the fail-fast it set off (a waiting peer's ``gcl.PeerLeft``) may end them all
+    before the watchdog looks. Instances that exited 0 after it had finished on their own.
+    """
+    if not finished and len(exits) < num_instances:
+        return True
+    return first is not None and any(
+        e.code != 0 and e.when_ns > first.when_ns
+        for e in exits.values()
+        if e.instance != first.instance
+    )
+
+
 def read_exits(
     job_dir: str, instances: Sequence[int], path_of: Callable[[str, int], str] = status_path
 ) -> dict[int, InstanceExit]:
@@ -350,16 +372,9 @@ def run_job(
             )
             lost = [] if failures else list(_vanished(groups, exits))
             if failures or lost:
-                running = not finished and len(exits) < len(instances)
-                if failures and not running:
-                    # The others may all have ended before this look, through the fail-fast
-                    # the first failure set off (a peer's PeerLeft): they were running then.
-                    first = failures[0]
-                    running = any(
-                        e.code != 0 and e.when_ns > first.when_ns
-                        for e in exits.values()
-                        if e.instance != first.instance
-                    )
+                running = others_were_running(
+                    failures[0] if failures else None, exits, len(instances), finished
+                )
                 stopped = sorted(seen_stopped.union(_stopped(groups, exits)))
                 if end_on_hosts(exits):
                     return 1  # instances gone with their host: the others' failures follow
