@@ -19,9 +19,11 @@ it (its placement, tied decoder, vocabulary, micro-batch, memory proportions, LA
 MLPerf Training v1.0 and v1.1 on the Mk2 IPU-POD16 and POD64 are the family's calibration
 (v1.1 against its training-only throughput: the references' figures include evaluation);
 v1.1 on the POD128 and v2.0 on Bow-POD16 to Bow-POD256 (an IPU and a software release the
-BERT fit never saw) are the checks, with three rows of Graphcore's TensorFlow 2 BERT on a
-Bow Pod16 (BERT-Large at 128 tokens, BERT-Base at 128 and 384: other sequence lengths,
-micro-batches and a smaller model). With ``--vit``, the ViT-B/16 row, with ``--resnext`` the
+BERT fit never saw) are the checks, with Graphcore's performance-results rows of BERT on
+unpacked sequences: three of its TensorFlow 2 BERT on a Bow Pod16 (BERT-Large at 128 tokens,
+BERT-Base at 128 and 384) and six of its PopART BERT (BERT-Large at 128 and 384 tokens on a
+Bow Pod16 and Pod64, BERT-Base at 128 and 512): other sequence lengths, micro-batches and a
+smaller model. With ``--vit``, the ViT-B/16 row, with ``--resnext`` the
 ResNeXt-101 row (``examples/resnext_training.py``) and with ``--efficientnet`` the three
 G16-EfficientNet-B4 rows (``examples/efficientnet_training.py``), all on the shared
 parameters. The other families wait for their examples.
@@ -290,6 +292,84 @@ BERT_TF2_ROWS = (
     ),
 )
 
+
+# The same page's PopART BERT rows on unpacked sequences, as graphcore/examples' PopART BERT
+# configurations set them (the folder left the repository after SDK 3.2; our snapshot keeps
+# its history): BERT-Large at the Bow launch ("Pre-SDK2.5"; applications/popart/bert/configs/
+# mk2/pretrain_large_{128,384}.json of the SDK 2.4 and 2.5 releases, which agree, and the
+# SDK 2.4 release's _POD64 files, launched as one process: README_Benchmarks.md), BERT-Base
+# at SDK 3.1 (nlp/bert/popart/configs/pretrain_base_{128,512}.json of that release). Each
+# global_batch_size is the published one; the gradient accumulation is global_batch_size /
+# (micro_batch_size x replication_factor). LAMB with replicated tensor sharding and the
+# optimiser state off chip, half partials, vocab_length 30,400, the decoder tied to the
+# embeddings on IPU 0. The packed rows (their published batch counts packs of 1 to 3
+# sequences, whose mean is not given) and SQuAD (a span head bert.py does not build) wait.
+_POPART = (
+    "--vocab-size 30400 --tied-decoder --enable-half-partials --replicated-tensor-sharding "
+    "--offload-optimiser --recompute"
+)
+_POPART_LARGE = f"--model large {_POPART} --layers-per-ipu 3,7,7,7"
+_POPART_LARGE_128 = (
+    f"{_POPART_LARGE} --sequence-length 128 --max-predictions 20 --micro-batch-size 8 "
+    "--available-memory-proportion 0.15 0.25 0.25 0.25"
+)
+_POPART_LARGE_384 = (
+    f"{_POPART_LARGE} --sequence-length 384 --max-predictions 56 --micro-batch-size 2 "
+    "--available-memory-proportion 0.15 0.4 0.4 0.4"
+)
+_POPART_BASE = (
+    f"--model base {_POPART} --encoder-start-ipu 1 --layers-per-ipu 4,4,4 "
+    "--gradient-accumulation 512 --available-memory-proportion 0.28"
+)
+_LAUNCH_SOURCE = "Graphcore performance results, Bow launch, PopART"
+_POPART_SOURCE = "Graphcore performance results, Bow, SDK 3.1, PopART"
+BERT_POPART_ROWS = (
+    ExampleRow(
+        "C10",
+        5_179,
+        _LAUNCH_SOURCE,
+        _launch("bow-pod16", 4, 4),
+        f"{_POPART_LARGE_128} --gradient-accumulation 2048",
+    ),
+    ExampleRow(
+        "C12",
+        19_353,
+        _LAUNCH_SOURCE,
+        _launch("bow-pod64", 16, 4),
+        f"{_POPART_LARGE_128} --gradient-accumulation 512",
+    ),
+    ExampleRow(
+        "C14",
+        1_470,
+        _LAUNCH_SOURCE,
+        _launch("bow-pod16", 4, 4),
+        f"{_POPART_LARGE_384} --gradient-accumulation 2048",
+    ),
+    ExampleRow(
+        "C16",
+        5_444,
+        _LAUNCH_SOURCE,
+        _launch("bow-pod64", 16, 4),
+        f"{_POPART_LARGE_384} --gradient-accumulation 512",
+    ),
+    ExampleRow(
+        "B13",
+        16_391,
+        _POPART_SOURCE,
+        _launch("bow-pod16", 4, 4),
+        f"{_POPART_BASE} --sequence-length 128 --max-predictions 20 --micro-batch-size 32",
+        model="BERT-Base",
+    ),
+    ExampleRow(
+        "B16",
+        3_656,
+        _POPART_SOURCE,
+        _launch("bow-pod16", 4, 4),
+        f"{_POPART_BASE} --sequence-length 512 --max-predictions 76 --micro-batch-size 8",
+        model="BERT-Base",
+    ),
+)
+
 # vision/vit/pytorch: configs.yml ``b16_in1k_pretrain_lamb`` with benchmarks.yml's
 # ``pytorch_vit_lamb_pretrain_gen_pod64``: 16 replicas of 4 IPUs over 8 instances, micro-batch
 # 8, gradient accumulation 512, layers_per_ipu 3,3,3,3, matmul_proportion 0.3, LAMB without
@@ -440,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result), flush=True)
     simulated: dict[tuple[str, str], float] = {}
     examples = (
-        (BERT_CALIBRATION_ROWS + BERT_ROWS + BERT_TF2_ROWS if args.bert else ())
+        (BERT_CALIBRATION_ROWS + BERT_ROWS + BERT_TF2_ROWS + BERT_POPART_ROWS if args.bert else ())
         + (VIT_ROWS if args.vit else ())
         + (RESNEXT_ROWS if args.resnext else ())
         + (EFFICIENTNET_ROWS if args.efficientnet else ())
