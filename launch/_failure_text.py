@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from launch._watchdog import InstanceExit
+    from launch._exits import InstanceExit
 
 
 # Why peers wait for an instance that returned, and the fix, in both reports of it.

@@ -26,17 +26,22 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
 
 from launch._cleanup import remove_leftover_segments
+from launch._exits import (
+    InstanceExit,
+    how_it_ended,
+    others_were_running,
+    read_exits,
+    shell_code,
+)
 from launch._failure_text import ended_by_mpiexec, left_early, returned_while_waited
 from launch._host_watch import explain, stale
 from launch._job import (
     leaving_path,
     peer_left,
     pid_path,
-    status_path,
     waiting_in_collectives,
 )
 from launch._job_output import GRACE_SECONDS, JobOutput
@@ -50,83 +55,12 @@ def tail_path(job_dir: str, instance: int) -> str:
     return os.path.join(job_dir, f"instance-{instance}.stderr")
 
 
-def _ended(code: int) -> str:
-    """How a process ended, from ``Popen.returncode`` (-N = killed by signal N)."""
-    if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = f"signal {-code}"
-        return f"was killed by signal {-code} ({name})"
-    return f"exited with code {code}"
-
-
-def _launcher_code(code: int) -> int:
-    """A shell's exit code for ``Popen.returncode``: 128+N for signal N (PopRun's)."""
-    return 128 - code if code < 0 else code
-
-
-class InstanceExit(NamedTuple):
-    """How one instance's program ended: ``code`` as ``Popen.returncode`` (-N = signal N)."""
-
-    instance: int
-    code: int
-    when_ns: int
-
-    def describe(self) -> str:
-        return f"instance {self.instance} {_ended(self.code)}"
-
-    @property
-    def launcher_code(self) -> int:
-        """The launcher's exit code for this failure: the instance's, or 128+signal."""
-        return _launcher_code(self.code)
-
-
 class _Terminated(BaseException):
     """The launcher itself got SIGTERM/SIGHUP: end the job like Ctrl-C."""
 
 
 def _raise_terminated(signum: int, _frame: object) -> None:
     raise _Terminated(signum)
-
-
-def others_were_running(
-    first: InstanceExit | None,
-    exits: Mapping[int, InstanceExit],
-    num_instances: int,
-    finished: bool,
-) -> bool:
-    """Whether the job's other instances were still running when it failed, so that the
-    failure's line may say the launcher ended them.
-
-    They were if some have not exited yet, or if, after ``first`` (the first failure), others
-    failed too: the fail-fast it set off (a waiting peer's ``gcl.PeerLeft``) may end them all
-    before the watchdog looks. Instances that exited 0 after it had finished on their own.
-    """
-    if not finished and len(exits) < num_instances:
-        return True
-    return first is not None and any(
-        e.code != 0 and e.when_ns > first.when_ns
-        for e in exits.values()
-        if e.instance != first.instance
-    )
-
-
-def read_exits(
-    job_dir: str, instances: Sequence[int], path_of: Callable[[str, int], str] = status_path
-) -> dict[int, InstanceExit]:
-    """The exit statuses the bootstraps wrote so far (``path_of=leaving_path``: the failing
-    statuses programs announced before their exit handlers ran)."""
-    exits = {}
-    for i in instances:
-        path = path_of(job_dir, i)
-        try:
-            with open(path) as f:
-                text = f.read().strip()
-            exits[i] = InstanceExit(i, int(text), os.stat(path).st_mtime_ns)
-        except (FileNotFoundError, ValueError):
-            continue
-    return exits
 
 
 def _stat_fields(pid: int) -> list[str] | None:
@@ -443,10 +377,10 @@ def run_job(
             end_on_hosts(exits)  # and the instances a dead mpiexec left behind
             output.show_hidden()
             _report(
-                f"mpiexec {_ended(proc.returncode)} and instances {missing} reported no exit "
+                f"mpiexec {how_it_ended(proc.returncode)} and instances {missing} reported no exit "
                 f"status; see the MPI messages above"
             )
-            return _launcher_code(proc.returncode) or 1
+            return shell_code(proc.returncode) or 1
         return 0
     except KeyboardInterrupt:
         end_job_and_output()
