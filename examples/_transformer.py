@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
+import optax
 
 import hardware
 import popdist_emu as popdist
@@ -80,6 +81,36 @@ def attention(p: Any, x: jax.Array, heads: int, bias: jax.Array | None = None) -
         scores = scores + bias.astype(scores.dtype)
     probs = jax.nn.softmax(scores.astype(jnp.float32), axis=-1).astype(x.dtype)
     return dense(p["out"], jnp.einsum("bhqk,bkhd->bqhd", probs, vh).reshape(b, s, h))
+
+
+def adamw_in_float32(
+    learning_rate: float, state_dtype: Any = jnp.float32
+) -> optax.GradientTransformation:
+    """``optax.adamw`` computed in float32 whatever the weights' precision, its moments
+    stored as ``state_dtype`` (float16: PopART BERT's ``use_half_optimizer_state``).
+
+    In float16 Adam's ``eps`` (1e-8) rounds to zero, and a weight whose gradient and moments
+    are zero would get 0/0; so the gradients, weights and stored moments are read as
+    float32, and the updates cast back to each gradient's dtype.
+    """
+    inner = optax.adamw(learning_rate)
+
+    def cast(tree: Any, dtype: Any) -> Any:
+        def one(x: Any) -> Any:
+            return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
+
+        return jax.tree.map(one, tree)
+
+    def init(params: Any) -> Any:
+        return cast(inner.init(cast(params, jnp.float32)), state_dtype)
+
+    def update(grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        weights = None if params is None else cast(params, jnp.float32)
+        updates, state = inner.update(cast(grads, jnp.float32), cast(state, jnp.float32), weights)
+        updates = jax.tree.map(lambda u, g: u.astype(g.dtype), updates, grads)
+        return updates, cast(state, state_dtype)
+
+    return optax.GradientTransformation(init, update)
 
 
 def layers_per_ipu(program: str, text: str | None, layers: int, ipus: int) -> list[int]:

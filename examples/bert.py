@@ -1,4 +1,5 @@
-"""BERT pre-training (masked-LM and next-sentence heads) in plain JAX, pipelined over IPUs.
+"""BERT pre-training (masked-LM and next-sentence heads) or SQuAD fine-tuning, in plain JAX,
+pipelined over IPUs.
 
 Run it under the launcher, e.g. the MLPerf v1.1 IPU-POD16 configuration, offline (compile
 only, from shapes: the 340 M parameters are never materialised)::
@@ -35,9 +36,15 @@ Bow configurations do, e.g. for a Bow-POD64 (the published configuration's setti
 with ``PLACEMENT="[[1,[3,3]],[2,[3,3]],[3,[3,3]],[4,[4,3]],[5,[3,4]],[6,[4,3]],[7,[3,4]],
 [0,[1,1]]]"`` (on one line).
 
+``--task squad`` (Graphcore's BERT ``task``) replaces the heads with SQuAD's span head (a
+start and an end logit per token, Devlin et al. section 4.2), usually with ``--optimiser
+adam`` (AdamW, computed in float32; ``--half-optimiser-state`` stores its moments in float16
+as PopART's ``use_half_optimizer_state`` does).
+
 The tiny model trains on SEEDED SYNTHETIC tokens (Zipf-distributed, so the masked-LM loss
 can fall to the unigram entropy; the next-sentence label is the parity of the second
-token), not on a corpus.
+token; a SQuAD answer is a span of 1 to 4 tokens that starts and ends with a marker token),
+not on a corpus.
 
 The last line printed (by instance 0) is a JSON object with the simulated throughput in
 sequences per second (MLPerf packs about 2 sequences per sample, ``--sequences-per-sample``).
@@ -78,12 +85,20 @@ CONFIGS = {
 }
 DTYPES = {"fp16": jnp.float16, "fp32": jnp.float32}
 MASK_ID = 3
+ANSWER_ID = 2  # the synthetic SQuAD answers' first and last tokens
+# Graphcore's BERT ``task``: pre-training (masked-LM and next-sentence heads) or SQuAD
+# fine-tuning (a span head on every token).
+TASKS = ("pretraining", "squad")
+OPTIMISERS = ("lamb", "adam")
 
 
-def _shapes(model: str, seq: int, dtype, *, vocab: int = 0, tied: bool = False) -> dict:
+def _shapes(
+    model: str, seq: int, dtype, *, vocab: int = 0, tied: bool = False, task: str = TASKS[0]
+) -> dict:
     """Parameter shapes; ``vocab`` overrides the model's vocabulary (Graphcore pads it:
     ``vocab_length`` 30,912 in the MLPerf v2.0 configurations), and a ``tied`` decoder has
-    no matrix of its own (it multiplies by the word embeddings), only its bias."""
+    no matrix of its own (it multiplies by the word embeddings), only its bias. SQuAD's head
+    is one dense layer to a start and an end logit per token."""
     layers, h, _, f, v = CONFIGS[model]
     v = vocab or v
 
@@ -91,15 +106,16 @@ def _shapes(model: str, seq: int, dtype, *, vocab: int = 0, tied: bool = False) 
         return {"scale": (h,), "bias": (h,)}
 
     decoder = {"b": (v,)} if tied else {"w": (h, v), "b": (v,)}
+    pretraining = {
+        "transform": {"w": (h, h), "b": (h,)},
+        "ln": ln(),
+        "decoder": decoder,
+        "pooler": {"w": (h, h), "b": (h,)},
+        "nsp": {"w": (h, 2), "b": (2,)},
+    }
     shapes = {
         "embeddings": {"word": (v, h), "position": (seq, h), "segment": (2, h), "ln": ln()},
-        "heads": {
-            "transform": {"w": (h, h), "b": (h,)},
-            "ln": ln(),
-            "decoder": decoder,
-            "pooler": {"w": (h, h), "b": (h,)},
-            "nsp": {"w": (h, 2), "b": (2,)},
-        },
+        "heads": {"squad": {"w": (h, 2), "b": (2,)}} if task == "squad" else pretraining,
     }
     for i in range(layers):
         shapes[f"attention{i:02d}"] = {
@@ -118,10 +134,17 @@ def _shapes(model: str, seq: int, dtype, *, vocab: int = 0, tied: bool = False) 
 
 
 def init_params(
-    model: str, seq: int, dtype, key: jax.Array, *, vocab: int = 0, tied: bool = False
+    model: str,
+    seq: int,
+    dtype,
+    key: jax.Array,
+    *,
+    vocab: int = 0,
+    tied: bool = False,
+    task: str = TASKS[0],
 ) -> dict:
     """Truncated-normal(0.02) weights, zero biases, unit layer-norm scales (BERT's init)."""
-    shapes = _shapes(model, seq, dtype, vocab=vocab, tied=tied)
+    shapes = _shapes(model, seq, dtype, vocab=vocab, tied=tied, task=task)
     return _transformer.init_params(shapes, key, lambda name, shape: 0.02)
 
 
@@ -131,11 +154,12 @@ layers_per_ipu = functools.partial(_transformer.layers_per_ipu, "bert.py")
 
 
 def embeddings_block(p, batch):
-    """Token + position + segment embeddings, layer norm; passes the rest of the batch on."""
-    tokens, segments, mask, positions, labels, weights, nsp = batch
+    """Token + position + segment embeddings, layer norm; passes the rest of the batch on
+    (the padding mask first, then the task's labels)."""
+    tokens, segments, mask, *labels = batch
     e = p["embeddings"]
     x = e["word"][tokens] + e["position"][None, : tokens.shape[1]] + e["segment"][segments]
-    return _layer_norm(e["ln"], x), (mask, positions, labels, weights, nsp)
+    return _layer_norm(e["ln"], x), (mask, *labels)
 
 
 def make_attention_block(i: int, heads: int):
@@ -195,7 +219,18 @@ def make_heads_block(tied: bool):
     return block
 
 
-def block_model(model: str, *, split: bool = False, tied: bool = False) -> popdist.BlockModel:
+def squad_heads_block(p, carry):
+    """SQuAD's span loss: the mean of the start and end positions' cross-entropies over the
+    tokens (Devlin et al. 2019, section 4.2)."""
+    x, (_, start, end) = carry
+    logits = dense(p["heads"]["squad"], x).astype(jnp.float32)
+    ce = optax.softmax_cross_entropy_with_integer_labels
+    return (ce(logits[..., 0], start).mean() + ce(logits[..., 1], end).mean()) / 2
+
+
+def block_model(
+    model: str, *, split: bool = False, tied: bool = False, task: str = TASKS[0]
+) -> popdist.BlockModel:
     """``embeddings``, then ``layer00`` ... (or, ``split``, ``attention00``, ``ffn00``, ...:
     blocks finer than a layer, as Graphcore's ``att_ffn_placement`` places them), ``heads``."""
     layers, _, heads, _, _ = CONFIGS[model]
@@ -208,7 +243,8 @@ def block_model(model: str, *, split: bool = False, tied: bool = False) -> popdi
         else:
             blocks.append(popdist.Block(f"layer{i:02d}", make_layer_block(i, heads), keys))
     owned = ("heads", "embeddings") if tied else ("heads",)
-    blocks.append(popdist.Block("heads", make_heads_block(tied), owned))
+    heads = squad_heads_block if task == "squad" else make_heads_block(tied)
+    blocks.append(popdist.Block("heads", heads, owned))
     return popdist.BlockModel(blocks)
 
 
@@ -310,6 +346,20 @@ def synthetic_data(
     return tokens, segments, mask, positions, labels, weights, nsp
 
 
+def synthetic_squad(model: str, seq: int, samples: int, seed: int, vocab: int = 0) -> tuple:
+    """Seeded synthetic SQuAD samples (NOT SQuAD): Zipf tokens, a question in the first
+    quarter, an answer span of 1 to 4 tokens in the passage that starts and ends with
+    ``ANSWER_ID``, so a model can learn to find it."""
+    tokens, segments, mask, *_ = synthetic_data(model, seq, 1, samples, seed, vocab)
+    rng = np.random.default_rng(seed + 1)
+    start = rng.integers(seq // 4, seq - 4, samples).astype(np.int32)
+    end = (start + rng.integers(0, 4, samples)).astype(np.int32)
+    rows = np.arange(samples)
+    tokens[rows, start], tokens[rows, end] = ANSWER_ID, ANSWER_ID
+    segments = (np.arange(seq)[None, :] >= seq // 4).astype(np.int32).repeat(samples, 0)
+    return tokens, segments, mask, start, end
+
+
 def check_sizes(args: argparse.Namespace, options, ipus: int, offline: bool) -> None:
     """Refuses (exit 2, before any compile) sizes no IPU or host can hold.
 
@@ -335,18 +385,19 @@ def check_sizes(args: argparse.Namespace, options, ipus: int, offline: bool) -> 
         arguments.refuse_batch_unless_it_fits(
             "bert.py",
             f"--sequence-length {seq}",
-            batch_shapes(options, micro, seq, args.max_predictions),
+            batch_shapes(options, micro, seq, args.max_predictions, args.task),
             args.prefetch_depth,
         )
 
 
-def batch_shapes(options, micro: int, seq: int, predictions: int) -> tuple:
+def batch_shapes(options, micro: int, seq: int, predictions: int, task: str = TASKS[0]) -> tuple:
     lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
     i32 = jnp.int32
+    tokens = tuple(jax.ShapeDtypeStruct((*lead, micro, seq), i32) for _ in range(3))
+    if task == "squad":  # the answers' start and end positions
+        return (*tokens, *(jax.ShapeDtypeStruct((*lead, micro), i32) for _ in range(2)))
     return (
-        jax.ShapeDtypeStruct((*lead, micro, seq), i32),
-        jax.ShapeDtypeStruct((*lead, micro, seq), i32),
-        jax.ShapeDtypeStruct((*lead, micro, seq), i32),
+        *tokens,
         jax.ShapeDtypeStruct((*lead, micro, predictions), i32),
         jax.ShapeDtypeStruct((*lead, micro, predictions), i32),
         jax.ShapeDtypeStruct((*lead, micro, predictions), jnp.float32),
@@ -357,6 +408,25 @@ def batch_shapes(options, micro: int, seq: int, predictions: int) -> tuple:
 def parse_args(argv=None) -> argparse.Namespace:
     parser = arguments.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", choices=tuple(CONFIGS), default="tiny")
+    parser.add_argument(
+        "--task",
+        choices=TASKS,
+        default=TASKS[0],
+        help="Graphcore's BERT task: pre-training's masked-LM and next-sentence heads, or "
+        "SQuAD fine-tuning's span head",
+    )
+    parser.add_argument(
+        "--optimiser",
+        choices=OPTIMISERS,
+        default=OPTIMISERS[0],
+        help="LAMB (pre-training) or Adam with decoupled weight decay (AdamW: fine-tuning)",
+    )
+    parser.add_argument(
+        "--half-optimiser-state",
+        action="store_true",
+        help="with --optimiser adam, its moments stored in float16, computed in float32 "
+        "(PopART BERT's use_half_optimizer_state)",
+    )
     parser.add_argument("--sequence-length", type=arguments.int_at_least(2), default=128)
     parser.add_argument(
         "--max-predictions", type=arguments.positive_int, help="masked tokens per sequence"
@@ -417,6 +487,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     _transformer.check_steps(parser, args)
     if args.att_ffn_placement is not None and args.layers_per_ipu is not None:
         parser.error("give --att-ffn-placement or --layers-per-ipu, not both")
+    if args.half_optimiser_state and args.optimiser != "adam":
+        parser.error("--half-optimiser-state is Adam's: give --optimiser adam")
+    if args.task == "squad" and args.tied_decoder:
+        parser.error("--tied-decoder is pre-training's: a SQuAD head has no decoder")
+    if args.task == "squad" and args.max_predictions is not None:
+        parser.error("--max-predictions is pre-training's: SQuAD predicts a span")
     if args.max_predictions is None:
         args.max_predictions = max(1, round(0.15 * args.sequence_length))
     if not 1 <= args.max_predictions <= args.sequence_length:
@@ -450,18 +526,24 @@ def main(argv=None) -> dict:
     dtype, seq = DTYPES[args.precision], args.sequence_length
     offline = popdist.is_offline_mode()
     check_sizes(args, options, ipus, offline)
+    task = args.task
     if offline:  # shapes only: nothing is allocated
-        params = _shapes(args.model, seq, dtype, vocab=vocab, tied=tied)
+        params = _shapes(args.model, seq, dtype, vocab=vocab, tied=tied, task=task)
     else:
         key = jax.random.PRNGKey(args.seed)
-        params = init_params(args.model, seq, dtype, key, vocab=vocab, tied=tied)
-    model = block_model(args.model, split=att_ffn is not None, tied=tied)
+        params = init_params(args.model, seq, dtype, key, vocab=vocab, tied=tied, task=task)
+    model = block_model(args.model, split=att_ffn is not None, tied=tied, task=task)
+    if args.optimiser == "adam":
+        state = jnp.float16 if args.half_optimiser_state else jnp.float32
+        optimiser = _transformer.adamw_in_float32(args.learning_rate, state)
+    else:
+        optimiser = popdist.lamb(args.learning_rate)
     try:
-        trainer = popdist.Trainer(model, popdist.lamb(args.learning_rate), params, options)
+        trainer = popdist.Trainer(model, optimiser, params, options)
     except popdist.PipelineError as err:
         print(f"bert.py: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    shapes = batch_shapes(options, args.micro_batch_size, seq, args.max_predictions)
+    shapes = batch_shapes(options, args.micro_batch_size, seq, args.max_predictions, task)
     try:
         simulation = popdist.simulate(trainer, shapes, name=f"BERT-{args.model}")
     except hardware.OutOfMemoryError as error:
@@ -470,6 +552,8 @@ def main(argv=None) -> dict:
     leader = popdist.getInstanceIndex() == 0
     report = {
         "model": args.model,
+        "task": task,
+        "optimiser": args.optimiser,
         "replicas": options.num_total_replicas,
         "instances": options.num_instances,
         "ipus_per_replica": ipus,
@@ -489,13 +573,18 @@ def main(argv=None) -> dict:
         "parameters": int(
             sum(
                 math.prod(x.shape)
-                for x in jax.tree.leaves(_shapes(args.model, seq, dtype, vocab=vocab, tied=tied))
+                for x in jax.tree.leaves(
+                    _shapes(args.model, seq, dtype, vocab=vocab, tied=tied, task=task)
+                )
             )
         ),
         "offline": offline,
     }
     if not offline:
-        data = synthetic_data(args.model, seq, args.max_predictions, 512, args.seed, vocab)
+        if task == "squad":
+            data = synthetic_squad(args.model, seq, 512, args.seed, vocab)
+        else:
+            data = synthetic_data(args.model, seq, args.max_predictions, 512, args.seed, vocab)
         loader = popdist.ReplicaLoader(data, args.micro_batch_size, options, seed=args.seed)
         losses = []
         for call in range(args.steps // options.device_iterations):

@@ -1,6 +1,7 @@
 """examples/bert.py offline from shapes (tiny), its stage placement and its refusals."""
 
 import json
+import math
 import os
 from unittest import mock
 
@@ -192,3 +193,60 @@ def test_a_wrapped_round_tied_pipeline_stores_the_embeddings_once(bert, capsys, 
     held = nbytes(shapes["embeddings"]) + nbytes(shapes["heads"])
     assert ipus[0]["memory"]["weights"] == held
     assert len(report["memory_per_ipu"]) == 4
+
+
+def test_squad_fine_tuning_learns_the_synthetic_answers(bert, capsys):
+    """``--task squad``: the span head on every token, AdamW in float16 weights; the loss
+    starts at chance (ln of the sequence length, for the start and the end) and falls as
+    the model learns where the synthetic answers' marker tokens are."""
+    env = {"POPDIST_NUM_IPUS_PER_REPLICA": "2"}
+    argv = ["--model", "tiny", "--task", "squad", "--optimiser", "adam", "--steps", "60"]
+    with mock.patch.dict(os.environ, env):
+        report = bert.main([*argv, "--sequence-length", "32", "--learning-rate", "3e-3"])
+    capsys.readouterr()
+    assert report["task"] == "squad" and report["optimiser"] == "adam"
+    assert abs(report["first_loss"] - math.log(32)) < 0.3, report["first_loss"]
+    assert report["final_loss"] < 0.3 * report["first_loss"], report["final_loss"]
+
+
+@pytest.mark.parametrize(
+    ("flags", "match"),
+    [
+        (["--task", "squad", "--tied-decoder"], "--tied-decoder is pre-training's"),
+        (["--task", "squad", "--max-predictions", "4"], "--max-predictions is pre-training's"),
+        (["--half-optimiser-state"], "--half-optimiser-state is Adam's"),
+    ],
+)
+def test_squad_and_adam_flags_refused_in_one_line(bert, capsys, flags, match):
+    with pytest.raises(SystemExit) as exit_:
+        bert.parse_args(["--model", "tiny", *flags])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert match in err[-1]
+
+
+def test_adamw_in_float32_is_adamw_and_stays_finite_in_float16():
+    import _transformer
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    params = {"w": jnp.linspace(-1.0, 1.0, 8), "b": jnp.zeros(3)}
+    grads = {"w": jnp.linspace(0.5, -0.5, 8), "b": jnp.zeros(3)}
+    ours, theirs = _transformer.adamw_in_float32(1e-2), optax.adamw(1e-2)
+    got, _ = ours.update(grads, ours.init(params), params)
+    want, _ = theirs.update(grads, theirs.init(params), params)
+    for name in params:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-6, atol=1e-9)
+    # Float16 weights: optax.adamw's eps rounds to zero and a zero gradient gives 0/0.
+    half = jax.tree.map(lambda x: x.astype(jnp.float16), (params, grads))
+    naive, _ = theirs.update(half[1], theirs.init(half[0]), half[0])
+    assert not np.isfinite(np.asarray(naive["b"])).all()
+    stored = _transformer.adamw_in_float32(1e-2, jnp.float16)
+    state = stored.init(half[0])
+    updates, state = stored.update(half[1], state, half[0])
+    assert all(np.isfinite(np.asarray(u)).all() for u in jax.tree.leaves(updates))
+    assert {u.dtype for u in jax.tree.leaves(updates)} == {jnp.dtype(jnp.float16)}
+    floats = [x for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
+    assert floats and {x.dtype for x in floats} == {jnp.dtype(jnp.float16)}
