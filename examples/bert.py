@@ -326,15 +326,20 @@ def stages(
     return tuple(popdist.Stage(*names, ipu=ipu) for ipu, names in placed)
 
 
+def _zipf_tokens(model: str, seq: int, samples: int, rng, vocab: int = 0) -> np.ndarray:
+    """``samples`` sequences of Zipf-distributed tokens, the 4 special ids left out."""
+    vocab = vocab or CONFIGS[model][4]
+    ranks = np.arange(1, vocab - 4 + 1)
+    prob = 1.0 / ranks / np.sum(1.0 / ranks)
+    return (rng.choice(vocab - 4, size=(samples, seq), p=prob) + 4).astype(np.int32)
+
+
 def synthetic_data(
     model: str, seq: int, predictions: int, samples: int, seed: int, vocab: int = 0
 ) -> tuple:
     """Seeded synthetic pre-training samples (NOT a corpus): Zipf tokens, 15 % masked."""
-    vocab = vocab or CONFIGS[model][4]
     rng = np.random.default_rng(seed)
-    ranks = np.arange(1, vocab - 4 + 1)
-    prob = 1.0 / ranks / np.sum(1.0 / ranks)
-    tokens = (rng.choice(vocab - 4, size=(samples, seq), p=prob) + 4).astype(np.int32)
+    tokens = _zipf_tokens(model, seq, samples, rng, vocab)
     segments = (np.arange(seq)[None, :] >= seq // 2).astype(np.int32).repeat(samples, 0)
     mask = np.ones((samples, seq), np.int32)
     positions = np.stack([rng.choice(seq, predictions, replace=False) for _ in range(samples)])
@@ -350,14 +355,14 @@ def synthetic_squad(model: str, seq: int, samples: int, seed: int, vocab: int = 
     """Seeded synthetic SQuAD samples (NOT SQuAD): Zipf tokens, a question in the first
     quarter, an answer span of 1 to 4 tokens in the passage that starts and ends with
     ``ANSWER_ID``, so a model can learn to find it."""
-    tokens, segments, mask, *_ = synthetic_data(model, seq, 1, samples, seed, vocab)
-    rng = np.random.default_rng(seed + 1)
+    rng = np.random.default_rng(seed)
+    tokens = _zipf_tokens(model, seq, samples, rng, vocab)
     start = rng.integers(seq // 4, seq - 4, samples).astype(np.int32)
     end = (start + rng.integers(0, 4, samples)).astype(np.int32)
     rows = np.arange(samples)
     tokens[rows, start], tokens[rows, end] = ANSWER_ID, ANSWER_ID
     segments = (np.arange(seq)[None, :] >= seq // 4).astype(np.int32).repeat(samples, 0)
-    return tokens, segments, mask, start, end
+    return tokens, segments, np.ones((samples, seq), np.int32), start, end
 
 
 def check_sizes(args: argparse.Namespace, options, ipus: int, offline: bool) -> None:
