@@ -96,6 +96,7 @@ ROWS = (
     Row("A8", "bow-pod256", 256, 20, 2, 425_415, "MLPerf Training v2.0, Bow, SDK 2.5.1"),
     Row("C1", "bow-pod16", 16, 20, 6, 42_029, "Graphcore performance results, Bow launch"),
     Row("C2", "bow-pod64", 64, 20, 2, 145_287, "Graphcore performance results, Bow launch"),
+    Row("C3", "bow-pod256", 256, 20, 2, 425_514, "Graphcore performance results, Bow launch"),
 )
 # The calibration (MLPerf Training v1.1, Mk2, SDK 2.3), for reference: calibrate.py's rows.
 ROWS += tuple(
@@ -388,6 +389,46 @@ BERT_POPART_ROWS = (
     ),
 )
 
+# The same page's TensorFlow 1 BERT-Large rows at the Bow launch, as graphcore/examples'
+# TensorFlow 1 BERT configurations of the SDK 2.4 release set them (applications/tensorflow/
+# bert/configs/pretrain_large_{128_phase1,384_phase2}{,_POD64}.json; SDK 2.5's files differ
+# only by use_qkv_split): replicas x micro_batch_size x gradient_accumulation_count is the
+# published global batch (65,600, 66,560 and 16,400); pipeline_stages put the embeddings
+# and three layers on IPU 0, seven layers on each of IPUs 1 to 3 and the masked-LM and NSP
+# heads back on IPU 0 (device_mapping [0, 1, 2, 3, 0], the decoder sharing the embedding
+# table there); LAMB with replicated tensor sharding and variable offloading, half
+# partials, recomputation, vocab_size 30,400, each IPU's available_memory_proportion. (C17,
+# the Pod64 384-token row, is left out: its published global batch, 16,400, is not its
+# file's 16 x 2 x 520 = 16,640.)
+_TF1_SOURCE = "Graphcore performance results, Bow launch, TensorFlow 1"
+_TF1_LARGE = f"--model large {_POPART} --layers-per-ipu 3,7,7,7"
+BERT_TF1_ROWS = (
+    ExampleRow(
+        "C11",
+        5_125,
+        _TF1_SOURCE,
+        _launch("bow-pod16", 4, 4),
+        f"{_TF1_LARGE} --sequence-length 128 --max-predictions 20 --micro-batch-size 8 "
+        "--gradient-accumulation 2050 --available-memory-proportion 0.15 0.25 0.25 0.25",
+    ),
+    ExampleRow(
+        "C13",
+        18_907,
+        _TF1_SOURCE,
+        _launch("bow-pod64", 16, 4),
+        f"{_TF1_LARGE} --sequence-length 128 --max-predictions 20 --micro-batch-size 8 "
+        "--gradient-accumulation 520 --available-memory-proportion 0.15 0.23 0.25 0.25",
+    ),
+    ExampleRow(
+        "C15",
+        1_420,
+        _TF1_SOURCE,
+        _launch("bow-pod16", 4, 4),
+        f"{_TF1_LARGE} --sequence-length 384 --max-predictions 58 --micro-batch-size 2 "
+        "--gradient-accumulation 2050 --available-memory-proportion 0.15 0.4 0.4 0.4",
+    ),
+)
+
 # vision/vit/pytorch: configs.yml ``b16_in1k_pretrain_lamb`` with benchmarks.yml's
 # ``pytorch_vit_lamb_pretrain_gen_pod64``: 16 replicas of 4 IPUs over 8 instances, micro-batch
 # 8, gradient accumulation 512, layers_per_ipu 3,3,3,3, matmul_proportion 0.3, LAMB without
@@ -538,7 +579,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(result), flush=True)
     simulated: dict[tuple[str, str], float] = {}
     examples = (
-        (BERT_CALIBRATION_ROWS + BERT_ROWS + BERT_TF2_ROWS + BERT_POPART_ROWS if args.bert else ())
+        (
+            BERT_CALIBRATION_ROWS + BERT_ROWS + BERT_TF2_ROWS + BERT_POPART_ROWS + BERT_TF1_ROWS
+            if args.bert
+            else ()
+        )
         + (VIT_ROWS if args.vit else ())
         + (RESNEXT_ROWS if args.resnext else ())
         + (EFFICIENTNET_ROWS if args.efficientnet else ())
