@@ -84,31 +84,43 @@ def attention(p: Any, x: jax.Array, heads: int, bias: jax.Array | None = None) -
 
 
 def adamw_in_float32(
-    learning_rate: float, state_dtype: Any = jnp.float32
+    learning_rate: float, state_dtype: Any = jnp.float32, first_moment_dtype: Any = None
 ) -> optax.GradientTransformation:
     """``optax.adamw`` computed in float32 whatever the weights' precision, its moments
-    stored as ``state_dtype`` (float16: PopART BERT's ``use_half_optimizer_state``).
+    stored as ``state_dtype`` (float16: PopART BERT's ``use_half_optimizer_state``), the first
+    moment as ``first_moment_dtype`` where given (float16 with a float32 second moment:
+    PopTorch's ``first_order_momentum_accum_type``, Graphcore's PopTorch BERT's
+    ``enable_half_first_order_momentum``).
 
     In float16 Adam's ``eps`` (1e-8) rounds to zero, and a weight whose gradient and moments
     are zero would get 0/0; so the gradients, weights and stored moments are read as
     float32, and the updates cast back to each gradient's dtype.
     """
     inner = optax.adamw(learning_rate)
+    first = state_dtype if first_moment_dtype is None else first_moment_dtype
+
+    def cast_one(x: Any, dtype: Any) -> Any:
+        return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
 
     def cast(tree: Any, dtype: Any) -> Any:
-        def one(x: Any) -> Any:
-            return x.astype(dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
+        return jax.tree.map(lambda x: cast_one(x, dtype), tree)
 
-        return jax.tree.map(one, tree)
+    def store(state: Any) -> Any:
+        # optax's ScaleByAdamState names its first moment ``mu``.
+        def one(path: Any, x: Any) -> Any:
+            is_first = any(getattr(key, "name", None) == "mu" for key in path)
+            return cast_one(x, first if is_first else state_dtype)
+
+        return jax.tree_util.tree_map_with_path(one, state)
 
     def init(params: Any) -> Any:
-        return cast(inner.init(cast(params, jnp.float32)), state_dtype)
+        return store(inner.init(cast(params, jnp.float32)))
 
     def update(grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         weights = None if params is None else cast(params, jnp.float32)
         updates, state = inner.update(cast(grads, jnp.float32), cast(state, jnp.float32), weights)
         updates = jax.tree.map(lambda u, g: u.astype(g.dtype), updates, grads)
-        return updates, cast(state, state_dtype)
+        return updates, store(state)
 
     return optax.GradientTransformation(init, update)
 

@@ -432,6 +432,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="with --optimiser adam, its moments stored in float16, computed in float32 "
         "(PopART BERT's use_half_optimizer_state)",
     )
+    parser.add_argument(
+        "--half-first-order-momentum",
+        action="store_true",
+        help="with --optimiser adam, its first moment stored in float16 and its second in "
+        "float32 (PopTorch BERT's enable_half_first_order_momentum)",
+    )
     parser.add_argument("--sequence-length", type=arguments.int_at_least(2), default=128)
     parser.add_argument(
         "--max-predictions", type=arguments.positive_int, help="masked tokens per sequence"
@@ -492,8 +498,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     _transformer.check_steps(parser, args)
     if args.att_ffn_placement is not None and args.layers_per_ipu is not None:
         parser.error("give --att-ffn-placement or --layers-per-ipu, not both")
-    if args.half_optimiser_state and args.optimiser != "adam":
-        parser.error("--half-optimiser-state is Adam's: give --optimiser adam")
+    for flag in ("half_optimiser_state", "half_first_order_momentum"):
+        if getattr(args, flag) and args.optimiser != "adam":
+            parser.error(f"--{flag.replace('_', '-')} is Adam's: give --optimiser adam")
+    if args.half_optimiser_state and args.half_first_order_momentum:
+        parser.error(
+            "give --half-optimiser-state (both moments in float16) or "
+            "--half-first-order-momentum (the first only), not both"
+        )
     if args.task == "squad" and args.tied_decoder:
         parser.error("--tied-decoder is pre-training's: a SQuAD head has no decoder")
     if args.task == "squad" and args.max_predictions is not None:
@@ -540,7 +552,8 @@ def main(argv=None) -> dict:
     model = block_model(args.model, split=att_ffn is not None, tied=tied, task=task)
     if args.optimiser == "adam":
         state = jnp.float16 if args.half_optimiser_state else jnp.float32
-        optimiser = _transformer.adamw_in_float32(args.learning_rate, state)
+        first = jnp.float16 if args.half_first_order_momentum else None
+        optimiser = _transformer.adamw_in_float32(args.learning_rate, state, first)
     else:
         optimiser = popdist.lamb(args.learning_rate)
     try:

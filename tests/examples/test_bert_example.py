@@ -215,6 +215,11 @@ def test_squad_fine_tuning_learns_the_synthetic_answers(bert, capsys):
         (["--task", "squad", "--tied-decoder"], "--tied-decoder is pre-training's"),
         (["--task", "squad", "--max-predictions", "4"], "--max-predictions is pre-training's"),
         (["--half-optimiser-state"], "--half-optimiser-state is Adam's"),
+        (["--half-first-order-momentum"], "--half-first-order-momentum is Adam's"),
+        (
+            ["--optimiser", "adam", "--half-optimiser-state", "--half-first-order-momentum"],
+            "not both",
+        ),
     ],
 )
 def test_squad_and_adam_flags_refused_in_one_line(bert, capsys, flags, match):
@@ -250,3 +255,27 @@ def test_adamw_in_float32_is_adamw_and_stays_finite_in_float16():
     assert {u.dtype for u in jax.tree.leaves(updates)} == {jnp.dtype(jnp.float16)}
     floats = [x for x in jax.tree.leaves(state) if jnp.issubdtype(x.dtype, jnp.floating)]
     assert floats and {x.dtype for x in floats} == {jnp.dtype(jnp.float16)}
+
+
+def test_half_first_order_momentum_stores_only_the_first_moment_in_float16():
+    """PopTorch's ``first_order_momentum_accum_type=float16``: the first moment in float16,
+    the second in float32, and the update the same AdamW as with both moments in float32
+    to float16's precision."""
+    import _transformer
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    import optax
+
+    params = {"w": jnp.linspace(-1.0, 1.0, 8)}
+    grads = {"w": jnp.linspace(0.5, -0.5, 8)}
+    half_first = _transformer.adamw_in_float32(1e-2, jnp.float32, jnp.float16)
+    state = half_first.init(params)
+    updates, state = half_first.update(grads, state, params)
+    (adam,) = [
+        s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")
+    ]
+    assert {x.dtype for x in jax.tree.leaves(adam.mu)} == {jnp.dtype(jnp.float16)}
+    assert {x.dtype for x in jax.tree.leaves(adam.nu)} == {jnp.dtype(jnp.float32)}
+    want, _ = optax.adamw(1e-2).update(grads, optax.adamw(1e-2).init(params), params)
+    np.testing.assert_allclose(updates["w"], want["w"], rtol=1e-3)
