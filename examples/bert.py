@@ -39,7 +39,8 @@ with ``PLACEMENT="[[1,[3,3]],[2,[3,3]],[3,[3,3]],[4,[4,3]],[5,[3,4]],[6,[4,3]],[
 ``--task squad`` (Graphcore's BERT ``task``) replaces the heads with SQuAD's span head (a
 start and an end logit per token, Devlin et al. section 4.2), usually with ``--optimiser
 adam`` (AdamW, computed in float32; ``--half-optimiser-state`` stores its moments in float16
-as PopART's ``use_half_optimizer_state`` does).
+as PopART's ``use_half_optimizer_state`` does, ``--half-first-order-momentum`` only the first,
+as PopTorch BERT's ``enable_half_first_order_momentum``).
 
 The tiny model trains on SEEDED SYNTHETIC tokens (Zipf-distributed, so the masked-LM loss
 can fall to the unigram entropy; the next-sentence label is the parity of the second
