@@ -21,9 +21,11 @@ MLPerf Training v1.0 and v1.1 on the Mk2 IPU-POD16 and POD64 are the family's ca
 v1.1 on the POD128 and v2.0 on Bow-POD16 to Bow-POD256 (an IPU and a software release the
 BERT fit never saw) are the checks, with Graphcore's performance-results rows of BERT on
 unpacked sequences: three of its TensorFlow 2 BERT on a Bow Pod16 (BERT-Large at 128 tokens,
-BERT-Base at 128 and 384) and seven of its PopART BERT (BERT-Large at 128 and 384 tokens on a
-Bow Pod16 and Pod64, BERT-Base at 128 and 512, BERT-Large's SQuAD fine-tuning): other
-sequence lengths, micro-batches, a smaller model and another task. With ``--vit``, the
+BERT-Base at 128 and 384), seven of its PopART BERT (BERT-Large at 128 and 384 tokens on a
+Bow Pod16 and Pod64, BERT-Base at 128 and 512, BERT-Large's SQuAD fine-tuning), two of its
+PopTorch BERT (BERT-Base at 128, SQuAD fine-tuning) and three of its TensorFlow 1 BERT
+(BERT-Large at 128 tokens on a Bow Pod16 and Pod64, at 384 on a Pod16): other sequence
+lengths, micro-batches, a smaller model, another task and four frameworks. With ``--vit``, the
 ViT-B/16 row, with ``--resnext`` the ResNeXt-101 row (``examples/resnext_training.py``)
 and with ``--efficientnet`` the three G16-EfficientNet-B4 rows
 (``examples/efficientnet_training.py``), all on the shared parameters. The other families
