@@ -9,26 +9,26 @@ are printed apart, labelled as fitted, and left out of the median: the four MLPe
 v1.1 ResNet-50 rows (``benchmarks/calibrate.py``) and, with ``--bert``, the BERT family's
 four single-Pod Mk2 rows (``benchmarks/calibrate_bert.py``).
 
-Without flags the rows are ResNet-50's, the family ``examples/resnet50.py`` models: MLPerf Training
-v1.0 on the Mk2 IPU-POD16 and POD64 (SDK 2.1, an older software stack than the calibration's
-SDK 2.3), MLPerf Training v2.0 on Bow-POD16 to Bow-POD256 (SDK 2.5.1, the Bow IPU at
-1.85 GHz: an IPU the calibration never saw), and Graphcore's Bow launch figures at the
-v1.0 configurations. With ``--bert``, BERT-Large rows too, each an offline run of
-``examples/bert.py`` under ``poprun-emu`` as Graphcore's configuration file for the row sets
-it (its placement, tied decoder, vocabulary, micro-batch, memory proportions, LAMB with RTS):
-MLPerf Training v1.0 and v1.1 on the Mk2 IPU-POD16 and POD64 are the family's calibration
-(v1.1 against its training-only throughput: the references' figures include evaluation);
-v1.1 on the POD128 and v2.0 on Bow-POD16 to Bow-POD256 (an IPU and a software release the
-BERT fit never saw) are the checks, with Graphcore's performance-results rows of BERT on
-unpacked sequences: three of its TensorFlow 2 BERT on a Bow Pod16 (BERT-Large at 128 tokens,
-BERT-Base at 128 and 384), seven of its PopART BERT (BERT-Large at 128 and 384 tokens on a
-Bow Pod16 and Pod64, BERT-Base at 128 and 512, BERT-Large's SQuAD fine-tuning), two of its
-PopTorch BERT (BERT-Base at 128, SQuAD fine-tuning) and three of its TensorFlow 1 BERT
-(BERT-Large at 128 tokens on a Bow Pod16 and Pod64, at 384 on a Pod16): other sequence
-lengths, micro-batches, a smaller model, another task and four frameworks. With ``--vit``, the
-ViT-B/16 row, with ``--resnext`` the ResNeXt-101 row (``examples/resnext_training.py``)
-and with ``--efficientnet`` the three G16-EfficientNet-B4 rows
-(``examples/efficientnet_training.py``), all on the shared parameters. The other families
+Without flags the rows are ResNet-50's, the family ``examples/resnet50.py`` models: MLPerf
+Training v1.0 on the Mk2 IPU-POD16 and POD64 (SDK 2.1, an older software stack than the
+calibration's SDK 2.3), MLPerf Training v2.0 on Bow-POD16 to Bow-POD256 (SDK 2.5.1, the Bow IPU
+at 1.85 GHz: an IPU the calibration never saw), and Graphcore's Bow launch figures at the
+MLPerf configurations (v1.0's on the Pod16 and Pod64, v2.0's on the Pod256). With ``--bert``,
+BERT-Large rows too, each an offline run of ``examples/bert.py`` under ``poprun-emu`` as
+Graphcore's configuration file for the row sets it (its placement, tied decoder, vocabulary,
+micro-batch, memory proportions, LAMB with RTS): MLPerf Training v1.0 and v1.1 on the Mk2
+IPU-POD16 and POD64 are the family's calibration (v1.1 against its training-only throughput:
+the references' figures include evaluation); v1.1 on the POD128 and v2.0 on Bow-POD16 to
+Bow-POD256 (an IPU and a software release the BERT fit never saw) are the checks, with
+Graphcore's performance-results rows of BERT on unpacked sequences: three of its TensorFlow 2
+BERT on a Bow Pod16 (BERT-Large at 128 tokens, BERT-Base at 128 and 384), seven of its PopART
+BERT (BERT-Large at 128 and 384 tokens on a Bow Pod16 and Pod64, BERT-Base at 128 and 512,
+BERT-Large's SQuAD fine-tuning), two of its PopTorch BERT (BERT-Base at 128, SQuAD fine-tuning)
+and three of its TensorFlow 1 BERT (BERT-Large at 128 tokens on a Bow Pod16 and Pod64, at 384
+on a Pod16): other sequence lengths, micro-batches, a smaller model, another task and four
+frameworks. With ``--vit``, the ViT-B/16 row, with ``--resnext`` the ResNeXt-101 row
+(``examples/resnext_training.py``) and with ``--efficientnet`` the three G16-EfficientNet-B4
+rows (``examples/efficientnet_training.py``), all on the shared parameters. The other families
 wait for their examples.
 
 Layouts: one IPU per replica, ``replicas / 2`` instances (PopRun's MLPerf ResNet-50 runs;
