@@ -589,14 +589,8 @@ def main(argv=None) -> dict:
         "recompute": args.recompute,
         "available_memory_proportion": options.available_memory_proportion,
         "partials_type": options.partials_type,
-        "parameters": int(
-            sum(
-                math.prod(x.shape)
-                for x in jax.tree.leaves(
-                    _shapes(args.model, seq, dtype, vocab=vocab, tied=tied, task=task)
-                )
-            )
-        ),
+        # ``params`` are shapes offline and arrays otherwise: the same tree either way.
+        "parameters": int(sum(math.prod(x.shape) for x in jax.tree.leaves(params))),
         "offline": offline,
     }
     if not offline:
