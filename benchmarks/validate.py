@@ -329,6 +329,13 @@ _POPART_BASE = (
     f"--model base {_POPART} --encoder-start-ipu 1 --layers-per-ipu 4,4,4 "
     "--gradient-accumulation 512 --available-memory-proportion 0.28"
 )
+# SQuAD fine-tuning's layout, PopART's and PopTorch's alike: 2 replicas of 8 IPUs, micro-batch
+# 4, gradient accumulation 32, the span head on the last IPU, Adam sharded by RTS.
+_SQUAD_LARGE = (
+    "--model large --task squad --optimiser adam --half-optimiser-state --enable-half-partials "
+    "--replicated-tensor-sharding --recompute --sequence-length 384 --micro-batch-size 4 "
+    "--gradient-accumulation 32 --steps 32 --layers-per-ipu 2,3,3,3,3,3,3,4"
+)
 _LAUNCH_SOURCE = "Graphcore performance results, Bow launch, PopART"
 _POPART_SOURCE = "Graphcore performance results, Bow, SDK 3.1, PopART"
 BERT_POPART_ROWS = (
@@ -381,10 +388,7 @@ BERT_POPART_ROWS = (
         1_183,
         _POPART_SOURCE,
         _launch("bow-pod16", 2, 8),
-        "--model large --task squad --optimiser adam --half-optimiser-state --vocab-size 30400 "
-        "--enable-half-partials --replicated-tensor-sharding --recompute --sequence-length 384 "
-        "--micro-batch-size 4 --gradient-accumulation 32 --device-iterations 4 --steps 32 "
-        "--layers-per-ipu 2,3,3,3,3,3,3,4 "
+        f"{_SQUAD_LARGE} --vocab-size 30400 --device-iterations 4 "
         "--available-memory-proportion 0.1 0.3 0.32 0.34 0.36 0.38 0.4 0.32",
         model="BERT-Large SQuAD",
     ),
@@ -425,10 +429,7 @@ BERT_POPTORCH_ROWS = (
         1_009,
         "Graphcore performance results, Bow, SDK 3.3, PopTorch",
         _launch("bow-pod16", 2, 8),
-        "--model large --task squad --optimiser adam --half-optimiser-state --vocab-size 30522 "
-        "--enable-half-partials --replicated-tensor-sharding --recompute --sequence-length 384 "
-        "--micro-batch-size 4 --gradient-accumulation 32 --device-iterations 2 --steps 32 "
-        "--layers-per-ipu 2,3,3,3,3,3,3,4 "
+        f"{_SQUAD_LARGE} --vocab-size 30522 --device-iterations 2 "
         "--available-memory-proportion 0.08 0.25 0.32 0.32 0.36 0.38 0.4 0.32",
         model="BERT-Large SQuAD",
     ),
@@ -447,14 +448,13 @@ BERT_POPTORCH_ROWS = (
 # the Pod64 384-token row, is left out: its published global batch, 16,400, is not its
 # file's 16 x 2 x 520 = 16,640.)
 _TF1_SOURCE = "Graphcore performance results, Bow launch, TensorFlow 1"
-_TF1_LARGE = f"--model large {_POPART} --layers-per-ipu 3,7,7,7"
 BERT_TF1_ROWS = (
     ExampleRow(
         "C11",
         5_125,
         _TF1_SOURCE,
         _launch("bow-pod16", 4, 4),
-        f"{_TF1_LARGE} --sequence-length 128 --max-predictions 20 --micro-batch-size 8 "
+        f"{_POPART_LARGE} --sequence-length 128 --max-predictions 20 --micro-batch-size 8 "
         "--gradient-accumulation 2050 --available-memory-proportion 0.15 0.25 0.25 0.25",
     ),
     ExampleRow(
@@ -462,7 +462,7 @@ BERT_TF1_ROWS = (
         18_907,
         _TF1_SOURCE,
         _launch("bow-pod64", 16, 4),
-        f"{_TF1_LARGE} --sequence-length 128 --max-predictions 20 --micro-batch-size 8 "
+        f"{_POPART_LARGE} --sequence-length 128 --max-predictions 20 --micro-batch-size 8 "
         "--gradient-accumulation 520 --available-memory-proportion 0.15 0.23 0.25 0.25",
     ),
     ExampleRow(
@@ -470,7 +470,7 @@ BERT_TF1_ROWS = (
         1_420,
         _TF1_SOURCE,
         _launch("bow-pod16", 4, 4),
-        f"{_TF1_LARGE} --sequence-length 384 --max-predictions 58 --micro-batch-size 2 "
+        f"{_POPART_LARGE} --sequence-length 384 --max-predictions 58 --micro-batch-size 2 "
         "--gradient-accumulation 2050 --available-memory-proportion 0.15 0.4 0.4 0.4",
     ),
 )
