@@ -122,7 +122,9 @@ ROWS += tuple(
 # the decoder tied to the embeddings on IPU 0, vocab_length, micro-batch (batch_size, in
 # packs of about 2 sequences), gradient accumulation, available_memory_proportion, half
 # partials, LAMB with replicated tensor sharding, the optimiser state off chip where
-# optimizer_state_offchip says so. Instances as Graphcore launched them: PopRun with 2
+# optimizer_state_offchip says so, LAMB's moments in float32 but the first in float16 where
+# lamb_m_dtype says FLOAT16 (v1.1's POD16 and POD128) and both where lamb_accl_dtype does
+# (v2.0). Instances as Graphcore launched them: PopRun with 2
 # (POD128) and 4 (POD256) instances, a single process below (the v2.0 README: "Pod16 and 64
 # runs can be launched directly using bert.py"). Recomputation at every block boundary is
 # ours (the configurations leave PopART's recomputation to its defaults).
@@ -132,7 +134,10 @@ _COMMON = (
 )
 _V1_0 = f"{_COMMON} --vocab-size 30400 --micro-batch-size 2"
 _V1_1 = f"{_COMMON} --vocab-size 30912 --micro-batch-size 2 --encoder-start-ipu 1"
-_V2_0_COMMON = f"{_COMMON} --vocab-size 30912 --micro-batch-size 3 --encoder-start-ipu 1"
+_V2_0_COMMON = (
+    f"{_COMMON} --vocab-size 30912 --micro-batch-size 3 --encoder-start-ipu 1 "
+    "--half-optimiser-state"
+)
 # pod{64,128,256}-closed.json: proportion 1 on every IPU, one layer on IPU 0 after the wrap.
 _V2_0 = (
     f"{_V2_0_COMMON} --available-memory-proportion 1 --att-ffn-placement "
@@ -198,7 +203,7 @@ BERT_CALIBRATION_ROWS = (
         1_524,
         "MLPerf Training v1.1, training blocks only",
         _launch("pod16", 4, 4),
-        f"{_V1_1} --gradient-accumulation 192 --offload-optimiser "
+        f"{_V1_1} --gradient-accumulation 192 --offload-optimiser --half-first-order-momentum "
         "--available-memory-proportion 0.23 --att-ffn-placement "
         "[[1,[7,6]],[2,[6,7]],[3,[7,6]],[0,[4,5]]]",
     ),
@@ -222,7 +227,7 @@ BERT_ROWS = (
         9_028,
         "MLPerf Training v1.1, training blocks only",
         _launch("pod128", 16, 8, 2),
-        f"{_V1_1} --gradient-accumulation 96 "
+        f"{_V1_1} --gradient-accumulation 96 --half-first-order-momentum "
         "--available-memory-proportion 0.2 0.25 0.25 0.25 0.25 0.25 0.25 0.25 "
         "--att-ffn-placement [[1,[2,2]],[2,[3,3]],[3,[4,3]],[4,[3,4]],[5,[4,3]],[6,[3,4]],"
         "[7,[4,3]],[0,[1,2]]]",
@@ -257,8 +262,6 @@ BERT_ROWS = (
     ),
 )
 
-
-# ViT-B/16 pre-training, Graphcore's PopTorch ViT on a Bow-POD64 (graphcore/examples,
 
 # Graphcore's performance-results page (Table B of published_rows.md), its TensorFlow 2 BERT
 # pre-training rows whose global batch is exactly their configuration file's (graphcore/
@@ -319,7 +322,10 @@ BERT_TF2_ROWS = (
 # embeddings on IPU 0. And SQuAD fine-tuning at SDK 3.1 (configs/squad_large_384.json of that
 # release): 2 replicas of 8 IPUs, micro-batch 4, GA 32, 4 device iterations a host call,
 # layers_per_ipu [2, 3, 3, 3, 3, 3, 3, 4] with the span head on the last IPU, Adam with its
-# state in float16 (use_half_optimizer_state) sharded by RTS, each IPU's proportion. The
+# state sharded by RTS, each IPU's proportion; use_half_optimizer_state stores the first
+# moment in float16 (bert_optimizer/optimizer.py sets accl1_type only), and with the second
+# in float32 our worst-tile estimate of IPU 7 overflows by 0.75 % as B12's below, so the row
+# stores both in float16 (--half-optimiser-state), as B12 does. The
 # packed rows wait: their published batch counts packs of 1 to 3 sequences, whose mean is
 # not given.
 _POPART = (
@@ -417,9 +423,9 @@ BERT_POPART_ROWS = (
 # 30,522, half partials, a recomputation checkpoint every layer, AdamW with its state on chip
 # sharded by RTS (``replicated_tensor_sharding`` from the ``squad_base_384`` defaults it inherits:
 # "relies on replicatedTensorSharding to reduce the optimizer state such that it fits on chip"). Its
-# first moment is float16 (``enable_half_first_order_momentum``: ``--half-first-order-momentum``);
-# with the second in float32 our worst-tile estimate of IPU 7 overflows by 0.75 % (643,806 bytes of
-# 638,976) where Graphcore ran it, so the row runs with both moments in float16
+# first moment is float16 (``enable_half_first_order_momentum``: ``--half-first-order-momentum``, as
+# PopART's B11); with the second in float32 our worst-tile estimate of IPU 7 overflows by 0.75 %
+# (643,806 bytes of 638,976) where Graphcore ran it, so the row runs with both moments in float16
 # (``--half-optimiser-state``), which changes the memory, not the time: the update is 0.4 % of the
 # step.
 BERT_POPTORCH_ROWS = (
@@ -485,11 +491,13 @@ BERT_TF1_ROWS = (
     ),
 )
 
+# ViT-B/16 pre-training, Graphcore's PopTorch ViT on a Bow-POD64 (graphcore/examples,
 # vision/vit/pytorch: configs.yml ``b16_in1k_pretrain_lamb`` with benchmarks.yml's
 # ``pytorch_vit_lamb_pretrain_gen_pod64``: 16 replicas of 4 IPUs over 8 instances, micro-batch
 # 8, gradient accumulation 512, layers_per_ipu 3,3,3,3, matmul_proportion 0.3, LAMB without
-# RTS (the benchmark passes ``--enable-rts false``),
-# recomputation checkpoints every layer, 16.16 precision), modelled by ``examples/vit.py``.
+# RTS (the benchmark passes ``--enable-rts false``), recomputation checkpoints every layer,
+# half partials (args.py's default), 16.16 precision), modelled by ``examples/vit.py``. Its
+# extra checkpoints inside layers 1, 4, 7 and 10 (``recompute_mid_layers``) are not modelled.
 VIT_ROWS = (
     ExampleRow(
         "C8",
@@ -497,7 +505,7 @@ VIT_ROWS = (
         "Graphcore performance results, Bow, PopTorch",
         _launch("bow-pod64", 16, 4, 8),
         "--model base --micro-batch-size 8 --gradient-accumulation 512 --layers-per-ipu "
-        "3,3,3,3 --available-memory-proportion 0.3 --recompute",
+        "3,3,3,3 --available-memory-proportion 0.3 --recompute --enable-half-partials",
         "vit.py",
         "samples_per_second",
         model="ViT-B/16",
@@ -510,15 +518,18 @@ VIT_ROWS = (
 # ``Graphcore/benchmarks/resnet/implementations/tensorflow``: 8 replicas of 2 IPUs,
 # micro-batch 6, gradient accumulation 16, the pipeline split after ``stage3/unit4/relu``, the
 # grouped schedule, recomputation, half partials, group norm, momentum SGD; PopLibs' default
-# memory proportion), modelled by ``examples/resnext_training.py``.
+# memory proportion), modelled by ``examples/resnext_training.py``. Launched as the file's
+# benchmarks.yml (``resnext101_pipelined_training_8_replicas_2_shards_real``) launches it: 8
+# instances, ``--logs-per-epoch 16``, so train.py runs 1,281,167 // 768 // 16 = 104 steps a
+# session call (``--device-iterations 104``).
 RESNEXT_ROWS = (
     ExampleRow(
         "C7",
         12_221,
         "Graphcore performance results, Bow launch, TF1",
-        _launch("bow-pod16", 8, 2),
+        _launch("bow-pod16", 8, 2, 8),
         "--model 101 --micro-batch-size 6 --gradient-accumulation 16 --split-after stage3unit4 "
-        "--recompute --enable-half-partials",
+        "--recompute --enable-half-partials --device-iterations 104 --steps 104",
         "resnext_training.py",
         "samples_per_second",
         model="ResNeXt-101",
@@ -532,9 +543,11 @@ RESNEXT_ROWS = (
 # global batch 6,144, the pipeline split at ``block4a``, group dimension 16, expansion 4,
 # recomputation, half partials, group norm, ``available_memory_proportion`` 0.4, 16.16, LARS;
 # 380 x 380 images, B4's default), modelled by ``examples/efficientnet_training.py``. Instances
-# as benchmarks.yml's poprun lines give them: one per replica on the Pod16, 32 on the Pod64;
-# its Pod256 line repeats the Pod64's 32 (with 32 replicas, where the configuration names 128),
-# so 32 instances serve the 128 replicas here.
+# and steps per session call as the poprun lines of graphcore/examples' vision/cnns/tensorflow1/
+# benchmarks.yml (SDK 3.0 release, f60a6b3) give them: one instance per replica (8, 32, 128);
+# the Pod16 line reads 15 % of ImageNet with ``--logs-per-epoch 16``, one step a call
+# (192,175 // 6,144 // 16), the Pod64 and Pod256 lines all of it with ``--logs-per-epoch 2``,
+# 1,281,167 // 6,144 // 2 = 104 steps a call.
 _EFFICIENTNET = (
     "--model b4 --group-dim 16 --expand-ratio 4 --micro-batch-size 3 --pipeline-splits block4a "
     "--recompute --enable-half-partials --available-memory-proportion 0.4 --optimiser lars"
@@ -545,15 +558,16 @@ EFFICIENTNET_ROWS = tuple(
         published,
         "Graphcore performance results, Bow launch, TF1",
         _launch(system, replicas, 2, instances),
-        f"{_EFFICIENTNET} --gradient-accumulation {accumulation}",
+        f"{_EFFICIENTNET} --gradient-accumulation {accumulation} "
+        f"--device-iterations {iterations} --steps {iterations}",
         "efficientnet_training.py",
         "samples_per_second",
         model="EfficientNet-B4 G16",
     )
-    for key, published, system, replicas, instances, accumulation in (
-        ("C4", 8_936, "bow-pod16", 8, 8, 256),
-        ("C5", 34_943, "bow-pod64", 32, 32, 64),
-        ("C6", 117_641, "bow-pod256", 128, 32, 16),
+    for key, published, system, replicas, instances, accumulation, iterations in (
+        ("C4", 8_936, "bow-pod16", 8, 8, 256, 1),
+        ("C5", 34_943, "bow-pod64", 32, 32, 64, 104),
+        ("C6", 117_641, "bow-pod256", 128, 128, 16, 104),
     )
 )
 

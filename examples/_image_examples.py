@@ -55,13 +55,8 @@ def chain_logits(blocks: list, head_logits: Callable) -> Callable:
 
 
 def add_convolution_arguments(parser: Any, *, learning_rate: float) -> None:
-    """The flags of the pipelined CNN examples beyond their placement: Graphcore's half
-    partials and the shared training flags (90 steps by default)."""
-    parser.add_argument(
-        "--enable-half-partials",
-        action="store_true",
-        help="half-precision partials in the convolutions (Graphcore's enable_half_partials)",
-    )
+    """The flags of the pipelined CNN examples beyond their placement: the shared training
+    flags, 90 steps by default."""
     _transformer.add_training_arguments(
         parser,
         steps=90,

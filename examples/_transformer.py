@@ -83,20 +83,22 @@ def attention(p: Any, x: jax.Array, heads: int, bias: jax.Array | None = None) -
     return dense(p["out"], jnp.einsum("bhqk,bkhd->bqhd", probs, vh).reshape(b, s, h))
 
 
-def adamw_in_float32(
-    learning_rate: float, state_dtype: Any = jnp.float32, first_moment_dtype: Any = None
+def in_float32(
+    inner: optax.GradientTransformation,
+    state_dtype: Any = jnp.float32,
+    first_moment_dtype: Any = None,
 ) -> optax.GradientTransformation:
-    """``optax.adamw`` computed in float32 whatever the weights' precision, its moments
-    stored as ``state_dtype`` (float16: PopART BERT's ``use_half_optimizer_state``), the first
-    moment as ``first_moment_dtype`` where given (float16 with a float32 second moment:
-    PopTorch's ``first_order_momentum_accum_type``, Graphcore's PopTorch BERT's
-    ``enable_half_first_order_momentum``).
+    """``inner`` computed in float32 whatever the weights' precision, the floats of its state
+    stored as ``state_dtype``, the first moment (optax's ``mu``) as ``first_moment_dtype``
+    where given (float16 with a float32 second moment).
 
-    In float16 Adam's ``eps`` (1e-8) rounds to zero, and a weight whose gradient and moments
-    are zero would get 0/0; so the gradients, weights and stored moments are read as
-    float32, and the updates cast back to each gradient's dtype.
+    Graphcore's BERT and ViT keep the moments in float32 unless their configuration says
+    FLOAT16 (PopART's accumulator types default to FLOAT). Computing in float16 fails: Adam's
+    ``eps`` (1e-8) rounds to zero, a squared gradient below 6e-8 underflows, and a weight
+    whose gradient and moments are zero would get 0/0. So the
+    gradients, weights and stored state are read as float32, and the updates cast back to
+    each gradient's dtype.
     """
-    inner = optax.adamw(learning_rate)
     first = state_dtype if first_moment_dtype is None else first_moment_dtype
 
     def cast_one(x: Any, dtype: Any) -> Any:
@@ -125,6 +127,29 @@ def adamw_in_float32(
     return optax.GradientTransformation(init, update)
 
 
+def adamw_in_float32(
+    learning_rate: float, state_dtype: Any = jnp.float32, first_moment_dtype: Any = None
+) -> optax.GradientTransformation:
+    """``optax.adamw`` through :func:`in_float32`: float16 moments as PopART's ``accl1_type``
+    (which PopART BERT's ``use_half_optimizer_state`` sets) and PopTorch's
+    ``first_order_momentum_accum_type`` (Graphcore's PopTorch BERT's
+    ``enable_half_first_order_momentum``) store them."""
+    return in_float32(optax.adamw(learning_rate), state_dtype, first_moment_dtype)
+
+
+def lamb_in_float32(
+    learning_rate: float, state_dtype: Any = jnp.float32, first_moment_dtype: Any = None
+) -> Any:
+    """``popdist.lamb`` (shardable by RTS) with its Adam moments through :func:`in_float32`:
+    float32 by default, as Graphcore's LAMB keeps them; float16 where its BERT's
+    ``lamb_m_dtype`` (the first moment) or ``lamb_accl_dtype`` (both) says FLOAT16. The trust
+    ratio and the tail run as ``popdist.lamb``'s."""
+    from popdist_emu.runtime import layerwise
+
+    base = popdist.lamb(learning_rate)
+    return layerwise(in_float32(base.inner, state_dtype, first_moment_dtype), base.tail)
+
+
 def layers_per_ipu(program: str, text: str | None, layers: int, ipus: int) -> list[int]:
     """``--layers-per-ipu`` as a list of ``ipus`` counts (default: as even as possible, extras
     on later IPUs); refused in one line (exit 2) unless they are non-negative and sum to
@@ -150,8 +175,8 @@ def add_training_arguments(
     parser: Any, *, steps: int, learning_rate: float, proportion_help: str
 ) -> None:
     """The flags both pipelined examples take: accumulation, iterations, steps, the
-    optimiser's learning rate, seed, recomputation, strategy, RTS, offloading and the
-    matmuls' available memory proportion (one value or one per IPU)."""
+    optimiser's learning rate, seed, recomputation, strategy, RTS, offloading, half partials
+    and the matmuls' available memory proportion (one value or one per IPU)."""
     parser.add_argument(
         "--gradient-accumulation",
         type=arguments.positive_int,
@@ -165,6 +190,12 @@ def add_training_arguments(
     parser.add_argument("--strategy", choices=("pipelined", "sharded"), default="pipelined")
     parser.add_argument("--replicated-tensor-sharding", action="store_true")
     parser.add_argument("--offload-optimiser", action="store_true")
+    parser.add_argument(
+        "--enable-half-partials",
+        action="store_true",
+        help="half-precision partials in the matmuls and convolutions (PopLibs' partialsType "
+        "half; Graphcore's enable_half_partials, PopTorch's Precision.setPartialsType)",
+    )
     parser.add_argument(
         "--available-memory-proportion",
         type=arguments.proportion,
@@ -207,5 +238,6 @@ def pipeline_options(program: str, args: Any, placement: Sequence[Any], **extra:
         execution_strategy=cls(*placement),
         recomputation=args.recompute,
         available_memory_proportion=amp,
+        partials_type="half" if args.enable_half_partials else "float",
         **extra,
     )

@@ -38,9 +38,11 @@ with ``PLACEMENT="[[1,[3,3]],[2,[3,3]],[3,[3,3]],[4,[4,3]],[5,[3,4]],[6,[4,3]],[
 
 ``--task squad`` (Graphcore's BERT ``task``) replaces the heads with SQuAD's span head (a
 start and an end logit per token, Devlin et al. section 4.2), usually with ``--optimiser
-adam`` (AdamW, computed in float32; ``--half-optimiser-state`` stores its moments in float16
-as PopART's ``use_half_optimizer_state`` does, ``--half-first-order-momentum`` only the first,
-as PopTorch BERT's ``enable_half_first_order_momentum``).
+adam`` (AdamW). Both optimisers, LAMB and Adam, compute in float32 and keep their moments in
+float32, as Graphcore's BERTs do by default; ``--half-first-order-momentum`` stores the first
+moment in float16 (LAMB's ``lamb_m_dtype`` FLOAT16; Adam's ``use_half_optimizer_state`` in
+PopART BERT, ``enable_half_first_order_momentum`` in PopTorch BERT), ``--half-optimiser-state``
+both (LAMB's ``lamb_accl_dtype`` FLOAT16).
 
 The tiny model trains on SEEDED SYNTHETIC tokens (Zipf-distributed, so the masked-LM loss
 can fall to the unigram entropy; the next-sentence label is the parity of the second
@@ -430,14 +432,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument(
         "--half-optimiser-state",
         action="store_true",
-        help="with --optimiser adam, its moments stored in float16, computed in float32 "
-        "(PopART BERT's use_half_optimizer_state)",
+        help="the optimiser's two moments stored in float16, computed in float32 (Graphcore's "
+        "MLPerf v2.0 BERT's lamb_accl_dtype FLOAT16); float32 by default",
     )
     parser.add_argument(
         "--half-first-order-momentum",
         action="store_true",
-        help="with --optimiser adam, its first moment stored in float16 and its second in "
-        "float32 (PopTorch BERT's enable_half_first_order_momentum)",
+        help="the optimiser's first moment stored in float16 and its second in float32 "
+        "(Graphcore's BERT's lamb_m_dtype FLOAT16 with LAMB; with Adam PopART BERT's "
+        "use_half_optimizer_state, PopTorch BERT's enable_half_first_order_momentum)",
     )
     parser.add_argument("--sequence-length", type=arguments.int_at_least(2), default=128)
     parser.add_argument(
@@ -484,12 +487,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--precision", choices=tuple(DTYPES), default="fp16")
     parser.add_argument("--prefetch-depth", type=arguments.positive_int, default=3)
     parser.add_argument(
-        "--enable-half-partials",
-        action="store_true",
-        help="half-precision partials in the matmuls (PopLibs' partialsType half; Graphcore's "
-        "MLPerf BERT configurations set enable_half_partials)",
-    )
-    parser.add_argument(
         "--sequences-per-sample",
         type=arguments.positive_float,
         default=1.0,
@@ -499,9 +496,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     _transformer.check_steps(parser, args)
     if args.att_ffn_placement is not None and args.layers_per_ipu is not None:
         parser.error("give --att-ffn-placement or --layers-per-ipu, not both")
-    for flag in ("half_optimiser_state", "half_first_order_momentum"):
-        if getattr(args, flag) and args.optimiser != "adam":
-            parser.error(f"--{flag.replace('_', '-')} is Adam's: give --optimiser adam")
     if args.half_optimiser_state and args.half_first_order_momentum:
         parser.error(
             "give --half-optimiser-state (both moments in float16) or "
@@ -539,7 +533,6 @@ def main(argv=None) -> dict:
         placement,
         output_mode="all",
         prefetch_depth=args.prefetch_depth,
-        partials_type="half" if args.enable_half_partials else "float",
     )
     dtype, seq = DTYPES[args.precision], args.sequence_length
     offline = popdist.is_offline_mode()
@@ -551,12 +544,10 @@ def main(argv=None) -> dict:
         key = jax.random.PRNGKey(args.seed)
         params = init_params(args.model, seq, dtype, key, vocab=vocab, tied=tied, task=task)
     model = block_model(args.model, split=att_ffn is not None, tied=tied, task=task)
-    if args.optimiser == "adam":
-        state = jnp.float16 if args.half_optimiser_state else jnp.float32
-        first = jnp.float16 if args.half_first_order_momentum else None
-        optimiser = _transformer.adamw_in_float32(args.learning_rate, state, first)
-    else:
-        optimiser = popdist.lamb(args.learning_rate)
+    state = jnp.float16 if args.half_optimiser_state else jnp.float32
+    first = jnp.float16 if args.half_first_order_momentum else None
+    in_float32 = {"adam": _transformer.adamw_in_float32, "lamb": _transformer.lamb_in_float32}
+    optimiser = in_float32[args.optimiser](args.learning_rate, state, first)
     try:
         trainer = popdist.Trainer(model, optimiser, params, options)
     except popdist.PipelineError as err:

@@ -317,7 +317,6 @@ def main(argv=None) -> dict:
         image=CONFIGS[args.model][:2],
         logits=logits_fn(*net),
         dtype=_image_examples.DTYPES[args.precision],
-        partials_type="half" if args.enable_half_partials else "float",
     )
 
 

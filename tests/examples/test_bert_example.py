@@ -214,12 +214,11 @@ def test_squad_fine_tuning_learns_the_synthetic_answers(bert, capsys):
     [
         (["--task", "squad", "--tied-decoder"], "--tied-decoder is pre-training's"),
         (["--task", "squad", "--max-predictions", "4"], "--max-predictions is pre-training's"),
-        (["--half-optimiser-state"], "--half-optimiser-state is Adam's"),
-        (["--half-first-order-momentum"], "--half-first-order-momentum is Adam's"),
         (
             ["--optimiser", "adam", "--half-optimiser-state", "--half-first-order-momentum"],
             "not both",
         ),
+        (["--half-optimiser-state", "--half-first-order-momentum"], "not both"),
     ],
 )
 def test_squad_and_adam_flags_refused_in_one_line(bert, capsys, flags, match):
@@ -279,3 +278,45 @@ def test_half_first_order_momentum_stores_only_the_first_moment_in_float16():
     assert {x.dtype for x in jax.tree.leaves(adam.nu)} == {jnp.dtype(jnp.float32)}
     want, _ = optax.adamw(1e-2).update(grads, optax.adamw(1e-2).init(params), params)
     np.testing.assert_allclose(updates["w"], want["w"], rtol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("flags", "first", "second"),
+    [
+        ([], "float32", "float32"),
+        (["--half-first-order-momentum"], "float16", "float32"),
+        (["--half-optimiser-state"], "float16", "float16"),
+    ],
+)
+def test_lamb_moments_are_float32_unless_the_flags_say_float16(bert, flags, first, second):
+    """Graphcore's LAMB keeps its moments in float32 (lamb_m_dtype, lamb_accl_dtype FLOAT16
+    halve one or both) whatever the weights' precision; the update is popdist.lamb's on
+    float32 weights, to float16's precision, and finite where float16 arithmetic is not."""
+    import _transformer
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import popdist_emu as popdist
+
+    args = bert.parse_args(["--model", "tiny", *flags])
+    state_dtype = jnp.float16 if args.half_optimiser_state else jnp.float32
+    first_dtype = jnp.float16 if args.half_first_order_momentum else None
+    ours = _transformer.lamb_in_float32(1e-2, state_dtype, first_dtype)
+    params = {"w": jnp.linspace(-1.0, 1.0, 8), "b": jnp.ones(3)}
+    grads = {"w": jnp.linspace(5e-4, -5e-4, 8), "b": jnp.full(3, 1e-4)}
+    half = jax.tree.map(lambda x: x.astype(jnp.float16), (params, grads))
+    state = ours.init(half[0])
+    (adam,) = [
+        s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")
+    ]
+    assert {x.dtype for x in jax.tree.leaves(adam.mu)} == {jnp.dtype(first)}
+    assert {x.dtype for x in jax.tree.leaves(adam.nu)} == {jnp.dtype(second)}
+    updates, _ = ours.update(half[1], state, half[0])
+    want, _ = popdist.lamb(1e-2).update(grads, popdist.lamb(1e-2).init(params), params)
+    for name in params:
+        assert updates[name].dtype == jnp.float16
+        np.testing.assert_allclose(updates[name], want[name], rtol=2e-2, atol=1e-5)
+    # In float16 throughout, 1e-4 squared (1e-8) underflows: the second moment is zero.
+    naive, _ = popdist.lamb(1e-2).update(half[1], popdist.lamb(1e-2).init(half[0]), half[0])
+    assert not np.allclose(np.asarray(naive["w"], np.float32), want["w"], rtol=0.1)
