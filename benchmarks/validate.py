@@ -43,6 +43,7 @@ error, and a last JSON line with those.
 Run::
 
     python benchmarks/validate.py [--bert] [--vit] [--resnext] [--efficientnet]
+    python benchmarks/validate.py --rows A9 C8   # only these rows, whatever the flags
 
 References:
     mlcommons/training_results_v1.0 and v2.0, Graphcore ResNet-50 result logs (throughput =
@@ -52,7 +53,6 @@ References:
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -69,6 +69,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 import calibrate  # noqa: E402 - this folder's fit: one way to simulate a published row
 
 import hardware  # noqa: E402
+from popdist_emu import arguments  # noqa: E402
 
 
 class Row(NamedTuple):
@@ -572,6 +573,43 @@ EFFICIENTNET_ROWS = tuple(
 )
 
 
+# The example rows by the flag that adds them (--bert, --vit, --resnext, --efficientnet).
+FAMILIES = {
+    "bert": BERT_CALIBRATION_ROWS
+    + BERT_ROWS
+    + BERT_TF2_ROWS
+    + BERT_POPART_ROWS
+    + BERT_POPTORCH_ROWS
+    + BERT_TF1_ROWS,
+    "vit": VIT_ROWS,
+    "resnext": RESNEXT_ROWS,
+    "efficientnet": EFFICIENTNET_ROWS,
+}
+EXAMPLE_ROWS = tuple(row for rows in FAMILIES.values() for row in rows)
+
+
+def select_rows(keys: list[str] | None, families: list[str]) -> tuple[tuple, tuple]:
+    """The ResNet-50 rows and example rows to run: every ResNet-50 row and the ``families``'
+    example rows, or, with ``keys``, exactly the rows of those keys (a calibration key such
+    as ``v1.1`` names all its rows).
+
+    Raises:
+        ValueError: a key that names no row, with the keys there are.
+    """
+    if keys is None:
+        return ROWS, tuple(row for name in families for row in FAMILIES[name])
+    known = [row.key for row in ROWS + EXAMPLE_ROWS]
+    for key in keys:
+        if key not in known:
+            raise ValueError(
+                f"--rows {key!r} names no row; the rows are {', '.join(dict.fromkeys(known))}"
+            )
+    return (
+        tuple(row for row in ROWS if row.key in keys),
+        tuple(row for row in EXAMPLE_ROWS if row.key in keys),
+    )
+
+
 def run_example(row: ExampleRow) -> dict:
     """The final JSON line of an offline run of the row's example under ``poprun-emu``."""
     launch, words = row.launch, row.words
@@ -616,20 +654,32 @@ def _table(results: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bert", action="store_true", help="BERT rows too (minutes)")
     parser.add_argument("--vit", action="store_true", help="ViT-B/16 rows too (a minute)")
     parser.add_argument("--resnext", action="store_true", help="ResNeXt-101 rows too (30 s)")
     parser.add_argument(
         "--efficientnet", action="store_true", help="EfficientNet-B4 rows too (4 minutes)"
     )
+    parser.add_argument(
+        "--rows",
+        nargs="+",
+        metavar="KEY",
+        help="only these rows, by their key in the table (e.g. A9 C8), whatever the flags",
+    )
     args = parser.parse_args(argv)
-    import resnet50
+    families = [name for name in FAMILIES if getattr(args, name)]
+    try:
+        resnet_rows, examples = select_rows(args.rows, families)
+    except ValueError as error:
+        parser.error(str(error))
 
     profiles: dict[int, hardware.StepProfile] = {}
     started = time.perf_counter()
     results = []
-    for row in ROWS:
+    if resnet_rows:  # its profile compiles ResNet-50's step: seconds
+        import resnet50
+    for row in resnet_rows:
         if row.micro_batch not in profiles:
             profiles[row.micro_batch] = resnet50.profile(row.micro_batch)
         predicted = predict(profiles[row.micro_batch], row)
@@ -648,21 +698,6 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         print(json.dumps(result), flush=True)
     simulated: dict[tuple[str, str], float] = {}
-    examples = (
-        (
-            BERT_CALIBRATION_ROWS
-            + BERT_ROWS
-            + BERT_TF2_ROWS
-            + BERT_POPART_ROWS
-            + BERT_POPTORCH_ROWS
-            + BERT_TF1_ROWS
-            if args.bert
-            else ()
-        )
-        + (VIT_ROWS if args.vit else ())
-        + (RESNEXT_ROWS if args.resnext else ())
-        + (EFFICIENTNET_ROWS if args.efficientnet else ())
-    )
     for row in examples:
         if (row.launch, row.words) not in simulated:
             simulated[row.launch, row.words] = predict_example(row)
@@ -683,18 +718,17 @@ def main(argv: list[str] | None = None) -> int:
         results.append(result)
         print(json.dumps(result), flush=True)
     checked = [r for r in results if not r["fitted"]]
-    errors = [abs(r["error"]) for r in checked]
     print("\nRows no fit used:\n" + _table(checked))
     print("\nThe calibration rows (fitted):\n" + _table([r for r in results if r["fitted"]]))
-    summary = {
-        "rows": len(checked),
-        "median_abs_error": round(statistics.median(errors), 4),
-        "worst_abs_error": round(max(errors), 4),
-        "worst_row": max(checked, key=lambda r: abs(r["error"]))["row"],
-        "seconds": round(time.perf_counter() - started, 1),
-    }
-    median, worst = summary["median_abs_error"], summary["worst_abs_error"]
-    print(f"\nmedian |error| {median:.1%}, worst {worst:.1%} (row {summary['worst_row']})")
+    summary: dict = {"rows": len(checked)}
+    if checked:
+        errors = [abs(r["error"]) for r in checked]
+        summary["median_abs_error"] = round(statistics.median(errors), 4)
+        summary["worst_abs_error"] = round(max(errors), 4)
+        summary["worst_row"] = max(checked, key=lambda r: abs(r["error"]))["row"]
+        median, worst = summary["median_abs_error"], summary["worst_abs_error"]
+        print(f"\nmedian |error| {median:.1%}, worst {worst:.1%} (row {summary['worst_row']})")
+    summary["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(summary), flush=True)
     return 0
 

@@ -1,4 +1,4 @@
-"""Every row of benchmarks/validate.py is a command line its example accepts.
+"""Every row of benchmarks/validate.py is a command line its example accepts; --rows picks rows.
 
 The rows run only under ``validate.py`` (minutes each); a flag an example renames or starts
 refusing would break them silently until then. Parsing is instant, so each row's words go
@@ -15,27 +15,17 @@ from example_modules import load_example
 BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
 
 
-def _rows():
+def _validate():
     sys.path.insert(0, str(BENCHMARKS))
     try:
         import validate
     finally:
         sys.path.remove(str(BENCHMARKS))
-    groups = (
-        validate.BERT_CALIBRATION_ROWS,
-        validate.BERT_ROWS,
-        validate.BERT_TF2_ROWS,
-        validate.BERT_POPART_ROWS,
-        validate.BERT_POPTORCH_ROWS,
-        validate.BERT_TF1_ROWS,
-        validate.VIT_ROWS,
-        validate.RESNEXT_ROWS,
-        validate.EFFICIENTNET_ROWS,
-    )
-    return [row for group in groups for row in group]
+    return validate
 
 
-ROWS = _rows()
+validate = _validate()
+ROWS = validate.EXAMPLE_ROWS
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[row.key for row in ROWS])
@@ -49,3 +39,14 @@ def test_row_is_a_command_line_its_example_accepts(row):
         layers = example.CONFIGS[args.model][0]
         placement = example.att_ffn_placement(args.att_ffn_placement, layers, ipus)
         assert max(ipu for ipu, _, _ in placement) < ipus
+
+
+def test_rows_picks_exactly_the_named_rows_and_refuses_an_unknown_key():
+    resnet, examples = validate.select_rows(["A9", "C8", "v1.1"], [])
+    assert [row.key for row in examples] == ["A9", "C8"]
+    assert [row.key for row in resnet] == ["v1.1"] * 4  # the four calibration rows
+    everything = validate.select_rows(None, ["vit", "efficientnet"])
+    assert everything[0] == validate.ROWS
+    assert [row.key for row in everything[1]] == ["C8", "C4", "C5", "C6"]
+    with pytest.raises(ValueError, match="'A99' names no row; the rows are A1, A2"):
+        validate.select_rows(["A9", "A99"], [])
