@@ -22,6 +22,7 @@ import optax
 import hardware
 import popdist_emu as popdist
 from popdist_emu import arguments
+from popdist_emu.runtime import layerwise
 
 
 def refuse(program: str, message: str) -> NoReturn:
@@ -95,9 +96,8 @@ def in_float32(
     Graphcore's BERT and ViT keep the moments in float32 unless their configuration says
     FLOAT16 (PopART's accumulator types default to FLOAT). Computing in float16 fails: Adam's
     ``eps`` (1e-8) rounds to zero, a squared gradient below 6e-8 underflows, and a weight
-    whose gradient and moments are zero would get 0/0. So the
-    gradients, weights and stored state are read as float32, and the updates cast back to
-    each gradient's dtype.
+    whose gradient and moments are zero would get 0/0. So the gradients, weights and stored
+    state are read as float32, and the updates cast back to each gradient's dtype.
     """
     first = state_dtype if first_moment_dtype is None else first_moment_dtype
 
@@ -144,8 +144,6 @@ def lamb_in_float32(
     float32 by default, as Graphcore's LAMB keeps them; float16 where its BERT's
     ``lamb_m_dtype`` (the first moment) or ``lamb_accl_dtype`` (both) says FLOAT16. The trust
     ratio and the tail run as ``popdist.lamb``'s."""
-    from popdist_emu.runtime import layerwise
-
     base = popdist.lamb(learning_rate)
     return layerwise(in_float32(base.inner, state_dtype, first_moment_dtype), base.tail)
 

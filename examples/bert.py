@@ -68,6 +68,7 @@ import json
 import math
 import sys
 import time
+from typing import Any
 
 import _transformer
 import jax
@@ -512,6 +513,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
+def make_optimiser(args: argparse.Namespace) -> Any:
+    """``--optimiser`` at ``--learning-rate``, computed in float32, its moments stored as
+    ``--half-first-order-momentum`` and ``--half-optimiser-state`` say (float32 without)."""
+    state = jnp.float16 if args.half_optimiser_state else jnp.float32
+    first = jnp.float16 if args.half_first_order_momentum else None
+    in_float32 = {"adam": _transformer.adamw_in_float32, "lamb": _transformer.lamb_in_float32}
+    return in_float32[args.optimiser](args.learning_rate, state, first)
+
+
 def main(argv=None) -> dict:
     start = time.perf_counter()
     args = parse_args(argv)
@@ -544,10 +554,7 @@ def main(argv=None) -> dict:
         key = jax.random.PRNGKey(args.seed)
         params = init_params(args.model, seq, dtype, key, vocab=vocab, tied=tied, task=task)
     model = block_model(args.model, split=att_ffn is not None, tied=tied, task=task)
-    state = jnp.float16 if args.half_optimiser_state else jnp.float32
-    first = jnp.float16 if args.half_first_order_momentum else None
-    in_float32 = {"adam": _transformer.adamw_in_float32, "lamb": _transformer.lamb_in_float32}
-    optimiser = in_float32[args.optimiser](args.learning_rate, state, first)
+    optimiser = make_optimiser(args)
     try:
         trainer = popdist.Trainer(model, optimiser, params, options)
     except popdist.PipelineError as err:

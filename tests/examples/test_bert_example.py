@@ -292,17 +292,15 @@ def test_lamb_moments_are_float32_unless_the_flags_say_float16(bert, flags, firs
     """Graphcore's LAMB keeps its moments in float32 (lamb_m_dtype, lamb_accl_dtype FLOAT16
     halve one or both) whatever the weights' precision; the update is popdist.lamb's on
     float32 weights, to float16's precision, and finite where float16 arithmetic is not."""
-    import _transformer
     import jax
     import jax.numpy as jnp
     import numpy as np
 
     import popdist_emu as popdist
 
-    args = bert.parse_args(["--model", "tiny", *flags])
-    state_dtype = jnp.float16 if args.half_optimiser_state else jnp.float32
-    first_dtype = jnp.float16 if args.half_first_order_momentum else None
-    ours = _transformer.lamb_in_float32(1e-2, state_dtype, first_dtype)
+    ours = bert.make_optimiser(
+        bert.parse_args(["--model", "tiny", "--learning-rate", "1e-2", *flags])
+    )
     params = {"w": jnp.linspace(-1.0, 1.0, 8), "b": jnp.ones(3)}
     grads = {"w": jnp.linspace(5e-4, -5e-4, 8), "b": jnp.full(3, 1e-4)}
     half = jax.tree.map(lambda x: x.astype(jnp.float16), (params, grads))
