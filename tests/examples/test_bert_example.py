@@ -256,6 +256,17 @@ def test_adamw_in_float32_is_adamw_and_stays_finite_in_float16():
     assert floats and {x.dtype for x in floats} == {jnp.dtype(jnp.float16)}
 
 
+def _adam_state(state):
+    """The Adam moments (optax's ``ScaleByAdamState``: ``mu`` and ``nu``) inside an
+    optimiser's state, wherever the optimiser nests them."""
+    import jax
+
+    (adam,) = [
+        s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")
+    ]
+    return adam
+
+
 def test_half_first_order_momentum_stores_only_the_first_moment_in_float16():
     """PopTorch's ``first_order_momentum_accum_type=float16``: the first moment in float16,
     the second in float32, and the update the same AdamW as with both moments in float32
@@ -271,9 +282,7 @@ def test_half_first_order_momentum_stores_only_the_first_moment_in_float16():
     half_first = _transformer.adamw_in_float32(1e-2, jnp.float32, jnp.float16)
     state = half_first.init(params)
     updates, state = half_first.update(grads, state, params)
-    (adam,) = [
-        s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")
-    ]
+    adam = _adam_state(state)
     assert {x.dtype for x in jax.tree.leaves(adam.mu)} == {jnp.dtype(jnp.float16)}
     assert {x.dtype for x in jax.tree.leaves(adam.nu)} == {jnp.dtype(jnp.float32)}
     want, _ = optax.adamw(1e-2).update(grads, optax.adamw(1e-2).init(params), params)
@@ -305,9 +314,7 @@ def test_lamb_moments_are_float32_unless_the_flags_say_float16(bert, flags, firs
     grads = {"w": jnp.linspace(5e-4, -5e-4, 8), "b": jnp.full(3, 1e-4)}
     half = jax.tree.map(lambda x: x.astype(jnp.float16), (params, grads))
     state = ours.init(half[0])
-    (adam,) = [
-        s for s in jax.tree.leaves(state, is_leaf=lambda x: hasattr(x, "mu")) if hasattr(s, "mu")
-    ]
+    adam = _adam_state(state)
     assert {x.dtype for x in jax.tree.leaves(adam.mu)} == {jnp.dtype(first)}
     assert {x.dtype for x in jax.tree.leaves(adam.nu)} == {jnp.dtype(second)}
     updates, _ = ours.update(half[1], state, half[0])
