@@ -6,7 +6,7 @@ import os
 from unittest import mock
 
 import pytest
-from example_modules import load_example
+from repo_scripts import load_example
 
 
 @pytest.fixture(scope="module")

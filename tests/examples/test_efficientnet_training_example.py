@@ -9,7 +9,7 @@ from unittest import mock
 import jax
 import jax.numpy as jnp
 import pytest
-from example_modules import load_example
+from repo_scripts import load_example
 
 
 @pytest.fixture(scope="module")

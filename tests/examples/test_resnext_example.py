@@ -1,16 +1,13 @@
 """examples/resnext.py: its grouped convolutions reach the planner; the table; bad flags."""
 
-import pathlib
-import sys
-
 import jax
 import jax.numpy as jnp
 import pytest
+from repo_scripts import load_example
 
 from popdist_emu.programs._matmuls import matmul_ops
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "examples"))
-import resnext
+resnext = load_example("resnext")
 
 
 def test_grouped_convolutions_of_the_forward_reach_the_planner():

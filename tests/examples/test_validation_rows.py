@@ -6,25 +6,10 @@ through its example's own parser here, and a BERT row's ``--att-ffn-placement`` 
 placement check with its launch's IPUs per replica.
 """
 
-import sys
-from pathlib import Path
-
 import pytest
-from example_modules import load_example
+from repo_scripts import load_benchmark, load_example
 
-BENCHMARKS = Path(__file__).parents[2] / "benchmarks"
-
-
-def _validate():
-    sys.path.insert(0, str(BENCHMARKS))
-    try:
-        import validate
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return validate
-
-
-validate = _validate()
+validate = load_benchmark("validate")
 ROWS = validate.EXAMPLE_ROWS
 
 

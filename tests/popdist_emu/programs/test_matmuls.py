@@ -1,20 +1,17 @@
 """Matmuls and convolutions read from a step's jaxpr, and the per-operation setting."""
 
 import json
-import pathlib
-import sys
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from repo_scripts import load_benchmark, load_example
 
 import hardware
 import popdist_emu
 from popdist_emu.programs._matmuls import matmul_ops, set_available_memory, step_matmuls
 from popdist_emu.reports._summary import format_summary, summary
-
-ROOT = pathlib.Path(__file__).resolve().parents[3]
 
 
 def _loss(p, x):
@@ -139,10 +136,8 @@ def test_resnet50_at_mlperfs_proportion_needs_no_minimum_memory_plan():
     """At PopLibs' default 0.6 every ResNet-50 convolution at micro-batch 20 gets its fastest
     plan; at the MLPerf submissions' 0.15 (what the calibration rows were fitted with) none
     falls back to phase two. Jaxpr only, no compile."""
-    sys.path.insert(0, str(ROOT / "examples"))
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import calibrate
-    import resnet50
+    calibrate = load_benchmark("calibrate")
+    resnet50 = load_example("resnet50")
 
     grad_fn, _, _ = resnet50.make_step_functions(recomputation=True)
     params, _, images, labels = resnet50.example_shapes(calibrate.MICRO_BATCH)
