@@ -176,7 +176,7 @@ def test_set_optimizer_changes_the_learning_rate_as_pytorch_does() -> None:
         expected = reference(x, y)
         expected.backward()
         torch_opt.step()
-        assert abs(float(loss) - float(expected)) < 1e-5
+        assert abs(float(loss) - float(expected.detach())) < 1e-5
     for got, want in zip(model.parameters(), reference.parameters(), strict=True):
         np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), atol=1e-5)
     with pytest.raises(ValueError, match="learning rate only"):
