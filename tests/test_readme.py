@@ -1,0 +1,37 @@
+"""The README shows what its commands print.
+
+Its figures are measured by hand when a feature lands, and a later change to the hardware
+model moves them without any test noticing (five examples had drifted by 2026-11-26). The
+planner sweep below is cheap (jaxpr shapes only, about 5 s) and goes through the whole
+hardware model (the convolution planner, the memory model, the compute time), so a change
+that moves the README's model figures fails here until the README is refreshed.
+"""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+README = (ROOT / "README.md").read_text()
+
+SWEEP = (
+    "python examples/resnext.py --sweep --micro-batch-sizes 8 16 24 28 32 36 40 "
+    "--proportions 0.1 0.2 0.35 0.6 0.8"
+)
+
+
+def test_the_resnext_planner_sweep_table_is_what_its_command_prints():
+    assert " ".join(SWEEP.split()) in " ".join(README.split()), "the README names the command"
+    printed = subprocess.run(
+        [sys.executable, *SWEEP.split()[1:]],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    ).stdout
+    table = [line.rstrip() for line in printed.splitlines() if line.strip()]
+    assert table[0].startswith("bs \\ amp") and table[-1].startswith("best:")
+    readme = [line.rstrip() for line in README.splitlines()]
+    start = readme.index(table[0])
+    assert readme[start : start + len(table)] == table
