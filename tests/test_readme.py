@@ -9,9 +9,9 @@ that moves the README's model figures fails here until the README is refreshed.
 
 import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).parents[1]
+from repo_scripts import ROOT
+
 README = (ROOT / "README.md").read_text()
 
 SWEEP = (
