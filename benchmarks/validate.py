@@ -19,7 +19,8 @@ Graphcore's configuration file for the row sets it (its placement, tied decoder,
 micro-batch, memory proportions, LAMB with RTS): MLPerf Training v1.0 and v1.1 on the Mk2
 IPU-POD16 and POD64 are the family's calibration (v1.1 against its training-only throughput:
 the references' figures include evaluation); v1.1 on the POD128 and v2.0 on Bow-POD16 to
-Bow-POD256 (an IPU and a software release the BERT fit never saw) are the checks, with
+Bow-POD256 (an IPU and a software release the BERT fit never saw; PopART, and PaddlePaddle on
+the Pod16 and Pod64 with the same configurations) are the checks, with
 Graphcore's performance-results rows of BERT on unpacked sequences: three of its TensorFlow 2
 BERT on a Bow Pod16 (BERT-Large at 128 tokens, BERT-Base at 128 and 384), seven of its PopART
 BERT (BERT-Large at 128 and 384 tokens on a Bow Pod16 and Pod64, BERT-Base at 128 and 512,
@@ -260,6 +261,27 @@ BERT_ROWS = (
         "MLPerf Training v2.0, Bow, SDK 2.5.1",
         _launch("bow-pod256", 32, 8, 4),
         f"{_V2_0} --gradient-accumulation 36",
+    ),
+    # Graphcore's PaddlePaddle BERT-Large of the same round (training_results_v2.0, Graphcore/
+    # benchmarks/bert/implementations/paddlepaddle/: run_mlperf_POD{16,64}.sh and bert.py): the
+    # PopART rows' configurations in another framework. bert.py's attn_ipu_index and
+    # ff_ipu_index are pod16-closed.json's and pod64-closed.json's att_ffn_placement, its
+    # available_memory 0.3 and 1.0 theirs, micro-batch 3 packs, grad_acc_factor 256 and 96 on
+    # 2 and 8 local replicas in one process, LAMB with both moments in float16 (accl1_type,
+    # accl2_type) sharded on chip by RTS; the Pod16's FLOAT8 checkpoints, as A9's, not modelled.
+    ExampleRow(
+        "A13",
+        2_309,
+        "MLPerf Training v2.0, Bow, SDK 2.5.1, PaddlePaddle",
+        _launch("bow-pod16", 2, 8),
+        f"{_V2_0_POD16} --gradient-accumulation 256",
+    ),
+    ExampleRow(
+        "A14",
+        7_463,
+        "MLPerf Training v2.0, Bow, SDK 2.5.1, PaddlePaddle",
+        _launch("bow-pod64", 8, 8),
+        f"{_V2_0} --gradient-accumulation 96",
     ),
 )
 
