@@ -12,8 +12,9 @@ seconds, with ``u`` the time of one micro-batch (the same on every Pod: the same
 same micro-batch) and ``F_pod`` >= 0 what a weight update costs on that Pod and replica count
 (the all-reduce, the update, the host's part), no smaller on a larger Pod (the all-reduce
 spans more IPUs and more links), and the same for a check row as for the calibration row on
-its Pod with its replicas (MLPerf v1.0's Pod64 run had 16 host processes where v1.1's had
-32: no more work for the hosts). A row's throughput is ``replicas x micro-batch x GA / T``.
+its Pod with its replicas. That last is an assumption: MLPerf v1.0's Pod64 run had 16 host
+processes where v1.1's had 32, so a model with a limit on each process's throughput could
+slow it, with a limit no calibration row reaches and so none can fit. A row's throughput is ``replicas x micro-batch x GA / T``.
 ``hardware`` is such a model, as is any model whose step is affine in the gradient
 accumulation. Each calibration row within the tolerance bounds its ``T`` on both sides;
 the smallest and largest throughput a check row can then be given are two linear programs.
