@@ -2,25 +2,26 @@
 
 The issue's targets ask for every validation row within 10 % of its published figure while
 the calibration rows stay within 2 %. Whether that is possible does not depend on the
-model's details only on the published figures, for rows that share the calibration rows'
+model's details, only on the published figures, for rows that share the calibration rows'
 IPU, model and micro-batch (MLPerf Training v1.0's ResNet-50 rows on the same Mk2 Pods as
 the v1.1 calibration, micro-batch 20): the step of a data-parallel replica with one IPU is
 
     T = GA x u + F_pod
 
-seconds, with ``u`` the time of one micro-batch (the same on every Pod: the same IPU runs the
-same micro-batch) and ``F_pod`` >= 0 what a weight update costs on that Pod and replica count
-(the all-reduce, the update, the host's part), no smaller on a larger Pod (the all-reduce
-spans more IPUs and more links), and the same for a check row as for the calibration row on
-its Pod with its replicas. That last is an assumption: MLPerf v1.0's Pod64 run had 16 host
-processes where v1.1's had 32, so a model with a limit on each process's throughput could
-slow it, with a limit no calibration row reaches and so none can fit. A row's throughput is ``replicas x micro-batch x GA / T``.
-``hardware`` is such a model, as is any model whose step is affine in the gradient
-accumulation. Each calibration row within the tolerance bounds its ``T`` on both sides;
-the smallest and largest throughput a check row can then be given are two linear programs.
-A check row whose published figure lies outside that range by more than the target cannot
-be met by any such model without moving a calibration row past its tolerance. Rows on other
-IPUs or micro-batches are not bounded (the range is printed as unbounded).
+seconds, with ``u`` the time of one micro-batch (the same on every Pod: the same IPU runs
+the same micro-batch) and ``F_pod`` >= 0 what a weight update costs on that Pod and replica
+count (the all-reduce, the update, the host's part), no smaller on a larger Pod (the
+all-reduce spans more IPUs and more links), and the same for a check row as for the
+calibration row on its Pod with its replicas. That last is an assumption: MLPerf v1.0's
+Pod64 run had 16 host processes where v1.1's had 32, so a model with a limit on each
+process's throughput could slow it, with a limit no calibration row reaches and so none can
+fit. A row's throughput is ``replicas x micro-batch x GA / T``. ``hardware`` is such a
+model, as is any model whose step is affine in the gradient accumulation. Each calibration
+row within the tolerance bounds its ``T`` on both sides; the smallest and largest throughput
+a check row can then be given are two linear programs. A check row whose published figure
+lies outside that range by more than the target cannot be met by any such model without
+moving a calibration row past its tolerance. Rows on other IPUs or micro-batches are not
+bounded, and not printed.
 
 Prints one JSON line per check row that shares a calibration row's IPU and micro-batch,
 then one line with the tolerance.
