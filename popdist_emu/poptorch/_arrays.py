@@ -1,14 +1,21 @@
 """Arrays between the torch program and the JAX core: inputs to JAX, outputs back to torch.
 
+A call's combined batch is laid out ``[device_iterations, gradient_accumulation, replicas,
+micro_batch, *sample]`` (outermost first), and what the step computes per micro-batch comes
+back laid end to end in that order, so the outputs of sample ``i`` are row ``i`` of the
+combined outputs whatever the layout.
+
 References:
     JAX documentation, "Default dtypes and the X64 flag" (32-bit by default, as PopTorch
-    casts 64-bit inputs on the IPU).
+    casts 64-bit inputs on the IPU); PopTorch User Guide, "Efficient data batching"
+    (combined batch size) and ``outputMode``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import jax
 import numpy as np
 import torch
 
@@ -30,3 +37,42 @@ def to_torch(value: Any) -> Any:
     if isinstance(value, tuple | list):
         return type(value)(to_torch(v) for v in value)
     return torch.from_numpy(np.array(value))
+
+
+def combined_layout(
+    arrays: tuple[np.ndarray, ...], iterations: int, accumulation: int, replicas: int
+) -> tuple[np.ndarray, ...]:
+    """The combined batch reshaped ``[iterations, accumulation, replicas, micro_batch, ...]``.
+
+    Raises:
+        ValueError: a batch that is not a multiple of ``iterations x accumulation x
+            replicas`` in every input.
+    """
+    size = arrays[0].shape[0]
+    per_call = iterations * accumulation * replicas
+    if size % per_call or any(a.shape[0] != size for a in arrays):
+        raise ValueError(
+            f"poptorch model called with a batch of {size}: the combined batch must be a "
+            f"multiple of device iterations x gradient accumulation x replicas = {per_call} "
+            f"in every input (use poptorch.DataLoader with the same options)."
+        )
+    micro = size // per_call
+    return tuple(a.reshape(iterations, accumulation, replicas, micro, *a.shape[1:]) for a in arrays)
+
+
+def per_sample(outputs: Any, micro_batch_size: int) -> bool:
+    """Whether every one of ``outputs`` (shapes of one micro-batch's) is a tensor whose first
+    dimension is the micro-batch, so that micro-batches' outputs laid end to end are the
+    combined batch's."""
+    return all(
+        isinstance(o, jax.ShapeDtypeStruct) and o.ndim >= 1 and o.shape[0] == micro_batch_size
+        for o in outputs
+    )
+
+
+def end_to_end(outputs: Any, all_iterations: bool) -> list[np.ndarray]:
+    """Per-micro-batch outputs, leaves ``[iterations, accumulation, replicas, micro, ...]``,
+    as rows of the combined batch: every device iteration's (``OutputMode.All``) or the last
+    one's."""
+    keep = slice(None) if all_iterations else slice(-1, None)
+    return [o[keep].reshape(-1, *o.shape[4:]) for o in outputs]

@@ -13,12 +13,11 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
   tutorial's ``return output, loss``); PopTorch finds it through ``identity_loss`` or the
   loss function, which is the same tensor for such programs;
 - the returned loss is the Trainer's global mean over replicas and micro-batches (a scalar
-  for output mode Final/Default, ``[device_iterations]`` for All); other outputs are computed
-  by one forward pass over the combined batch with the weights the call started from (exact
-  for one device iteration where a sample's outputs depend on that sample alone; later
-  iterations' outputs use those weights too), or, for a model whose forward changes buffers,
-  micro-batch by micro-batch with each iteration's weights (exact, BatchNorm's batch
-  statistics included);
+  for output mode Final/Default, ``[device_iterations]`` for All); per-sample outputs come
+  from each micro-batch's forward inside the step, with its device iteration's weights, as
+  PopTorch computes them; others (a scalar, a nested structure; or with blocks) from one
+  forward over the combined batch with the call's first weights, and, for a model whose
+  forward changes buffers, micro-batch by micro-batch (exact, batch statistics included);
 - random operations (dropout) draw from a key per micro-batch: the options' ``randomSeed``
   (else ``torch.initial_seed()``) folded with the global index of the micro-batch's first
   sample, which reaches the step as one more input (4 bytes a sample over the simulated
@@ -32,12 +31,8 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
   inference model keeps the buffers it changes until ``copyWeightsToHost``;
 - each call runs the module in its model's mode (``train`` for a training model, ``eval``
   for an inference model) and leaves the module's mode as it found it;
-- under ``poprun-emu --offline-mode`` (PopTorch's offline IPU target: a program compiles but
-  nothing runs) ``compile`` and the first call of a training model compile the step from
-  the batch's shapes, simulate it and report it as every offline run does (instance 0
-  prints the summary; ``--report-dir`` gets ``summary.json``, ``trace.json``,
-  ``report.html``; ``poprun-emu-scaling`` gets its sweep); the call then ends the program
-  with exit code 0, since returning made-up outputs to its loop would be worse.
+- under ``poprun-emu --offline-mode`` the first training call simulates the step, reports
+  it and ends the program (see ``_offline``).
 
 References:
     PopTorch User Guide, "Model wrapping functions" (``trainingModel``, ``inferenceModel``,
@@ -49,7 +44,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import sys
 from typing import Any
 
 import jax
@@ -57,10 +51,15 @@ import numpy as np
 import torch
 
 import popdist_emu
-from popdist_emu._trees import tree_nbytes
 from popdist_emu.popdist import PopTorchOptions
 from popdist_emu.poptorch import optim
-from popdist_emu.poptorch._arrays import to_jax_array, to_torch
+from popdist_emu.poptorch._arrays import (
+    combined_layout,
+    end_to_end,
+    per_sample,
+    to_jax_array,
+    to_torch,
+)
 from popdist_emu.poptorch._blocks import (
     block_names,
     check_strategy,
@@ -79,7 +78,7 @@ from popdist_emu.poptorch._buffers import (
     module_function,
     write_buffers,
 )
-from popdist_emu.poptorch._data import active_loader
+from popdist_emu.poptorch._offline import end_program, simulate_step
 from popdist_emu.poptorch._random import (
     draws_random,
     holding_key,
@@ -165,14 +164,23 @@ class PoplarExecutor:
         """The module's forward, its random draws keyed by its first sample's index."""
         return self._run_state(weights, args, first_index)[0]
 
-    def _loss(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
+    def _outputs(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
+        """The module's outputs for one micro-batch of one replica (the trained weights and
+        the constants)."""
         weights = {**self._constants, **params}
         if self._random:
             *inputs, index = micro_batch
-            out = self._run(weights, tuple(inputs), index[0])
-        else:
-            out = self._fn(weights, micro_batch)
+            return self._run(weights, tuple(inputs), index[0])
+        return self._fn(weights, micro_batch)
+
+    def _loss(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
+        out = self._outputs(params, micro_batch)
         return out[-1] if isinstance(out, tuple | list) else out
+
+    def _loss_and_outputs(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
+        """The loss and the other outputs, for a trainer that returns them (``has_aux``)."""
+        out = self._outputs(params, micro_batch)
+        return out[-1], tuple(out[:-1])
 
     def _training_batch(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
         """A training call's arrays, its laid-out batch (with the samples' global indices
@@ -190,18 +198,8 @@ class PoplarExecutor:
     def _layout(self, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
         """The combined batch reshaped ``[device_iterations, accumulation, replicas, micro]``."""
         opts = self._mode_fields
-        d, ga, r = opts.device_iterations, opts.gradient_accumulation, opts.replication_factor
-        if not self.training:
-            ga = 1
-        size = arrays[0].shape[0]
-        per_call = d * ga * r
-        if size % per_call or any(a.shape[0] != size for a in arrays):
-            raise ValueError(
-                f"poptorch model called with a batch of {size}: the combined batch must be a "
-                f"multiple of device iterations x gradient accumulation x replicas = {per_call} "
-                f"in every input (use poptorch.DataLoader with the same options)."
-            )
-        return tuple(a.reshape(d, ga, r, size // per_call, *a.shape[1:]) for a in arrays)
+        ga = opts.gradient_accumulation if self.training else 1
+        return combined_layout(arrays, opts.device_iterations, ga, opts.replication_factor)
 
     def _make_trainer(self, batch: tuple[Any, ...]) -> Any:
         if self._trainer is None:
@@ -223,8 +221,22 @@ class PoplarExecutor:
                     self.options.to_options(), execution_strategy=self._strategy
                 )
             self._check_buffers(batch, weights)  # before the trainer is kept: refusals stay
-            self._trainer = popdist_emu.Trainer(loss, transform, params, options)
+            with_outputs = self._outputs_in_step(params, micro_batch)
+            if with_outputs:
+                loss = self._loss_and_outputs
+            self._trainer = popdist_emu.Trainer(
+                loss, transform, params, options, has_aux=with_outputs
+            )
         return self._trainer
+
+    def _outputs_in_step(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> bool:
+        """Whether the step returns the outputs besides the loss: a functional run of one
+        program (no pipeline, no buffers the forward changes) with per-sample outputs."""
+        if self._strategy is not None or self._replicas is not None or self._mode_fields.offline:
+            return False
+        out = jax.eval_shape(self._outputs, params, micro_batch)
+        size = jax.tree.leaves(micro_batch)[0].shape[0]
+        return isinstance(out, tuple | list) and len(out) > 1 and per_sample(out[:-1], size)
 
     def _changed_buffers(
         self, weights: dict[str, Any], args: tuple[Any, ...], first: Any
@@ -304,16 +316,16 @@ class PoplarExecutor:
         trainer = self._make_trainer(batch)
         if trainer.offline:
             self._simulate(batch, len(arrays), index)
-            if self._mode_fields.instance_index == 0:
-                print(
-                    "[popdist-emu] offline mode: the step was compiled and simulated (above); "
-                    "nothing runs on an offline target, so the program ends here.",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            raise SystemExit(0)
+            end_program(self._mode_fields)
         out_shape = self._output_shape(trainer, batch, len(arrays), index)
         only_loss = not isinstance(out_shape, tuple | list) or len(out_shape) == 1
+        if trainer.has_aux:  # each micro-batch's outputs from its own forward in the step
+            losses, outputs = trainer.step(batch)
+            self.copyWeightsToHost()
+            combined = end_to_end(outputs, all_iterations=mode == "all")
+            return type(out_shape)(
+                [*to_torch(combined), torch.tensor(np.asarray(losses, np.float32))]
+            )
         # A host copy for the outputs: the step donates (reuses) the parameter buffers.
         before = (
             None
@@ -395,30 +407,12 @@ class PoplarExecutor:
         return self._out_shape
 
     def _simulate(self, batch: tuple[Any, ...], inputs: int, index: Any) -> None:
-        """Simulates one step on the job's IPU system and reports it (once)."""
-        if self._simulated:
-            return
-        name = type(self._user_model).__name__
-        loader = active_loader()
-        # What goes back to the host: the outputs of every micro-batch (OutputMode.All) or
-        # of the last one (Final), each as soon as it is computed.
-        fields = self._mode_fields
-        returned = fields.gradient_accumulation * fields.device_iterations
-        out = self._output_shape(self._trainer, batch, inputs, index)
-        host: dict[str, Any] = {
-            "host_output_bytes_per_micro_batch": tree_nbytes(out),
-            "outputs_per_step": returned if fields.output_mode == "all" else 1,
-        }
-        if loader is not None:  # what the program's data loader costs the host
-            cost = loader.host_cost()
-            host |= {
-                "host_cpu_seconds_per_sample": cost.cpu_seconds_per_sample,
-                "host_workers": cost.workers,
-                "host_prefetch": cost.prefetch,
-            }
-        simulation = popdist_emu.simulate(self._trainer, batch, name=name, host=host)
-        popdist_emu.report_simulation(simulation, instance_index=self._mode_fields.instance_index)
-        self._simulated = True
+        """Simulates one step on the job's IPU system and reports it (once; ``_offline``)."""
+        if not self._simulated:
+            out = self._output_shape(self._trainer, batch, inputs, index)
+            name, fields = type(self._user_model).__name__, self._mode_fields
+            simulate_step(self._trainer, batch, name=name, outputs=out, fields=fields)
+            self._simulated = True
 
     def detachFromDevice(self) -> None:  # noqa: N802
         """Releases the (simulated) IPUs; the next call attaches again."""

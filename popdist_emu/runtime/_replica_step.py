@@ -82,8 +82,11 @@ def zero_accumulator(params: Params, loss_dtype: Any) -> jax.Array:
 
 
 @functools.lru_cache(maxsize=16)
-def make_micro_step(loss_fn: Callable) -> Callable:
-    """The jitted micro-step ``(params, acc, micro_batch) -> (acc', finite)``.
+def make_micro_step(loss_fn: Callable, has_aux: bool = False) -> Callable:
+    """The jitted micro-step ``(params, acc, micro_batch) -> (acc', finite)``, or
+    ``(acc', finite, outputs)`` where ``has_aux``: ``loss_fn`` then returns ``(loss,
+    outputs)``, as for ``jax.value_and_grad(..., has_aux=True)``, and the outputs come from
+    the same forward pass as the gradient (what a PopTorch model returns to the host).
 
     The accumulator is ONE flat vector, every gradient element (leaves in tree order) then
     the loss, so the replicas' contributions travel through gcl as a single contiguous
@@ -95,26 +98,27 @@ def make_micro_step(loss_fn: Callable) -> Callable:
     ``finite`` is False when this micro-batch's loss or gradient holds a NaN or an Inf; it is
     only read when the reduced gradient is not finite, to name the replica it came from.
     """
-    flat_gradient = _flat_gradient_of(loss_fn)
+    flat_gradient = _flat_gradient_of(loss_fn, has_aux)
 
-    def micro_step(
-        params: Params, acc: jax.Array, micro_batch: Batch
-    ) -> tuple[jax.Array, jax.Array]:
-        flat = flat_gradient(params, micro_batch, acc.dtype)
-        return acc + flat, jnp.all(jnp.isfinite(flat))
+    def micro_step(params: Params, acc: jax.Array, micro_batch: Batch) -> Any:
+        flat, outputs = flat_gradient(params, micro_batch, acc.dtype)
+        finite = jnp.all(jnp.isfinite(flat))
+        return (acc + flat, finite, outputs) if has_aux else (acc + flat, finite)
 
     return jax.jit(micro_step)
 
 
-def _flat_gradient_of(loss_fn: Callable) -> Callable:
-    """``(params, micro_batch, dtype) -> flat``: one micro-batch's gradient, every leaf in
-    tree order, then its loss, as one vector."""
-    value_and_grad = jax.value_and_grad(loss_fn)
+def _flat_gradient_of(loss_fn: Callable, has_aux: bool = False) -> Callable:
+    """``(params, micro_batch, dtype) -> (flat, outputs)``: one micro-batch's gradient, every
+    leaf in tree order, then its loss, as one vector, and the loss function's outputs (None
+    without ``has_aux``)."""
+    value_and_grad = jax.value_and_grad(loss_fn, has_aux=has_aux)
 
-    def flat_gradient(params: Params, micro_batch: Batch, dtype: Any) -> jax.Array:
-        loss, grads = value_and_grad(params, micro_batch)
+    def flat_gradient(params: Params, micro_batch: Batch, dtype: Any) -> tuple[jax.Array, Any]:
+        value, grads = value_and_grad(params, micro_batch)
+        loss, outputs = value if has_aux else (value, None)
         parts = [leaf.ravel().astype(dtype) for leaf in jax.tree.leaves(grads)]
-        return jnp.concatenate([*parts, loss.reshape(1).astype(dtype)])
+        return jnp.concatenate([*parts, loss.reshape(1).astype(dtype)]), outputs
 
     return flat_gradient
 
@@ -132,9 +136,10 @@ def micro_batches_per_program(accumulation: int, accumulator_bytes: int) -> int:
 
 
 @functools.lru_cache(maxsize=16)
-def make_batched_micro_steps(loss_fn: Callable) -> Callable:
-    """The jitted ``(params, acc, micro_batches) -> (acc', finite[c])`` for ``c``
-    micro-batches stacked on a leading axis: their gradients computed together
+def make_batched_micro_steps(loss_fn: Callable, has_aux: bool = False) -> Callable:
+    """The jitted ``(params, acc, micro_batches) -> (acc', finite[c])`` (with ``has_aux``,
+    also the ``c`` micro-batches' outputs, stacked) for ``c`` micro-batches stacked on a
+    leading axis: their gradients computed together
     (``jax.vmap``: the micro-batches' samples go through each operation as one batch, as a
     framework runs a batch) and added to ``acc`` one after the other, in micro-batch order.
 
@@ -144,13 +149,14 @@ def make_batched_micro_steps(loss_fn: Callable) -> Callable:
     dispatch per ``c`` micro-batches instead of one each: for a small model most of a
     step's host time.
     """
-    flat_gradient = _flat_gradient_of(loss_fn)
+    flat_gradient = _flat_gradient_of(loss_fn, has_aux)
 
     def micro_steps(params: Params, acc: jax.Array, micro_batches: Batch) -> Any:
-        flats = jax.vmap(lambda m: flat_gradient(params, m, acc.dtype))(micro_batches)
+        flats, outputs = jax.vmap(lambda m: flat_gradient(params, m, acc.dtype))(micro_batches)
         for a in range(flats.shape[0]):  # in micro-batch order, as the micro-step adds
             acc = acc + flats[a]
-        return acc, jnp.all(jnp.isfinite(flats), axis=1)
+        finite = jnp.all(jnp.isfinite(flats), axis=1)
+        return (acc, finite, outputs) if has_aux else (acc, finite)
 
     return jax.jit(micro_steps)
 

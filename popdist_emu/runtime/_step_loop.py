@@ -83,7 +83,8 @@ def accumulate(
     pipeline: Pipeline | None,
     zeros: Accumulator,
     batched: Any = None,
-) -> tuple[list[Accumulator], list[list[Any]]]:
+    with_outputs: bool = False,
+) -> tuple[list[Accumulator], list[list[Any]], Any]:
     """Every local replica's flat accumulator for device iteration ``d`` of ``batch``.
 
     Args:
@@ -97,16 +98,21 @@ def accumulate(
         batched: ``make_batched_micro_steps``' program, which computes several of a
             replica's micro-batches together (as many as ``micro_batches_per_program``
             allows); None runs ``micro_step`` once per micro-batch.
+        with_outputs: the programs also return the loss function's outputs (``has_aux``;
+            never with a pipeline).
 
     Returns:
-        ``(sums, flags)``: one flat accumulator (gradient sum, then loss sum) per local
-        replica, and per replica the finite flags of its micro-batches in order (one each,
-        or an array for those computed together).
+        ``(sums, flags, outputs)``: one flat accumulator (gradient sum, then loss sum) per
+        local replica; per replica the finite flags of its micro-batches in order (one
+        each, or an array for those computed together); and with ``with_outputs`` the
+        outputs of every micro-batch, each leaf stacked ``[gradient_accumulation,
+        replication_factor, ...]`` (None without).
     """
     leaves, treedef = jax.tree.flatten(batch)
     accumulation = options.gradient_accumulation
     sums: list[Accumulator] = []
     flags: list[list[Any]] = []
+    outputs: list[list[Any]] = []  # per replica, per program call
     together = micro_batches_per_program(accumulation, zeros.nbytes) if batched is not None else 1
     for k in range(options.replication_factor):
         if pipeline is not None:
@@ -119,14 +125,27 @@ def accumulate(
             continue
         if micro_step is None:
             raise RuntimeError("accumulate: no micro-step was compiled for this step shape.")
-        acc, replica_flags = zeros, []
+        acc, replica_flags, replica_outputs = zeros, [], []
         for a in range(0, accumulation, together):
             if together > 1:
                 chunk = _part(leaves, treedef, d, slice(a, a + together), k)
-                acc, finite = batched(params, acc, chunk)
+                acc, finite, *out = batched(params, acc, chunk)
             else:
-                acc, finite = micro_step(params, acc, _part(leaves, treedef, d, a, k))
+                acc, finite, *out = micro_step(params, acc, _part(leaves, treedef, d, a, k))
+                out = [jax.tree.map(lambda x: x[None], o) for o in out]  # one, stacked
             replica_flags.append(finite)  # read only when the update is not finite
+            replica_outputs += out
         sums.append(acc)
         flags.append(replica_flags)
-    return sums, flags
+        outputs.append(replica_outputs)
+    return sums, flags, _stacked(outputs) if with_outputs else None
+
+
+def _stacked(outputs: list[list[Any]]) -> Any:
+    """Per replica, per program call, outputs stacked on their micro-batches: one tree
+    whose leaves are ``[gradient_accumulation, replicas, ...]`` host arrays."""
+    per_replica = [
+        jax.tree.map(lambda *calls: np.concatenate([np.asarray(c) for c in calls]), *calls)
+        for calls in outputs
+    ]
+    return jax.tree.map(lambda *replicas: np.stack(replicas, axis=1), *per_replica)

@@ -85,6 +85,9 @@ class Trainer:
         debug: after every step, check that all instances hold identical parameters.
         offline: compile only, run nothing (``poprun-emu --offline-mode``); None (the
             default) takes ``options.offline``, resolved once with the layout.
+        has_aux: ``loss_fn`` returns ``(loss, outputs)`` (as for ``jax.value_and_grad``'s
+            ``has_aux``) and :meth:`step` returns every micro-batch's outputs beside the
+            losses, computed in the same forward pass as the gradient. Not with a pipeline.
     """
 
     def __init__(
@@ -98,22 +101,31 @@ class Trainer:
         timeout: float | None = None,
         debug: bool = False,
         offline: bool | None = None,
+        has_aux: bool = False,
     ) -> None:
         to_options = getattr(options, "to_options", None)
         if to_options is not None:  # popdist.poptorch.Options (PopTorch's methods)
             options = to_options()
         self.options: Options = Options() if options is None else options
         opts = self.options
-        self.loss_fn, self.optimiser = loss_fn, optimiser
+        self.has_aux = bool(has_aux)
+        # The scalar loss, for everything but the micro-step (the shapes, the analysis).
+        self.loss_fn = _loss_only(loss_fn) if self.has_aux else loss_fn
+        self.optimiser = optimiser
         self.offline = opts.offline if offline is None else bool(offline)
         self.comm, self.timeout, self.debug = comm, timeout, debug
         self.num_total_replicas = opts.num_total_replicas
         self.replica_offset = opts.replica_offset
         scale = update_scale(self.num_total_replicas, opts.gradient_accumulation, opts.reduction)
-        self.grad_fn = make_micro_step(loss_fn)
-        self._batched = make_batched_micro_steps(loss_fn)
+        self.grad_fn = make_micro_step(loss_fn, self.has_aux)
+        self._batched = make_batched_micro_steps(loss_fn, self.has_aux)
+        if self.has_aux and opts.execution_strategy is not None:
+            raise ValueError(
+                "Trainer: has_aux=True returns outputs from the micro-step, which a pipeline "
+                "does not run; compute the outputs outside the trainer for a pipelined model."
+            )
         # Model parallelism over the replica's IPUs (None: the loss runs as one program).
-        self.pipeline = make_pipeline(loss_fn, opts, params)
+        self.pipeline = make_pipeline(self.loss_fn, opts, params)
         self.update_fn = make_update(optimiser, scale)
         self.programs = StepPrograms(
             self.grad_fn,
@@ -258,7 +270,7 @@ class Trainer:
     # ----------------------------------------------------------------- training
     def step(
         self, batch: Any, *, each_iteration: Callable[[int, Any], None] | None = None
-    ) -> float | np.ndarray:
+    ) -> float | np.ndarray | tuple[float | np.ndarray, Any]:
         """Runs ``device_iterations`` optimiser steps on one call's batch.
 
         Args:
@@ -273,7 +285,9 @@ class Trainer:
         Returns:
             The global mean loss (over all replicas and accumulated micro-batches) of the
             last step for ``output_mode="final"``, or of every step, ``[device_iterations]``,
-            for ``"all"``.
+            for ``"all"``; with ``has_aux``, ``(loss, outputs)``, the outputs of this
+            instance's micro-batches with leaves ``[device_iterations,
+            gradient_accumulation, replication_factor, ...]``, as the batch is laid out.
         """
         if self.offline:
             raise RuntimeError(
@@ -284,18 +298,24 @@ class Trainer:
         opts = self.options
         divisor = self.num_total_replicas * opts.gradient_accumulation
         losses = np.empty(opts.device_iterations)
+        outputs = []
         for d in range(opts.device_iterations):
             if each_iteration is not None:
                 each_iteration(d, self._live_state("Trainer.step").params)
-            losses[d] = self._one_step(batch, d) / divisor
-        return losses if opts.output_mode == "all" else float(losses[-1])
+            loss_sum, out = self._one_step(batch, d)
+            losses[d] = loss_sum / divisor
+            outputs.append(out)
+        loss = losses if opts.output_mode == "all" else float(losses[-1])
+        if not self.has_aux:
+            return loss
+        return loss, jax.tree.map(lambda *its: np.stack(its), *outputs)
 
-    def _one_step(self, batch: Any, d: int) -> float:
+    def _one_step(self, batch: Any, d: int) -> tuple[float, Any]:
         state = self._live_state("Trainer.step")
         if self._zeros is None:
             raise RuntimeError("Trainer.step: the step was not prepared for this batch.")
         with TIMELINE.span("micro-steps", step=self.steps_done + 1):
-            sums, flags = accumulate(
+            sums, flags, outputs = accumulate(
                 batch,
                 d,
                 params=state.params,
@@ -304,6 +324,7 @@ class Trainer:
                 pipeline=self.pipeline,
                 zeros=self._zeros,
                 batched=self._batched,
+                with_outputs=self.has_aux,
             )
         # The collectives as gcl ran them, for the host timeline of the run.
         with gcl.timed_recording() as ran, TIMELINE.span("reduce and update"):
@@ -329,7 +350,7 @@ class Trainer:
         self.steps_done += 1
         if self.debug:
             self.check_replicas_identical()
-        return result.loss_sum
+        return result.loss_sum, outputs
 
     def check_replicas_identical(self) -> None:
         """Checks, through gcl, that every instance holds the same parameters, bit for bit.
@@ -373,3 +394,12 @@ class Trainer:
                 self._zeros = zero_accumulator(self.state.params, loss.dtype)
             self._shapes = shapes
         return self._shapes
+
+
+def _loss_only(loss_fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """``loss_fn`` of ``(loss, outputs)`` as a function of the loss alone."""
+
+    def loss(params: Any, micro_batch: Any) -> Any:
+        return loss_fn(params, micro_batch)[0]
+
+    return loss

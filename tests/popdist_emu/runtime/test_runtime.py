@@ -200,3 +200,52 @@ def test_offline_mode_compiles_from_shapes_without_collectives():
     assert profile.gradient_bytes == 4 * (IN * OUT + OUT)
     assert profile.collectives == compiled.collectives
     assert trainer.compile(batch) is compiled  # compiled once, then held
+
+
+def aux_loss_fn(params, batch):
+    """``loss_fn`` with the predictions as outputs (``has_aux``)."""
+    x, y = batch
+    pred = jnp.tanh(x @ params["w"] + params["b"])
+    return jnp.mean((pred - y) ** 2), {"pred": pred}
+
+
+@pytest.mark.parametrize("accumulation", [1, 4])  # 4: micro-batches computed together
+def test_has_aux_returns_each_micro_batchs_outputs_from_its_iterations_weights(accumulation):
+    opts = Options(
+        replication_factor=2,
+        gradient_accumulation=accumulation,
+        device_iterations=3,
+        output_mode="all",
+    )
+    batch = ReplicaLoader(data(), 2, opts).batch(0)
+    plain = Trainer(loss_fn, optax.sgd(0.3), init_params(), opts)
+    weights = []
+    losses = plain.step(batch, each_iteration=lambda d, p: weights.append(jax.device_get(p)))
+    with_aux = Trainer(aux_loss_fn, optax.sgd(0.3), init_params(), opts, has_aux=True)
+    aux_losses, outputs = with_aux.step(batch)
+    assert np.array_equal(aux_losses, losses)  # the same step, bit for bit
+    for name in ("w", "b"):
+        assert np.array_equal(with_aux.params[name], plain.params[name])
+    x = batch[0]
+    assert outputs["pred"].shape == (*x.shape[:4], OUT)
+    for d, a, k in np.ndindex(*x.shape[:3]):
+        want = np.tanh(x[d, a, k] @ weights[d]["w"] + weights[d]["b"])
+        np.testing.assert_allclose(outputs["pred"][d, a, k], want, rtol=1e-5, atol=1e-6)
+
+
+def test_has_aux_is_refused_with_a_pipeline():
+    def first(p, b):
+        return jnp.tanh(b[0] @ p["w"]), b[1]
+
+    def last(p, b):
+        return jnp.mean((b[0] + p["b"] - b[1]) ** 2), {}
+
+    blocks = popdist.BlockModel(
+        [popdist.Block("B0", first, ("w",)), popdist.Block("B1", last, ("b",))]
+    )
+    with mock.patch.dict(os.environ, {"POPDIST_NUM_IPUS_PER_REPLICA": "2"}):
+        strategy = popdist.PipelinedExecution(popdist.Stage("B0"), popdist.Stage("B1"))
+        options = Options(gradient_accumulation=3, execution_strategy=strategy)
+        with pytest.raises(ValueError, match=r"has_aux=True .* pipeline"):
+            Trainer(blocks, optax.sgd(0.1), init_params(), options, has_aux=True)
+        Trainer(blocks, optax.sgd(0.1), init_params(), options)  # the same, without outputs
