@@ -60,13 +60,22 @@ def combined_layout(
     return tuple(a.reshape(iterations, accumulation, replicas, micro, *a.shape[1:]) for a in arrays)
 
 
-def per_sample(outputs: Any, micro_batch_size: int) -> bool:
-    """Whether every one of ``outputs`` (shapes of one micro-batch's) is a tensor whose first
-    dimension is the micro-batch, so that micro-batches' outputs laid end to end are the
-    combined batch's."""
+def per_sample(outputs: Any, grown: Any, micro_batch_size: int) -> bool:
+    """Whether every one of ``outputs`` (one micro-batch's shapes) is a tensor per sample, so
+    that micro-batches' outputs laid end to end are the combined batch's: its first dimension
+    is the micro-batch, and for a micro-batch one sample larger (``grown``, the same outputs'
+    shapes) it is one longer with the rest unchanged. The second size tells a weight or a
+    statistic whose first dimension only happens to equal the micro-batch from a per-sample
+    tensor."""
+    if len(outputs) != len(grown):
+        return False
     return all(
-        isinstance(o, jax.ShapeDtypeStruct) and o.ndim >= 1 and o.shape[0] == micro_batch_size
-        for o in outputs
+        isinstance(o, jax.ShapeDtypeStruct)
+        and isinstance(g, jax.ShapeDtypeStruct)
+        and o.ndim >= 1
+        and o.shape[0] == micro_batch_size
+        and g.shape == (micro_batch_size + 1, *o.shape[1:])
+        for o, g in zip(outputs, grown, strict=True)
     )
 
 

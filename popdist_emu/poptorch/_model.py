@@ -230,13 +230,19 @@ class PoplarExecutor:
         return self._trainer
 
     def _outputs_in_step(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> bool:
-        """Whether the step returns the outputs besides the loss: a functional run of one
-        program (no pipeline, no buffers the forward changes) with per-sample outputs."""
+        """Whether the step returns the per-sample outputs (a functional, unpipelined run)."""
         if self._strategy is not None or self._replicas is not None or self._mode_fields.offline:
             return False
         out = jax.eval_shape(self._outputs, params, micro_batch)
+        if not isinstance(out, tuple | list) or len(out) < 2:
+            return False
         size = jax.tree.leaves(micro_batch)[0].shape[0]
-        return isinstance(out, tuple | list) and len(out) > 1 and per_sample(out[:-1], size)
+        grown = tuple(jax.ShapeDtypeStruct((size + 1, *a.shape[1:]), a.dtype) for a in micro_batch)
+        try:  # the outputs' shapes one sample larger; a forward tied to its batch size fails
+            larger = jax.eval_shape(self._outputs, params, grown)
+        except Exception:
+            return False
+        return per_sample(out[:-1], larger[:-1], size)
 
     def _changed_buffers(
         self, weights: dict[str, Any], args: tuple[Any, ...], first: Any

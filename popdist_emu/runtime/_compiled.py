@@ -27,8 +27,9 @@ class CompiledStep(NamedTuple):
     """The programs one optimiser step runs, each compiled once, and its collectives.
 
     Attributes:
-        micro_step: one replica's micro-step ``(params, acc, micro_batch) -> (acc, finite)``;
-            None for a pipeline, whose stages' programs run instead.
+        micro_step: one replica's micro-step ``(params, acc, micro_batch) -> (acc, finite)``
+            (``(acc, finite, outputs)`` for a trainer with ``has_aux``); None for a
+            pipeline, whose stages' programs run instead.
         update: the optimiser update ``(params, opt_state, grad_flat) -> (params, opt_state)``.
         collectives: the collectives the reduce-and-update stage runs per update.
     """
@@ -62,7 +63,8 @@ class StepPrograms:
     """The trainer's micro-steps and updates, compiled once each, by argument shapes.
 
     Args:
-        grad_fn: the jitted micro-step ``(params, acc, micro_batch) -> (acc, finite)``.
+        grad_fn: the jitted micro-step ``(params, acc, micro_batch) -> (acc, finite)``, or
+            ``(acc, finite, outputs)`` with ``has_aux``.
         update_fn: the jitted update ``(params, opt_state, grad_flat) -> (params, opt_state)``.
         with_micro_step: False for a pipeline (its stages' programs run instead).
         analysis_only: compile for analysis only (offline mode; see ``compile_program``).
