@@ -221,7 +221,7 @@ class PoplarExecutor:
                     self.options.to_options(), execution_strategy=self._strategy
                 )
             self._check_buffers(batch, weights)  # before the trainer is kept: refusals stay
-            with_outputs = self._outputs_in_step(params, micro_batch)
+            with_outputs = self._outputs_in_step(params, batch)
             if with_outputs:
                 loss = self._loss_and_outputs
             self._trainer = popdist_emu.Trainer(
@@ -229,15 +229,15 @@ class PoplarExecutor:
             )
         return self._trainer
 
-    def _outputs_in_step(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> bool:
+    def _outputs_in_step(self, params: dict[str, Any], batch: tuple[Any, ...]) -> bool:
         """Whether the step returns the per-sample outputs (a functional, unpipelined run)."""
         if self._strategy is not None or self._replicas is not None or self._mode_fields.offline:
             return False
-        out = jax.eval_shape(self._outputs, params, micro_batch)
+        out = self._output_shape(params, batch)
         if not isinstance(out, tuple | list) or len(out) < 2:
             return False
-        size = jax.tree.leaves(micro_batch)[0].shape[0]
-        grown = tuple(jax.ShapeDtypeStruct((size + 1, *a.shape[1:]), a.dtype) for a in micro_batch)
+        size = batch[0].shape[3]
+        grown = tuple(jax.ShapeDtypeStruct((size + 1, *a.shape[4:]), a.dtype) for a in batch)
         try:  # the outputs' shapes one sample larger; a forward tied to its batch size fails
             larger = jax.eval_shape(self._outputs, params, grown)
         except Exception:
@@ -321,9 +321,9 @@ class PoplarExecutor:
         self._calls += 1
         trainer = self._make_trainer(batch)
         if trainer.offline:
-            self._simulate(batch, len(arrays), index)
+            self._simulate(batch)
             end_program(self._mode_fields)
-        out_shape = self._output_shape(trainer, batch, len(arrays), index)
+        out_shape = self._output_shape(trainer.params, batch)
         only_loss = not isinstance(out_shape, tuple | list) or len(out_shape) == 1
         if trainer.has_aux:  # each micro-batch's outputs from its own forward in the step
             losses, outputs = trainer.step(batch)
@@ -396,26 +396,25 @@ class PoplarExecutor:
                 arrays = tuple(to_jax_array(a) for a in args)
                 self._forward.lower(self._weights(), arrays, np.int32(0))
                 return
-            arrays, batch, index = self._training_batch(args)
+            _, batch, _ = self._training_batch(args)
             trainer = self._make_trainer(batch)
             if trainer.offline:
-                self._simulate(batch, len(arrays), index)
+                self._simulate(batch)
             else:
                 trainer.compile(batch)
 
-    def _output_shape(self, trainer: Any, batch: tuple[Any, ...], inputs: int, index: Any) -> Any:
-        """The shapes of the module's outputs for one micro-batch of one replica."""
+    def _output_shape(self, params: Any, batch: tuple[Any, ...]) -> Any:
+        """The shapes of the module's outputs for one micro-batch of one replica (traced once,
+        from the trained weights or their shapes)."""
         if self._out_shape is None:
-            params = trainer.step_shapes(batch).params if trainer.offline else trainer.params
-            weights = {**params, **self._constants}
-            first = tuple(a[0, 0, 0] for a in batch[:inputs])
-            self._out_shape = jax.eval_shape(self._run, weights, first, index[0])
+            micro_batch = tuple(a[0, 0, 0] for a in batch)
+            self._out_shape = jax.eval_shape(self._outputs, params, micro_batch)
         return self._out_shape
 
-    def _simulate(self, batch: tuple[Any, ...], inputs: int, index: Any) -> None:
+    def _simulate(self, batch: tuple[Any, ...]) -> None:
         """Simulates one step on the job's IPU system and reports it (once; ``_offline``)."""
         if not self._simulated:
-            out = self._output_shape(self._trainer, batch, inputs, index)
+            out = self._output_shape(self._trainer.step_shapes(batch).params, batch)
             name, fields = type(self._user_model).__name__, self._mode_fields
             simulate_step(self._trainer, batch, name=name, outputs=out, fields=fields)
             self._simulated = True

@@ -132,20 +132,21 @@ def accumulate(
                 acc, finite, *out = batched(params, acc, chunk)
             else:
                 acc, finite, *out = micro_step(params, acc, _part(leaves, treedef, d, a, k))
-                out = [jax.tree.map(lambda x: x[None], o) for o in out]  # one, stacked
             replica_flags.append(finite)  # read only when the update is not finite
             replica_outputs += out
         sums.append(acc)
         flags.append(replica_flags)
         outputs.append(replica_outputs)
-    return sums, flags, _stacked(outputs) if with_outputs else None
+    return sums, flags, _stacked(outputs, together > 1) if with_outputs else None
 
 
-def _stacked(outputs: list[list[Any]]) -> Any:
-    """Per replica, per program call, outputs stacked on their micro-batches: one tree
-    whose leaves are ``[gradient_accumulation, replicas, ...]`` host arrays."""
+def _stacked(outputs: list[list[Any]], batched: bool) -> Any:
+    """Per replica, per program call, outputs joined on their micro-batches (each call's
+    ``batched`` outputs hold several, stacked; a micro-step's one): one tree whose leaves
+    are ``[gradient_accumulation, replicas, ...]`` host arrays."""
+    join = np.concatenate if batched else np.stack
     per_replica = [
-        jax.tree.map(lambda *calls: np.concatenate([np.asarray(c) for c in calls]), *calls)
+        jax.tree.map(lambda *calls: join([np.asarray(c) for c in calls]), *calls)
         for calls in outputs
     ]
     return jax.tree.map(lambda *replicas: np.stack(replicas, axis=1), *per_replica)
