@@ -38,7 +38,6 @@ References:
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import math
@@ -51,6 +50,7 @@ import validate  # this folder's: the rows and their published figures
 from scipy.optimize import linprog
 
 import hardware
+from popdist_emu import arguments
 
 
 class Bounds(NamedTuple):
@@ -155,7 +155,7 @@ def bounded_rows(rows: Sequence[validate.Row], tolerance: float) -> list[dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = arguments.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--tolerance",
         type=float,
