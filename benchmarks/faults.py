@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from popdist_emu._environment import ENV_MPIEXEC
+from contract import ENV_MPIEXEC
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "tests" / "launch" / "fault_program.py"

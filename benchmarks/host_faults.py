@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "launch"))
 import _netns  # noqa: E402 - the tests' namespace hosts, shared with them
 
-from popdist_emu._environment import ENV_MPIEXEC  # noqa: E402
+from contract import ENV_MPIEXEC  # noqa: E402
 
 TIMEOUT_S = 5
 DESCRIPTION = {

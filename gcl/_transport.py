@@ -30,12 +30,12 @@ from typing import Any
 
 import numpy as np
 
-from gcl._knobs import DEFAULT_TIMEOUT_S as _UNSET_TIMEOUT_S
-from gcl._knobs import ENV_ON_FAILURE, ENV_TIMEOUT
+from contract import DEFAULT_GCL_TIMEOUT_S as _UNSET_TIMEOUT_S
+from contract import ENV_GCL_ON_FAILURE, ENV_GCL_TIMEOUT
 from gcl._waiting import ANNOUNCE_WAIT_S, WAITING_FILE, done_waiting, record_waiting
 
 # The launcher's --collective-timeout sets GCL_EMU_TIMEOUT for every instance.
-DEFAULT_TIMEOUT_S = float(os.environ.get(ENV_TIMEOUT, _UNSET_TIMEOUT_S))
+DEFAULT_TIMEOUT_S = float(os.environ.get(ENV_GCL_TIMEOUT, _UNSET_TIMEOUT_S))
 # How often a waiting instance looks for a peer's leaving notice (a cheap Iprobe).
 _LEAVE_PROBE_S = 0.05
 
@@ -79,7 +79,7 @@ def _abort(code: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError, AttributeError):
             stream.flush()
-    if os.environ.get(ENV_ON_FAILURE) == "exit":
+    if os.environ.get(ENV_GCL_ON_FAILURE) == "exit":
         os._exit(code)
     from mpi4py import MPI
 

@@ -13,10 +13,10 @@ from __future__ import annotations
 import contextlib
 import os
 
-from gcl._knobs import ENV_WAITING_FILE
+from contract import ENV_GCL_WAITING_FILE
 
 ANNOUNCE_WAIT_S = 1.0
-WAITING_FILE = os.environ.get(ENV_WAITING_FILE, "")
+WAITING_FILE = os.environ.get(ENV_GCL_WAITING_FILE, "")
 
 
 def record_waiting(what: str, collectives: int, gone: int | None = None) -> None:

@@ -35,6 +35,7 @@ import time
 from collections.abc import Iterator, Mapping
 from typing import BinaryIO
 
+from contract import ENV_BOOTSTRAP, JobConfig, read_job_config
 from launch._job import (
     HEARTBEAT_SECONDS,
     instance_environment,
@@ -45,7 +46,6 @@ from launch._job import (
 )
 from launch._output import open_log
 from launch._watchdog import tail_path
-from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig, read_job_config
 
 _LINE_END = re.compile(rb"\r\n|\n|\r")
 TAIL_LINES = 12  # stderr lines kept per instance for the launcher's failure message

@@ -23,8 +23,8 @@ import os
 import stat
 from collections.abc import Mapping
 
+from contract import directory_problem, probe_problem
 from launch._errors import UsageError
-from popdist_emu._files import directory_problem, probe_problem
 
 
 def default_cache_dir(environ: Mapping[str, str]) -> str:

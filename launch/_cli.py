@@ -18,6 +18,14 @@ import sys
 import tempfile
 from collections.abc import Sequence
 
+from contract import (
+    DEFAULT_GCL_TIMEOUT_S,
+    ENV_BOOTSTRAP,
+    ENV_GCL_TIMEOUT,
+    ENV_MPI4PY_LIBMPI,
+    ENV_MPIEXEC,
+    JobConfig,
+)
 from hardware import LayoutError, ReplicaLayout, SystemSelectionError, select_system
 from launch._cache import executable_cache_dir
 from launch._errors import UsageError
@@ -38,14 +46,6 @@ from launch._subnet import host_subnet_arguments
 from launch._topology import format_topology
 from launch._version import launcher_version
 from launch._watchdog import run_job
-from popdist_emu._environment import (
-    DEFAULT_GCL_TIMEOUT_S,
-    ENV_BOOTSTRAP,
-    ENV_GCL_TIMEOUT,
-    ENV_MPI4PY_LIBMPI,
-    ENV_MPIEXEC,
-    JobConfig,
-)
 
 
 def help_text() -> str:

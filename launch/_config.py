@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 import os
 
+from contract import FileTooLargeError, arg_max, read_bounded, write_atomically
 from launch._errors import UsageError
-from popdist_emu._files import FileTooLargeError, arg_max, read_bounded, write_atomically
 
 # Options whose words accumulate when given again (-v, -vv; one MPI option per word).
 ACCUMULATING = frozenset({"verbosity", "mpi_global_args", "mpi_local_args"})

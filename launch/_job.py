@@ -11,12 +11,12 @@ The variable names themselves live in ``popdist_emu._environment``, the contract
 import os
 from collections.abc import Mapping, Sequence
 
-from popdist_emu._environment import ENV_BOOTSTRAP, JobConfig
-from popdist_emu._environment import leaving_path as leaving_path
-from popdist_emu._environment import pid_path as pid_path
-from popdist_emu._environment import status_path as status_path
-from popdist_emu._environment import waiting_path as waiting_path
-from popdist_emu._files import write_atomically as write_atomically
+from contract import ENV_BOOTSTRAP, JobConfig
+from contract import leaving_path as leaving_path
+from contract import pid_path as pid_path
+from contract import status_path as status_path
+from contract import waiting_path as waiting_path
+from contract import write_atomically as write_atomically
 
 # How often a bootstrap renews its pid file's modification time: the launcher's only sign of
 # life from an instance on another host, whose processes it cannot see.

@@ -20,8 +20,8 @@ import sysconfig
 from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
 
+from contract import ENV_MPIEXEC
 from launch._errors import UsageError
-from popdist_emu._environment import ENV_MPIEXEC
 
 Flavour = Literal["hydra", "openmpi", "other", "none"]  # none: no mpiexec runs
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import BinaryIO
 
-from popdist_emu._files import make_directories, open_for_appending_lines
+from contract import make_directories, open_for_appending_lines
 
 
 def log_path(output_dir: str, instance: int, stream: str) -> str:

@@ -23,8 +23,8 @@ import glob
 import os
 from collections.abc import Mapping, Sequence
 
+from contract import ENV_LIBMPI, ENV_MPI4PY_LIBMPI, ENV_MPIEXEC
 from launch._errors import UsageError
-from popdist_emu._environment import ENV_LIBMPI, ENV_MPI4PY_LIBMPI, ENV_MPIEXEC
 
 # One offline instance (Python, JAX, XLA compiling a small step) was measured at about
 # 0.4-0.6 GB resident on this project's 2-core machine; 768 MiB leaves headroom.

@@ -16,9 +16,8 @@ import glob
 import math
 import os
 
+from contract import DEFAULT_GCL_TIMEOUT_S, arg_max, output_problem
 from launch._errors import UsageError
-from popdist_emu._environment import DEFAULT_GCL_TIMEOUT_S
-from popdist_emu._files import arg_max, output_problem
 
 # Peak resident memory of one instance of examples/train.py (JAX on the CPU, optax, the
 # digits data set): 439 MiB measured (getrusage ru_maxrss) on the development machine; a

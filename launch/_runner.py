@@ -21,8 +21,7 @@ import runpy
 import sys
 from types import TracebackType
 
-from popdist_emu._environment import InstanceEnvironment, leaving_path
-from popdist_emu._files import write_atomically
+from contract import InstanceEnvironment, leaving_path, write_atomically
 
 
 def exit_status(code: object) -> int:

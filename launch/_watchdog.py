@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
+from contract import pid_alive
 from launch._cleanup import remove_leftover_segments
 from launch._exits import (
     InstanceExit,
@@ -45,7 +46,6 @@ from launch._job import (
     waiting_in_collectives,
 )
 from launch._job_output import GRACE_SECONDS, JobOutput
-from popdist_emu._files import pid_alive
 
 POLL_SECONDS = 0.1  # 16 instances = 32 small reads per poll; cheap, and failures end in seconds
 

@@ -14,7 +14,10 @@ Sub-packages, one concept each: ``popdist`` (the PopDist API and framework helpe
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+import pathlib
 from typing import TYPE_CHECKING, Any
 
 from popdist_emu.popdist import checkNumIpusPerReplica as checkNumIpusPerReplica
@@ -31,8 +34,8 @@ from popdist_emu.popdist import init as init
 from popdist_emu.popdist import isPopdistEnvSet as isPopdistEnvSet
 
 if TYPE_CHECKING:
-    from popdist_emu._files import atomic_write as atomic_write
-    from popdist_emu._files import write_atomically as write_atomically
+    from contract import atomic_write as atomic_write
+    from contract import write_atomically as write_atomically
     from popdist_emu._options import Options as Options
     from popdist_emu._options import is_offline_mode as is_offline_mode
     from popdist_emu._progress import Progress as Progress
@@ -84,73 +87,6 @@ if TYPE_CHECKING:
     from popdist_emu.sim import simulate_profile as simulate_profile
     from popdist_emu.sim import simulated_system as simulated_system
     from popdist_emu.sim import with_infeed_stats as with_infeed_stats
-
-# Name -> the module that exports it, imported on first use (all of these need JAX or are
-# not needed by ``import popdist``).
-_LAZY: dict[str, str] = {
-    # options, progress and atomic files (JAX-free)
-    "Options": "popdist_emu._options",
-    "is_offline_mode": "popdist_emu._options",
-    "Progress": "popdist_emu._progress",
-    "show_phases": "popdist_emu._progress",
-    "atomic_write": "popdist_emu._files",
-    "write_atomically": "popdist_emu._files",
-    # training runtime
-    "Trainer": "popdist_emu.runtime",
-    # layer-wise optimisers that replicated tensor sharding can shard
-    "lamb": "popdist_emu.runtime",
-    "lars": "popdist_emu.runtime",
-    "TrainState": "popdist_emu.runtime",
-    "CompiledStep": "popdist_emu.runtime",
-    "LeverInfo": "popdist_emu.runtime",
-    "NonFiniteGradientError": "popdist_emu.runtime",
-    "NonScalarLossError": "popdist_emu.runtime",
-    "ShardingError": "popdist_emu.runtime",
-    # the replaceable reduce-and-update stage (RTS and offloading are stages too)
-    "ReduceUpdateStage": "popdist_emu.runtime",
-    "StageResult": "popdist_emu.runtime",
-    "AllReduceUpdate": "popdist_emu.runtime",
-    "ShardedReduceUpdate": "popdist_emu.runtime",
-    "OffloadedUpdate": "popdist_emu.runtime",
-    "ShardedOptState": "popdist_emu.runtime",
-    "StreamingState": "popdist_emu.runtime",
-    # input: loader, host-IO infeed, the example dataset
-    "ReplicaLoader": "popdist_emu.data",
-    "Infeed": "popdist_emu.data",
-    "InfeedError": "popdist_emu.data",
-    "InfeedStats": "popdist_emu.data",
-    "compress": "popdist_emu.data",
-    "decompress": "popdist_emu.data",
-    "DigitsSplit": "popdist_emu.data",
-    "load_digits_split": "popdist_emu.data",
-    # model parallelism: blocks, stages and execution strategies
-    "Block": "popdist_emu.pipeline",
-    "BlockModel": "popdist_emu.pipeline",
-    "Pipeline": "popdist_emu.pipeline",
-    "PipelineError": "popdist_emu.pipeline",
-    "PipelinedExecution": "popdist_emu.pipeline",
-    "ShardedExecution": "popdist_emu.pipeline",
-    "Stage": "popdist_emu.pipeline",
-    # lose nothing: checkpoint and resume
-    "CheckpointError": "popdist_emu.runtime",
-    "save_checkpoint": "popdist_emu.runtime",
-    "restore_checkpoint": "popdist_emu.runtime",
-    "read_checkpoint_meta": "popdist_emu.runtime",
-    "check_checkpoint": "popdist_emu.runtime",
-    "claim_checkpoint_dir": "popdist_emu.runtime",
-    # compiled programs and their profiles
-    "Program": "popdist_emu.programs",
-    "compile_program": "popdist_emu.programs",
-    "profile_programs": "popdist_emu.programs",
-    "profile_step": "popdist_emu.programs",
-    "set_available_memory": "popdist_emu.programs",
-    # simulated IPU-POD time and memory
-    "simulate": "popdist_emu.sim",
-    "simulate_profile": "popdist_emu.sim",
-    "simulated_system": "popdist_emu.sim",
-    "with_infeed_stats": "popdist_emu.sim",
-    "report_simulation": "popdist_emu.sim",
-}
 
 __all__ = [
     "AllReduceUpdate",
@@ -215,13 +151,31 @@ __all__ = [
     "show_phases",
     "simulate",
     "simulate_profile",
+    "simulated_system",
     "with_infeed_stats",
     "write_atomically",
 ]
 
 
+@functools.cache
+def _lazy() -> dict[str, str]:
+    """Name -> the module that exports it, read once from the ``TYPE_CHECKING`` imports above
+    (the one place each lazy name is written beside ``__all__``), on the first lazy name a
+    program asks for, so ``import popdist`` parses nothing."""
+    tree = ast.parse(pathlib.Path(__file__).read_text())
+    block = next(
+        n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+    )
+    return {
+        alias.asname or alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom) and node.module
+        for alias in node.names
+    }
+
+
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
+    module = _lazy().get(name)
     if module is None:
         raise AttributeError(f"module 'popdist_emu' has no attribute {name!r}")
     value = getattr(importlib.import_module(module), name)

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from popdist_emu._files import output_problem
+from contract import output_problem
 
 # Seeds reach jax.random.PRNGKey (a 64-bit integer) and numpy's SeedSequence (non-negative).
 MAX_SEED = 2**63 - 1

@@ -24,8 +24,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from popdist_emu._environment import pid_path
-from popdist_emu._files import write_atomically
+from contract import pid_path, write_atomically
 
 MAX_SPANS = 5000  # per instance: a long run's first calls say what its steps look like
 WAIT_SECONDS = 5.0  # how long instance 0 waits for the others' timelines

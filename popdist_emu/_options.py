@@ -24,6 +24,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Literal
 
+from contract import InstanceEnvironment, offline_mode
 from hardware import (
     DEFAULT_AVAILABLE_MEMORY_PROPORTION,
     DEFAULT_PREFETCH_DEPTH,
@@ -32,7 +33,6 @@ from hardware import (
     ReplicaLayout,
     proportion_for_ipu,
 )
-from popdist_emu._environment import InstanceEnvironment, offline_mode
 
 OutputMode = Literal["final", "all"]
 Reduction = Literal["mean", "sum"]

@@ -24,7 +24,7 @@ from typing import TextIO
 
 from tqdm import tqdm
 
-from popdist_emu._environment import InstanceEnvironment
+from contract import InstanceEnvironment
 
 # Runs shorter than this finish before a bar is worth drawing.
 MIN_STEPS_FOR_BAR = 50

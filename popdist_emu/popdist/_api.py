@@ -14,8 +14,8 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from contract import InstanceEnvironment
 from hardware import ReplicaLayout
-from popdist_emu._environment import InstanceEnvironment
 
 _T = TypeVar("_T")
 

@@ -16,8 +16,8 @@ import os
 import pathlib
 from collections.abc import Sequence
 
+from contract import write_atomically
 from hardware import StepSimulation
-from popdist_emu._files import write_atomically
 from popdist_emu.reports._confidence import uncertainty_html
 from popdist_emu.reports._pipeline import (
     BALANCE_DEFINITION,

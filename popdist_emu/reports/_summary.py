@@ -10,8 +10,8 @@ import pathlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from contract import write_atomically
 from hardware import StepSimulation
-from popdist_emu._files import write_atomically
 from popdist_emu.reports._confidence import uncertainty_lines, uncertainty_summary
 from popdist_emu.reports._html import write_run_report
 from popdist_emu.reports._pipeline import pipeline_lines, pipeline_summary

@@ -21,7 +21,7 @@ from typing import Any
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from popdist_emu._sweep import TIER_PHASES
+from contract import TIER_PHASES
 
 MIB = 2**20
 KIB = 2**10

@@ -37,8 +37,7 @@ import jax
 import numpy as np
 
 import gcl
-from popdist_emu._environment import InstanceEnvironment
-from popdist_emu._files import atomic_write, pid_alive, write_atomically
+from contract import InstanceEnvironment, atomic_write, pid_alive, write_atomically
 from popdist_emu._progress import LOGGER
 from popdist_emu.runtime._offload import StreamingState, stream_out
 from popdist_emu.runtime._replica_step import TrainState

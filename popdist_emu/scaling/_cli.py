@@ -38,7 +38,7 @@ from typing import Any
 from tqdm import tqdm
 
 import hardware
-from popdist_emu._files import (
+from contract import (
     FileTooLargeError,
     make_directories,
     output_problem,

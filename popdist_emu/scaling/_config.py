@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from popdist_emu._sweep import SweepPoint
+from contract import SweepPoint
 
 
 @dataclasses.dataclass(frozen=True)

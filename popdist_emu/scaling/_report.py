@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from contract import write_atomically
 from hardware import load_calibration
-from popdist_emu._files import write_atomically
 from popdist_emu.reports import html_page as page
 from popdist_emu.reports import html_table as table
 from popdist_emu.reports import plots as plots

@@ -21,8 +21,13 @@ import time
 from collections.abc import Callable
 
 import hardware
-from popdist_emu._files import open_for_appending_lines
-from popdist_emu._sweep import REQUEST_VARIABLE, SweepPoint, system_name, write_request
+from contract import (
+    REQUEST_VARIABLE,
+    SweepPoint,
+    open_for_appending_lines,
+    system_name,
+    write_request,
+)
 from popdist_emu.scaling._config import EvaluatedPoint, Series, SeriesRun, SweepConfig
 
 

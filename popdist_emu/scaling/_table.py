@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from popdist_emu._sweep import COLLECTIVE_PHASES, TIER_PHASES
+from contract import COLLECTIVE_PHASES, TIER_PHASES
 from popdist_emu.scaling import _analysis as analysis
 from popdist_emu.scaling._config import EvaluatedPoint
 

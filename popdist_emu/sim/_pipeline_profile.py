@@ -24,7 +24,7 @@ from typing import Any
 import jax
 
 import hardware
-from popdist_emu._sweep import REQUEST_VARIABLE
+from contract import REQUEST_VARIABLE
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.pipeline import Pipeline, check_gradient_accumulation, stage_vjp
 from popdist_emu.programs import (

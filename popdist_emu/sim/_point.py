@@ -37,8 +37,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import hardware
-from popdist_emu._files import write_atomically
-from popdist_emu._sweep import REQUEST_VARIABLE, SweepPoint, read_request
+from contract import REQUEST_VARIABLE, SweepPoint, read_request, write_atomically
 from popdist_emu.reports import summary
 from popdist_emu.runtime import Trainer
 

@@ -31,7 +31,7 @@ from typing import Any
 import jax
 
 import hardware
-from popdist_emu._environment import (
+from contract import (
     ENV_COMMAND,
     ENV_JOB_DIR,
     ENV_REPORT_DIR,

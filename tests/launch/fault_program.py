@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from popdist_emu._files import write_atomically
+from contract import write_atomically
 
 VICTIM = 1
 CASES = (

@@ -5,9 +5,9 @@ from unittest import mock
 
 import pytest
 
+from contract import layout_environment
 from hardware import ReplicaLayout
 from popdist_emu import Options, is_offline_mode
-from popdist_emu._environment import layout_environment
 
 
 def test_defaults_follow_popdist():

@@ -44,12 +44,51 @@ def _literal_all(path: pathlib.Path) -> list[str]:
     raise AssertionError(f"{path} has no literal __all__")
 
 
+def _lazy_homes() -> dict[str, str]:
+    """Each name of ``popdist_emu``'s face -> the module that defines it."""
+    homes = {}
+    for node in ast.walk(ast.parse((PACKAGE / "__init__.py").read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module != "__future__":
+            homes.update({alias.asname or alias.name: node.module for alias in node.names})
+    return homes
+
+
 def _imports(path: pathlib.Path) -> list[tuple[int, str, list[str]]]:
-    found = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    """Every module ``path`` takes names from, as ``(line, module, names)``.
+
+    ``from X import a`` gives ``X`` with ``a``; ``import X`` (or ``import X.Y as z``) gives the
+    module and every attribute the file reads from it (``X.a`` gives ``a``), so a layer is
+    also crossed through attribute access. A name of ``popdist_emu``'s face counts as an
+    import of the sub-package that defines it.
+    """
+    tree = ast.parse(path.read_text())
+    found: list[tuple[int, str, list[str]]] = []
+    bound: dict[str, str] = {}  # a name bound by ``import X`` -> X
+    for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.append((node.lineno, node.module, [a.name for a in node.names]))
-    return found
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                found.append((node.lineno, alias.name, []))
+                bound[alias.asname or alias.name.split(".")[0]] = (
+                    alias.name if alias.asname else alias.name.split(".")[0]
+                )
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in bound
+        ):
+            found.append((node.lineno, bound[node.value.id], [node.attr]))
+    homes = _lazy_homes()
+    resolved = []
+    for line, module, names in found:
+        if module == "popdist_emu":
+            for name in names:
+                resolved.append((line, homes.get(name, f"popdist_emu.{name}"), [name]))
+            continue
+        resolved.append((line, module, names))
+    return resolved
 
 
 def test_the_sub_packages_are_the_layered_ones():
@@ -64,14 +103,19 @@ def test_top_level_all_is_static_and_every_name_imports():
         assert getattr(popdist_emu, name) is not None, name
 
 
-def test_type_checkers_see_every_lazy_name():
-    """Every exported name is imported at module level or under ``if TYPE_CHECKING:``."""
-    tree = ast.parse((PACKAGE / "__init__.py").read_text())
-    seen = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("popdist_emu"):
-            seen |= {alias.asname or alias.name for alias in node.names}
-    assert set(popdist_emu.__all__) <= seen
+def test_type_checkers_see_every_lazy_name_and_all_names_each():
+    """Every exported name is imported at module level or under ``if TYPE_CHECKING:`` (where
+    the lazy ones are found on first use), and every name imported there is exported."""
+    homes = {
+        name: module
+        for name, module in _lazy_homes().items()
+        if module.split(".")[0] in ("popdist_emu", "contract")
+    }
+    assert set(popdist_emu.__all__) == set(homes)
+    for name in ("simulated_system", "atomic_write", "Trainer"):
+        assert getattr(popdist_emu, name) is getattr(
+            importlib.import_module(homes[name]), name
+        )
 
 
 @pytest.mark.parametrize("name", SUBPACKAGES)
@@ -118,7 +162,7 @@ def test_base_modules_import_no_sub_package():
 
 
 def test_no_module_is_over_the_size_limit():
-    roots = [PACKAGE, *(PACKAGE.parent / name for name in ("gcl", "hardware", "launch"))]
+    roots = [PACKAGE, *(PACKAGE.parent / name for name in ("contract", "gcl", "hardware", "launch"))]
     sizes = {
         str(path.relative_to(PACKAGE.parent)): len(path.read_text().splitlines())
         for root in roots
@@ -147,35 +191,62 @@ def test_popdist_imports_stay_jax_free(statement):
     assert out.stdout.strip() == "[]"
 
 
-# The launcher and the instances share the JAX-free contract modules by design (the
-# environment names and JobConfig; atomic files and pid checks): they are the one exception.
-SHARED_BASE = {"popdist_emu._environment", "popdist_emu._files"}
+# The house, one-way: which of the project's packages each may import (through its face).
+HOUSE = {
+    "hardware": set(),
+    "contract": {"hardware"},
+    "gcl": {"contract", "hardware"},
+    "launch": {"contract", "hardware"},
+    "popdist_emu": {"contract", "gcl", "hardware"},
+}
+ROOT = PACKAGE.parent
 
 
-def test_no_package_reads_another_packages_private_modules():
-    root = PACKAGE.parent
+def _modules(package: str) -> list[pathlib.Path]:
+    """The package's modules: files whose every folder up to the package has an
+    ``__init__.py`` (``launch/_shim/popdist`` is the ``popdist`` package the instances import,
+    kept beside the launcher as data, not a module of ``launch``)."""
+    top = ROOT / package
+    return [
+        path
+        for path in sorted(top.rglob("*.py"))
+        if all((d / "__init__.py").is_file() for d in path.parents if top in (d, *d.parents))
+    ]
+
+
+def _house_imports(package: str) -> list[tuple[str, str, list[str]]]:
+    """``(where, module, names)`` of every import of another package of the house."""
+    out = []
+    for path in _modules(package):
+        for line, module, names in _imports(path):
+            top = module.split(".")[0]
+            if top in HOUSE and top != package:
+                out.append((f"{path.relative_to(ROOT)}:{line}", module, names))
+    return out
+
+
+@pytest.mark.parametrize("package", sorted(HOUSE))
+def test_the_house_is_layered_and_each_package_is_used_through_its_face(package):
     offenders = []
-    for package in ("gcl", "hardware", "launch", "popdist_emu"):
-        for path in sorted((root / package).rglob("*.py")):
-            for line, module, _ in _imports(path):
-                top, _, rest = module.partition(".")
-                if top == package or top not in ("gcl", "hardware", "launch", "popdist_emu"):
-                    continue
-                if rest.split(".")[0].startswith("_") and module not in SHARED_BASE:
-                    offenders.append(f"{path.relative_to(root)}:{line}: {module}")
-            # Reached through an attribute too: ``hardware._pipeline.check_strategy``.
-            for node in ast.walk(ast.parse(path.read_text())):
-                if (
-                    isinstance(node, ast.Attribute)
-                    and isinstance(node.value, ast.Name)
-                    and node.value.id in ("gcl", "hardware", "launch", "popdist_emu")
-                    and node.value.id != package
-                    and node.attr.startswith("_")
-                ):
-                    offenders.append(
-                        f"{path.relative_to(root)}:{node.lineno}: {node.value.id}.{node.attr}"
-                    )
+    for where, module, names in _house_imports(package):
+        top, _, rest = module.partition(".")
+        if top not in HOUSE[package]:
+            offenders.append(f"{where}: {module} (layer: {package} may import {HOUSE[package]})")
+        elif rest.split(".")[0].startswith("_") or any(n.startswith("_") for n in names):
+            offenders.append(f"{where}: {module} {names} (a private name of {top})")
     assert offenders == []
+
+
+def test_the_layer_check_sees_attribute_access_and_face_names(tmp_path):
+    program = tmp_path / "reach.py"
+    program.write_text(
+        "import popdist_emu\nimport hardware as hw\nfrom popdist_emu import Trainer\n"
+        "popdist_emu.simulate(1)\nhw._pipeline.x\n"
+    )
+    found = {(module, tuple(names)) for _, module, names in _imports(program)}
+    assert ("popdist_emu.sim", ("simulate",)) in found
+    assert ("popdist_emu.runtime", ("Trainer",)) in found
+    assert ("hardware", ("_pipeline",)) in found
 
 
 def test_no_test_folder_shadows_a_fallback_module():

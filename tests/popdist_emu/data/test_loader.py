@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from contract import layout_environment
 from hardware import ReplicaLayout
 from popdist_emu import Options, ReplicaLoader
-from popdist_emu._environment import layout_environment
 
 
 def instance_env(layout: ReplicaLayout, instance: int):

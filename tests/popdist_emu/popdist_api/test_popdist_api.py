@@ -6,8 +6,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import popdist_emu as popdist
+from contract import layout_environment
 from hardware import ReplicaLayout
-from popdist_emu._environment import layout_environment
 
 POPDIST_VARIABLES = (
     "POPDIST_NUM_TOTAL_REPLICAS",

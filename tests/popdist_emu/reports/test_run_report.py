@@ -11,7 +11,7 @@ import matplotlib.image
 import pytest
 
 import hardware
-from popdist_emu._sweep import TIER_PHASES
+from contract import TIER_PHASES
 from popdist_emu.reports._html import run_report_html
 from popdist_emu.reports._run_info import run_info
 from popdist_emu.reports._summary import format_summary, write_reports

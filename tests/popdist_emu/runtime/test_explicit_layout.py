@@ -19,7 +19,7 @@ from two_dense_blocks import two_dense_blocks
 
 import hardware
 import popdist_emu
-from popdist_emu._environment import layout_environment
+from contract import layout_environment
 
 WIDTH = 5
 # Another job: 16 replicas over 4 instances on one IPU each, this process its instance 3,

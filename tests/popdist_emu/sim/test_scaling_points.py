@@ -17,11 +17,12 @@ import pytest
 
 import hardware
 import popdist_emu
-from popdist_emu._environment import ENV_OFFLINE, layout_environment
-from popdist_emu._sweep import (
+from contract import (
     COLLECTIVE_PHASES,
+    ENV_OFFLINE,
     REQUEST_VARIABLE,
     SweepPoint,
+    layout_environment,
     read_request,
     system_name,
     write_request,

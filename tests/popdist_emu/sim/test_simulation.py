@@ -17,7 +17,7 @@ import pytest
 
 import hardware
 import popdist_emu
-from popdist_emu._environment import ENV_REPORT_DIR, layout_environment
+from contract import ENV_REPORT_DIR, layout_environment
 
 TRAIN = Path(__file__).parents[3] / "examples" / "train.py"
 SUMMARY_KEYS = (

@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import hardware
-from popdist_emu._environment import ENV_SCALING_REQUEST
-from popdist_emu._files import write_atomically
+from contract._environment import ENV_SCALING_REQUEST
+from contract._files import write_atomically
 
 REQUEST_VARIABLE = ENV_SCALING_REQUEST
 # The phases (``hardware.PHASES`` names) that are collectives, split by link tier per point.

@@ -29,7 +29,6 @@ import json
 import os
 from collections.abc import Mapping
 
-from gcl import _knobs as gcl_knobs
 from hardware import LayoutError, ReplicaLayout
 
 # -- PopRun's variables (what PopDist reads) ---------------------------------------------------
@@ -77,11 +76,12 @@ ENV_MPIEXEC = "POPDIST_EMU_MPIEXEC"  # like --mpiexec: the system MPI's mpiexec
 ENV_LIBMPI = "POPDIST_EMU_LIBMPI"  # like --libmpi: that MPI's libmpi.so
 ENV_MPI4PY_LIBMPI = "MPI4PY_LIBMPI"  # mpi4py's own variable: the libmpi it loads
 
-# -- gcl's knobs that the launcher sets (gcl reads them itself; it may not import this) ------
-ENV_GCL_TIMEOUT = gcl_knobs.ENV_TIMEOUT  # --collective-timeout, seconds
-DEFAULT_GCL_TIMEOUT_S = gcl_knobs.DEFAULT_TIMEOUT_S  # the timeout when none is given
-ENV_GCL_ON_FAILURE = gcl_knobs.ENV_ON_FAILURE  # "exit" under the launcher, else MPI_Abort
-ENV_GCL_WAITING_FILE = gcl_knobs.ENV_WAITING_FILE  # the instance's waiting_path
+# -- gcl's knobs that the launcher sets and gcl reads (gcl's other knobs, such as
+# GCL_EMU_PIECE_BYTES, are read where they are used) -------------------------------------------
+ENV_GCL_TIMEOUT = "GCL_EMU_TIMEOUT"  # --collective-timeout, seconds
+DEFAULT_GCL_TIMEOUT_S = 120.0  # the collective timeout when ENV_GCL_TIMEOUT is unset
+ENV_GCL_ON_FAILURE = "GCL_EMU_ON_FAILURE"  # "exit": end a failing process without MPI_Finalize
+ENV_GCL_WAITING_FILE = "GCL_EMU_WAITING_FILE"  # where gcl records a wait of over a second
 
 # -- JAX's persistent compilation cache (read by JAX itself at import) --------------------------
 ENV_JAX_CACHE_DIR = "JAX_COMPILATION_CACHE_DIR"

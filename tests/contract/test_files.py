@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from popdist_emu._files import (
+from contract import (
     FileTooLargeError,
     atomic_write,
     make_directories,
@@ -63,7 +63,7 @@ def _umask() -> int:
 _WRITER = """
 import resource, signal, sys, time
 import numpy as np
-from popdist_emu._files import atomic_write
+from contract import atomic_write
 
 path, how = sys.argv[1], sys.argv[2]
 arrays = {"w": np.ones(200_000, np.float32)}

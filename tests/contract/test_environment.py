@@ -1,4 +1,4 @@
-"""The launcher-instance contract (popdist_emu/_environment.py): one place spells the variables,
+"""The launcher-instance contract (contract/_environment.py): one place spells the variables,
 the job configuration and an instance's view are values that survive their round trips."""
 
 import ast
@@ -9,14 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import contract
+from contract import InstanceEnvironment, JobConfig, layout_environment
 from hardware import LayoutError, ReplicaLayout
-from popdist_emu import _environment as contract
-from popdist_emu._environment import InstanceEnvironment, JobConfig, layout_environment
 
 ROOT = Path(__file__).parents[2]
-CONTRACT = ROOT / "popdist_emu" / "_environment.py"
-# gcl owns the names of its own knobs (it may not import the contract, which re-exports them).
-OWNERS = (CONTRACT, ROOT / "gcl" / "_knobs.py")
+CONTRACT = ROOT / "contract" / "_environment.py"
+OWNERS = (CONTRACT,)
 NAMES = {
     value
     for name, value in vars(contract).items()
@@ -49,7 +48,7 @@ def test_only_the_contract_module_spells_the_variable_names():
         if path in OWNERS or relative.parts[0] in ("tests", ".git") or "venv" in str(relative):
             continue
         offenders += [f"{relative}:{line}: {text}" for line, text in _spelled_names(path)]
-    assert offenders == [], "use the constants of popdist_emu._environment instead"
+    assert offenders == [], "use the constants of the contract package instead"
 
 
 def test_the_grep_sees_a_spelled_name(tmp_path):
