@@ -61,7 +61,6 @@ from contract._files import probe_problem as probe_problem
 from contract._files import read_bounded as read_bounded
 from contract._files import write_atomically as write_atomically
 from contract._sweep import COLLECTIVE_PHASES as COLLECTIVE_PHASES
-from contract._sweep import REQUEST_VARIABLE as REQUEST_VARIABLE
 from contract._sweep import TIER_PHASES as TIER_PHASES
 from contract._sweep import SweepPoint as SweepPoint
 from contract._sweep import read_request as read_request
@@ -98,7 +97,6 @@ __all__ = [
     "ENV_SYSTEM",
     "ENV_UNIFORM_REPLICAS_PER_INSTANCE",
     "POPRUN_VARIABLES",
-    "REQUEST_VARIABLE",
     "TIER_PHASES",
     "FileTooLargeError",
     "InstanceEnvironment",

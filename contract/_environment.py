@@ -120,6 +120,8 @@ class InstanceEnvironment:
         progress: whether the launcher's terminal wants instance 0's progress bar.
         command: the ``poprun-emu`` command line that started the job (shell-quoted), for
             the reports; empty outside the launcher.
+        scaling_request: the request file of ``poprun-emu-scaling`` (every point of a sweep
+            to evaluate from this run's step); empty when no sweep asked.
     """
 
     layout: ReplicaLayout = dataclasses.field(default_factory=ReplicaLayout)
@@ -132,6 +134,7 @@ class InstanceEnvironment:
     job_dir: str = ""
     progress: bool = False
     command: str = ""
+    scaling_request: str = ""
 
     @property
     def replica_offset(self) -> int:
@@ -173,13 +176,16 @@ class InstanceEnvironment:
             job_dir=environ.get(ENV_JOB_DIR, ""),
             progress=environ.get(ENV_PROGRESS, "") == "1",
             command=environ.get(ENV_COMMAND, ""),
+            scaling_request=environ.get(ENV_SCALING_REQUEST, ""),
         )
 
     def to_environ(self) -> dict[str, str]:
         """The variables that make :meth:`from_environ` read this view back: PopRun's
-        ``POPDIST_*`` and the emulator's ``POPDIST_EMU_*``."""
+        ``POPDIST_*`` and the emulator's ``POPDIST_EMU_*`` (the scaling request only when
+        there is one: the launcher passes on the one ``poprun-emu-scaling`` set)."""
         layout, i = self.layout, self.instance
-        return {
+        request = {ENV_SCALING_REQUEST: self.scaling_request} if self.scaling_request else {}
+        return request | {
             ENV_NUM_TOTAL_REPLICAS: str(layout.num_replicas),
             ENV_NUM_LOCAL_REPLICAS: str(layout.num_local_replicas),
             ENV_NUM_IPUS_PER_REPLICA: str(layout.ipus_per_replica),

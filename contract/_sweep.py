@@ -20,10 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import hardware
-from contract._environment import ENV_SCALING_REQUEST
 from contract._files import write_atomically
 
-REQUEST_VARIABLE = ENV_SCALING_REQUEST
 # The phases (``hardware.PHASES`` names) that are collectives, split by link tier per point.
 COLLECTIVE_PHASES = ("allreduce", "reduce_scatter", "all_gather", "broadcast")
 # What the scaling report calls a point's collectives once they are split by link tier.

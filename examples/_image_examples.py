@@ -195,7 +195,7 @@ def run(
         report |= train_on_digits(
             trainer, options, logits, args.micro_batch_size, args.steps, dtype, args.seed
         )
-    popdist.report_simulation(simulation)
+    popdist.report_simulation(simulation, options)
     report |= {
         "simulated_step_seconds": simulation.simulated_step_seconds,
         "samples_per_second": simulation.samples_per_second,

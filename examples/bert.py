@@ -378,7 +378,7 @@ def check_sizes(args: argparse.Namespace, options, ipus: int, offline: bool) -> 
     """
     heads, seq, micro = CONFIGS[args.model][2], args.sequence_length, args.micro_batch_size
     try:
-        ipu = popdist.simulated_system(options.num_total_replicas * ipus).ipu
+        ipu = popdist.simulated_system(options.num_total_replicas * ipus, options.system).ipu
     except hardware.SystemSelectionError:
         return  # refused with its own message by simulate()
     arguments.refuse_unless_it_fits(
@@ -601,7 +601,7 @@ def main(argv=None) -> dict:
         for call in range(args.steps // options.device_iterations):
             losses.extend(np.atleast_1d(trainer.step(loader.batch(call))).tolist())
         report |= {"first_loss": losses[0], "final_loss": losses[-1], "synthetic_data": True}
-    popdist.report_simulation(simulation)
+    popdist.report_simulation(simulation, options)
     pipe = simulation.pipeline
     report |= {
         "simulated_step_seconds": simulation.simulated_step_seconds,

@@ -176,12 +176,15 @@ def profile(
     dtype=jnp.float16,
     recomputation: bool = True,
     available_memory_proportion: float | dict = MLPERF_AVAILABLE_MEMORY_PROPORTION,
+    layout=None,
 ):
     """The hardware.StepProfile of one ResNet-50 training step (compile only, never run).
 
     Convolutions use half partials under ``available_memory_proportion`` 0.15 by default,
     as Graphcore's MLPerf v1.1 ResNet-50 configurations set them (see
-    ``MLPERF_AVAILABLE_MEMORY_PROPORTION``); PopLibs' own default is 0.6.
+    ``MLPERF_AVAILABLE_MEMORY_PROPORTION``); PopLibs' own default is 0.6. The gradients'
+    all-reduce is recorded with the method gcl runs for it under ``layout`` (the job's;
+    None: one replica).
     """
     from popdist_emu import profile_step
 
@@ -201,6 +204,7 @@ def profile(
         recomputation=recomputation,
         available_memory_proportion=available_memory_proportion,
         partials_type="half" if jnp.dtype(dtype).itemsize <= 2 else "float",
+        layout=layout,
     )
 
 
@@ -239,7 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Profiles the step, simulates it on the job's system and reports it.
 
     Reports through the runtime's glue (``popdist_emu.simulate_profile`` and
-    ``report_simulation``), as every example does: the summary is printed by instance 0,
+    ``report_simulation`` of the job PopRun gave, ``popdist_emu.Options()``), as every
+    example does: the summary is printed by instance 0,
     ``--report-dir`` gets ``summary.json`` and ``trace.json``, and a step that does not fit
     is refused with Poplar's ``Out of memory:`` and exit code 1.
     """
@@ -247,7 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import popdist_emu
 
     args = _parse(argv)
-    if popdist_emu.getInstanceIndex() == 0:
+    job = popdist_emu.Options(gradient_accumulation=args.gradient_accumulation)  # PopRun's
+    if job.instance_index == 0:
         popdist_emu.show_phases()  # XLA takes a minute or more on this step: say so
     step = profile(
         args.micro_batch_size,
@@ -256,15 +262,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         dtype=jnp.dtype(args.precision),
         recomputation=args.recomputation,
         available_memory_proportion=args.available_memory_proportion,
+        layout=job.layout,
     )
     try:
-        simulation = popdist_emu.simulate_profile(step)
+        simulation = popdist_emu.simulate_profile(step, job)
     except hardware.OutOfMemoryError as error:
         # Poplar refuses to compile a graph that does not fit; so does the emulator.
         print(error, file=sys.stderr, flush=True)
         return 1
-    popdist_emu.report_simulation(simulation)
-    if popdist_emu.getInstanceIndex() == 0:
+    popdist_emu.report_simulation(simulation, job)
+    if job.instance_index == 0:
         print(
             json.dumps(
                 {

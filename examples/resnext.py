@@ -141,10 +141,24 @@ def profile(
     return step.replace(activation_bytes=0)
 
 
-def _simulate(step):
+def _job():
+    """One replica on a POD16 (the technical note's), reporting where ``poprun-emu`` asks."""
+    import hardware
     import popdist_emu
 
-    return popdist_emu.simulate_profile(step, num_total_replicas=1, system="pod16")
+    launched = popdist_emu.Options()
+    return popdist_emu.Options(
+        layout=hardware.ReplicaLayout(1),
+        system="pod16",
+        report_dir=launched.report_dir,
+        command=launched.command,
+    )
+
+
+def _simulate(step, job=None):
+    import popdist_emu
+
+    return popdist_emu.simulate_profile(step, job or _job())
 
 
 def sweep(
@@ -228,12 +242,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         available_memory_proportion=args.available_memory_proportion,
         precision=args.precision,
     )
+    job = _job()
     try:
-        simulation = _simulate(step)
+        simulation = _simulate(step, job)
     except hardware.OutOfMemoryError as error:
         print(error, file=sys.stderr, flush=True)
         return 1
-    popdist_emu.report_simulation(simulation)
+    popdist_emu.report_simulation(simulation, job)
     print(json.dumps({"samples_per_second": simulation.samples_per_second}), flush=True)
     return 0
 

@@ -395,7 +395,7 @@ def main(argv: list[str] | None = None) -> dict:
         result, stats = train(trainer, options, args, leader, progress)
         report |= result
         simulation = popdist.with_infeed_stats(simulation, stats)
-    popdist.report_simulation(simulation)
+    popdist.report_simulation(simulation, options)
     report["simulated_step_seconds"] = simulation.simulated_step_seconds
     report["samples_per_second"] = simulation.samples_per_second
     report["system"] = simulation.system.name

@@ -20,6 +20,7 @@ from hardware._memory import MemoryBreakdown as MemoryBreakdown
 from hardware._memory import OutOfMemoryError as OutOfMemoryError
 from hardware._memory import check_memory as check_memory
 from hardware._memory import memory_per_ipu as memory_per_ipu
+from hardware._memory import replica_memory as replica_memory
 from hardware._parameters import DEFAULT_PREFETCH_DEPTH as DEFAULT_PREFETCH_DEPTH
 from hardware._parameters import ModelParameters as ModelParameters
 from hardware._parameters import load_parameters as load_parameters
@@ -34,11 +35,6 @@ from hardware._pipeline import program_order as program_order
 from hardware._pipeline import ramp_bubble_fraction as ramp_bubble_fraction
 from hardware._pipeline import schedule_pipeline as schedule_pipeline
 from hardware._pipeline import stash_depth as stash_depth
-from hardware._pipeline_step import PipelineReport as PipelineReport
-from hardware._pipeline_step import check_pipeline_memory as check_pipeline_memory
-from hardware._pipeline_step import ipu_track as ipu_track
-from hardware._pipeline_step import simulate_pipeline_step as simulate_pipeline_step
-from hardware._pipeline_step import stage_seconds as stage_seconds
 from hardware._planner import (
     DEFAULT_AVAILABLE_MEMORY_PROPORTION as DEFAULT_AVAILABLE_MEMORY_PROPORTION,
 )
@@ -51,6 +47,10 @@ from hardware._planner import proportion_for_ipu as proportion_for_ipu
 from hardware._planner_step import PlannerReport as PlannerReport
 from hardware._planner_step import plan_profile as plan_profile
 from hardware._planner_step import plan_step as plan_step
+from hardware._replica import ReplicaModel as ReplicaModel
+from hardware._replica import as_replica as as_replica
+from hardware._replica import micro_step_stage as micro_step_stage
+from hardware._replica import stage_costs as stage_costs
 from hardware._specs import BOW_2000 as BOW_2000
 from hardware._specs import BOW_IPU as BOW_IPU
 from hardware._specs import GC200 as GC200
@@ -63,6 +63,11 @@ from hardware._specs import SystemSpec as SystemSpec
 from hardware._specs import default_system as default_system
 from hardware._specs import get_system as get_system
 from hardware._specs import select_system as select_system
+from hardware._stage import PassCounts as PassCounts
+from hardware._stage import StageProfile as StageProfile
+from hardware._step import ReplicaReport as ReplicaReport
+from hardware._step import simulate_step as simulate_step
+from hardware._step_profile import METHODS as COLLECTIVE_METHODS
 from hardware._step_profile import CollectiveRecord as CollectiveRecord
 from hardware._step_profile import StepProfile as StepProfile
 from hardware._step_profile import resolve_group as resolve_group
@@ -70,7 +75,7 @@ from hardware._step_simulation import PHASES as PHASES
 from hardware._step_simulation import TRACKS as TRACKS
 from hardware._step_simulation import StepSimulation as StepSimulation
 from hardware._step_simulation import TimelineEvent as TimelineEvent
-from hardware._timeline import simulate_step as simulate_step
+from hardware._step_simulation import ipu_track as ipu_track
 from hardware._uncertainty import Calibration as Calibration
 from hardware._uncertainty import fixed_cost_share as fixed_cost_share
 from hardware._uncertainty import load_calibration as load_calibration
@@ -78,7 +83,7 @@ from hardware._uncertainty import load_calibration as load_calibration
 __all__ = [
     "BOW_2000",
     "BOW_IPU",
-    "DEFAULT_AVAILABLE_MEMORY_PROPORTION",
+    "COLLECTIVE_METHODS",
     "DEFAULT_PREFETCH_DEPTH",
     "GC200",
     "IPU_M2000",
@@ -101,19 +106,22 @@ __all__ = [
     "MemoryBreakdown",
     "ModelParameters",
     "OutOfMemoryError",
+    "PassCounts",
     "PipelineEvent",
-    "PipelineReport",
     "PipelineSchedule",
     "PlannerReport",
     "ReplicaLayout",
+    "ReplicaModel",
+    "ReplicaReport",
     "StageCost",
+    "StageProfile",
     "StepProfile",
     "StepSimulation",
     "SystemSelectionError",
     "SystemSpec",
     "TimelineEvent",
+    "as_replica",
     "check_memory",
-    "check_pipeline_memory",
     "check_proportion",
     "check_strategy",
     "collective_time",
@@ -130,6 +138,7 @@ __all__ = [
     "load_calibration",
     "load_parameters",
     "memory_per_ipu",
+    "micro_step_stage",
     "min_gradient_accumulation",
     "plan_op",
     "plan_profile",
@@ -137,12 +146,12 @@ __all__ = [
     "program_order",
     "proportion_for_ipu",
     "ramp_bubble_fraction",
+    "replica_memory",
     "resolve_group",
     "ring_seconds",
     "schedule_pipeline",
     "select_system",
-    "simulate_pipeline_step",
     "simulate_step",
-    "stage_seconds",
+    "stage_costs",
     "stash_depth",
 ]

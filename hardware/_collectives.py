@@ -23,8 +23,6 @@ from hardware._parameters import ModelParameters
 from hardware._specs import SystemSpec
 from hardware._step_profile import METHODS, CollectiveRecord, resolve_group
 
-RING_METHODS = tuple(m for m in METHODS if m != "auto")
-
 
 def ring_seconds(
     kind: str, method: str, p: int, nbytes: float, bandwidth: float, latency: float
@@ -44,7 +42,9 @@ def ring_seconds(
       ``2 ceil((p-1)/2) (alpha + n/p beta)`` (the last step of an even ring uses one
       direction only, which the ceiling accounts for).
     - broadcast: scatter then all-gather along the ring (van de Geijn), the all-reduce cost.
-    - ``auto``: the cheapest of the four, as GCL picks a method per collective.
+
+    ``auto`` is refused: gcl settles it by its own rule before a collective runs
+    (``gcl.collective_method``), and the model prices the method that runs.
 
     References:
         Patarasuk and Yuan 2009; Thakur et al. 2005; poplibs popops/Collectives.hpp.
@@ -56,8 +56,6 @@ def ring_seconds(
         )
     if p == 1:
         return 0.0
-    if method == "auto":
-        return min(ring_seconds(kind, m, p, nbytes, bandwidth, latency) for m in RING_METHODS)
     phases = 2 if kind in ("all_reduce", "broadcast") else 1
     beta = 1.0 / bandwidth
     if method in ("clockwise_ring", "anticlockwise_ring"):

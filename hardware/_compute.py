@@ -34,9 +34,10 @@ def compute_seconds(
     FP16.16 or FP32 peak), M the In-Processor-Memory bandwidth, eta the fitted sustained
     efficiency, r one transcendental per tile per cycle, C the compute sets and s the fitted
     fixed cost of one compute set (its BSP sync and exchange set-up), which keeps small
-    models from computing in microseconds. A replica spanning several IPUs without a
-    pipeline divides the arithmetic evenly; the compute sets run on every IPU (a pipeline
-    is costed per stage by ``hardware._pipeline``).
+    models from computing in microseconds. Work spread over ``num_ipus`` IPUs (a weight
+    update, each IPU updating its own stages' weights) divides the arithmetic evenly; the
+    compute sets run on every IPU. A stage's passes are costed on its one IPU
+    (``hardware.stage_costs``).
 
     References:
         Williams et al. 2009 (roofline); P and M from the IPU-POD64 datasheet and the

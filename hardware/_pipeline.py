@@ -45,58 +45,39 @@ from __future__ import annotations
 import dataclasses
 from typing import NamedTuple
 
+from hardware._stage import StageProfile
+
 STRATEGIES = ("pipelined", "sharded")
 SCHEDULES = ("grouped", "interleaved")
 
 
 class StageCost(NamedTuple):
-    """What one stage of a replica asks of its IPU, per micro-batch and per step.
+    """One stage priced on its IPU: what it holds and how long its passes take.
 
     Attributes:
-        ipu: the IPU of the replica it runs on (0-based).
-        blocks: names of the blocks it holds, in order.
+        stage: the stage's counts and bytes (``hardware.StageProfile``).
         forward_seconds: one micro-batch's forward pass.
         backward_seconds: one micro-batch's backward pass (including any recomputation).
-        output_bytes: activations it sends to the next stage per micro-batch (the
-            gradient of the same size comes back); 0 for the last stage.
-        input_bytes: its input per micro-batch (the recomputation stash entry).
-        activation_bytes: what its forward pass saves for its backward pass, per
-            micro-batch (one stash entry without recomputation).
-        parameter_bytes: its weights; a weight that an earlier stage on the same IPU holds
-            (tied embeddings and decoder) is counted with that stage only.
-        optimiser_state_bytes: its optimiser state (unsharded), counted as its weights.
-        gradient_bytes: its gradient (and accumulator), counted as its weights.
-        temporary_bytes: its peak working space.
-        num_ops: primitive operations of its forward and backward programs (code size).
-        checkpoint_bytes: bytes live while one micro-batch's backward recomputes the stage
-            with a recomputation checkpoint at every block boundary (the inputs of its
-            blocks after the first, plus the largest block's activations); 0 means the whole
-            stage's ``activation_bytes``.
-        block_gradient_bytes: the largest block's gradient: with gradient accumulation the
-            backward pass adds each block's weight gradients into the accumulators as they
-            are produced, so only one block's gradients are live at a time; 0 means the
-            whole stage's ``gradient_bytes``.
-        matmuls: the matmuls and convolutions (``hardware.ConvOp``) of the stage's program on
-            its IPU, forward and backward, which the convolution planner plans with the
-            replica's available memory proportion for that IPU (its time is already in
-            ``forward_seconds`` and ``backward_seconds``; its memory is charged per IPU).
     """
 
-    ipu: int
-    blocks: tuple[str, ...]
+    stage: StageProfile
     forward_seconds: float
     backward_seconds: float
-    output_bytes: int = 0
-    input_bytes: int = 0
-    activation_bytes: int = 0
-    parameter_bytes: int = 0
-    optimiser_state_bytes: int = 0
-    gradient_bytes: int = 0
-    temporary_bytes: int = 0
-    num_ops: int = 0
-    checkpoint_bytes: int = 0
-    block_gradient_bytes: int = 0
-    matmuls: tuple = ()
+
+    @property
+    def ipu(self) -> int:
+        """The IPU of the replica it runs on."""
+        return self.stage.ipu
+
+    @property
+    def blocks(self) -> tuple[str, ...]:
+        """The blocks it holds, in order."""
+        return self.stage.blocks
+
+    @property
+    def output_bytes(self) -> int:
+        """Activations it sends to the next stage per micro-batch."""
+        return self.stage.output_bytes
 
 
 class PipelineEvent(NamedTuple):
@@ -130,12 +111,14 @@ def check_strategy(strategy: str, schedule: str = "grouped") -> None:
 def stash_depth(position: int, num_stages: int, strategy: str, schedule: str = "grouped") -> int:
     """Micro-batches whose activations stage ``position`` keeps for its backward pass.
 
-    Grouped: ``2(N - s) + 1``; interleaved: ``N + 1``; sharded: 1 (MPO section 4.2).
+    Grouped: ``2(N - s) + 1``; interleaved: ``N + 1``; sharded: 1 (MPO section 4.2). A
+    single stage is no pipeline: each micro-batch's backward follows its forward, so it
+    keeps one micro-batch, as a data-parallel replica does.
     """
     check_strategy(strategy, schedule)
     if not 0 <= position < num_stages:
         raise ValueError(f"stage {position} is outside 0..{num_stages - 1}.")
-    if strategy == "sharded":
+    if strategy == "sharded" or num_stages == 1:
         return 1
     if schedule == "interleaved":
         return num_stages + 1
@@ -167,12 +150,13 @@ def program_order(num_stages: int, gradient_accumulation: int, strategy: str):
     """The passes of one weight update as ``(cycle, stage, kind, micro_batch)``, in order.
 
     Within a cycle every stage runs its forward before its backward (grouped). The
-    runtime executes the passes in this order, so the numerics follow the schedule.
+    runtime executes the passes in this order, so the numerics follow the schedule. One
+    stage is no pipeline: each micro-batch's forward, then its backward.
     """
     check_strategy(strategy)
     n, ga = num_stages, gradient_accumulation
     order = []
-    if strategy == "sharded":
+    if strategy == "sharded" or n == 1:
         cycle = 0
         for m in range(ga):
             for s in range(n):
@@ -225,9 +209,20 @@ class PipelineSchedule:
         return tuple(work[i] for i in self.ipus)
 
     @property
+    def micro_batch_seconds(self) -> float:
+        """The update's passes per micro-batch: a lone stage's forward and backward, back to
+        back (what a data-parallel replica's micro-step takes), else the pipeline's time
+        over its micro-batches."""
+        if len(self.stages) == 1:
+            stage = self.stages[0]
+            return stage.forward_seconds + stage.backward_seconds
+        return self.seconds / self.gradient_accumulation
+
+    @property
     def bubble_fraction(self) -> float:
-        """Idle share of the IPUs' time: ``1 - sum(busy) / (IPUs * seconds)``."""
-        if self.seconds <= 0:
+        """Idle share of the IPUs' time: ``1 - sum(busy) / (IPUs * seconds)``; none for a
+        lone stage, whose passes run back to back."""
+        if self.seconds <= 0 or len(self.stages) == 1:
             return 0.0
         return max(1.0 - sum(self.busy_seconds) / (len(self.ipus) * self.seconds), 0.0)
 
@@ -288,7 +283,7 @@ def schedule_pipeline(
     xfer = _boundary_seconds(stages, link_bandwidth, link_latency)
     events: list[PipelineEvent] = []
     t, transfers = 0.0, 0.0
-    if strategy == "sharded":
+    if strategy == "sharded" or n == 1:
         for _, s, kind, m in program_order(n, ga, strategy):
             stage = stages[s]
             seconds = stage.forward_seconds if kind == "forward" else stage.backward_seconds
@@ -335,14 +330,14 @@ def _cycle_passes(num_stages: int, gradient_accumulation: int, cycle: int):
     return forwards + backwards
 
 
-def stash_entry_bytes(stage: StageCost, recomputation: bool) -> int:
+def stash_entry_bytes(stage: StageProfile, recomputation: bool) -> int:
     """One micro-batch's entry in a stage's stash: its input under recomputation, else what
     its forward saves for its backward."""
     return stage.input_bytes if recomputation else stage.activation_bytes
 
 
 def stash_bytes(
-    stage: StageCost,
+    stage: StageProfile,
     position: int,
     num_stages: int,
     strategy: str,
@@ -365,7 +360,7 @@ def memory_counter(
     A micro-batch's stash entry is allocated when its forward pass starts and freed when
     its backward pass ends (PopVision's liveness view, per IPU).
     """
-    entry = [stash_entry_bytes(s, recomputation) for s in pipeline.stages]
+    entry = [stash_entry_bytes(s.stage, recomputation) for s in pipeline.stages]
     changes: dict[int, list[tuple[float, int]]] = {ipu: [] for ipu in pipeline.ipus}
     for e in pipeline.events:
         if e.kind == "forward":

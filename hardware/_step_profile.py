@@ -1,8 +1,8 @@
 """What one training step asks of the hardware: the input of every cost and memory model.
 
-A StepProfile is pure data, filled by the runtime (``popdist_emu.programs._profile.profile_step``)
-from XLA's cost and memory analysis of the compiled per-replica step, so the hardware model
-never needs JAX.
+A StepProfile is pure data, filled by the runtime (``popdist_emu.profile_step`` and the
+Trainer) from XLA's cost and memory analysis of the compiled per-replica step, so the
+hardware model never needs JAX.
 """
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ from hardware._planner import DEFAULT_AVAILABLE_MEMORY_PROPORTION, proportion_fo
 
 CollectiveKind = Literal["all_reduce", "reduce_scatter", "all_gather", "broadcast"]
 COLLECTIVE_KINDS = ("all_reduce", "reduce_scatter", "all_gather", "broadcast")
+# The ring methods GCL runs. ``auto`` is a request, not a method: gcl settles it by its own
+# rule (``gcl.collective_method``) when a record is made, so the model prices what runs.
 METHODS = (
     "clockwise_ring",
     "anticlockwise_ring",
     "bidirectional_ring_pair",
     "meet_in_middle_ring",
-    "auto",
 )
 
 
@@ -30,7 +31,8 @@ class CollectiveRecord(NamedTuple):
 
     Attributes:
         kind: ``all_reduce``, ``reduce_scatter``, ``all_gather`` or ``broadcast``.
-        method: a GCL method name (see ``METHODS``).
+        method: the GCL method that runs (see ``METHODS``), never ``auto``: the record is
+            made with the method gcl's rule settles ``auto`` to (``gcl.collective_method``).
         group: ``"all"``, ``"consecutive(k)"`` or ``"orthogonal(k)"`` (also accepts
             ``str(gcl.Consecutive(k))`` and the like: the kind and the first integer count).
         bytes: bytes of the full (unsharded) tensor per replica; for ``all_gather`` the
@@ -176,6 +178,12 @@ class StepProfile:
             if record.kind not in COLLECTIVE_KINDS:
                 raise ValueError(
                     f"collective kind {record.kind!r} is unknown: use one of {COLLECTIVE_KINDS}."
+                )
+            if record.method == "auto":
+                raise ValueError(
+                    f"the {record.kind} record holds method 'auto', which gcl settles before it "
+                    "runs: record the method it runs, gcl.collective_method(kind, "
+                    "bytes_per_replica, group_size)."
                 )
             if record.method not in METHODS:
                 raise ValueError(

@@ -1,7 +1,6 @@
 """What a simulated step is, for reports: its phases, trace tracks, intervals and result.
 
-The timeline (``hardware._timeline``) and the pipeline (``hardware._pipeline_step``) both make
-a :class:`StepSimulation`; the reports read it. Pure data.
+``hardware.simulate_step`` makes a :class:`StepSimulation`; the reports read it. Pure data.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from typing import Any, NamedTuple
 from hardware._layout import ReplicaLayout
 from hardware._memory import MemoryBreakdown
 from hardware._parameters import ModelParameters
+from hardware._replica import ReplicaModel
 from hardware._specs import SystemSpec
 from hardware._step_profile import StepProfile
 
@@ -82,7 +82,7 @@ class StepSimulation:
     """Simulated time and memory of one step; pure data for reports.
 
     Attributes:
-        profile: the step's cost.
+        model: the replica simulated: its profile and its stages.
         layout: replicas, instances and IPUs per replica.
         system: the IPU-POD.
         parameters: the model parameters used.
@@ -95,15 +95,15 @@ class StepSimulation:
         host_io_seconds: host link busy time per step.
         events: the step's intervals, for the trace.
         prefetch_depth: micro-batches the infeed keeps ahead of the compute.
-        pipeline: the pipeline part (``hardware._pipeline_step.PipelineReport``) when the
-            replica runs as stages over its IPUs; None otherwise.
+        replica: the replica's stages and IPUs (``hardware.ReplicaReport``): their passes,
+            stashes and each IPU's memory.
         host_compute_seconds: the host's busy time per step preparing an instance's samples
             on the POD (``hardware._host_compute``; 0 when not measured).
         run_events: every interval of the first steps of a run, from an empty infeed (the
             first step waits for its data, later ones find it prefetched), for the trace.
     """
 
-    profile: StepProfile
+    model: ReplicaModel
     layout: ReplicaLayout
     system: SystemSpec
     parameters: ModelParameters
@@ -115,9 +115,20 @@ class StepSimulation:
     host_io_seconds: float
     events: tuple[TimelineEvent, ...]
     prefetch_depth: int
-    pipeline: Any = None
+    replica: Any
     host_compute_seconds: float = 0.0
     run_events: tuple[TimelineEvent, ...] = ()
+
+    @property
+    def profile(self) -> StepProfile:
+        """The replica-wide step profile."""
+        return self.model.profile
+
+    @property
+    def pipeline(self) -> Any:
+        """The replica's report when it runs an execution strategy (pipelined or sharded
+        over its IPUs); None for a data-parallel replica (one program)."""
+        return self.replica if self.model.strategy is not None else None
 
     @property
     def memory_per_ipu(self) -> dict[str, int]:

@@ -25,10 +25,10 @@ from hardware._compute import compute_seconds
 from hardware._host_compute import host_compute_seconds
 from hardware._host_io import host_io_seconds
 from hardware._layout import ReplicaLayout
-from hardware._memory import memory_per_ipu, optimiser_shards
-from hardware._parameters import DEFAULT_PREFETCH_DEPTH, ModelParameters, load_parameters
-from hardware._planner_step import plan_profile
-from hardware._specs import SystemSelectionError, SystemSpec
+from hardware._memory import optimiser_shards
+from hardware._parameters import ModelParameters
+from hardware._pipeline import PipelineSchedule
+from hardware._specs import SystemSpec
 from hardware._step_profile import CollectiveRecord, StepProfile
 from hardware._step_simulation import (
     _PHASE_OF_KIND,
@@ -39,12 +39,13 @@ from hardware._step_simulation import (
     TRACK_HOST_LINK,
     TRACK_HOST_SYNC,
     TRACK_IPU_LINKS,
-    StepSimulation,
     TimelineEvent,
 )
 
 
-class _Durations(NamedTuple):
+class Durations(NamedTuple):
+    """Seconds of each part of one step, as the timeline schedules them."""
+
     host: float
     io: float
     compute: float
@@ -56,26 +57,23 @@ class _Durations(NamedTuple):
     output: float = 0.0  # device-to-host copy of one returned micro-batch's outputs
 
 
-def _durations(
-    profile: StepProfile, layout: ReplicaLayout, system: SystemSpec, params: ModelParameters
-) -> _Durations:
+def durations(
+    profile: StepProfile,
+    layout: ReplicaLayout,
+    system: SystemSpec,
+    params: ModelParameters,
+    pipe: PipelineSchedule,
+) -> Durations:
+    """Seconds of each part of a step, the replica's compute from its stages' schedule
+    (``pipe``: one micro-batch's share of an update's passes)."""
     ipu, k = system.ipu, layout.ipus_per_replica
-    compute = compute_seconds(
-        profile.grad_flops,
-        profile.grad_bytes_accessed,
-        profile.grad_transcendentals,
-        ipu,
-        profile.precision,
-        params,
-        num_ipus=k,
-        compute_sets=profile.num_ops,
-    )
-    if profile.matmuls:
-        # The convolution planner's chosen plans beyond the fastest (hardware._planner).
-        compute += plan_profile(profile, ipu, params).extra_seconds / k
-    # acc += grad reads two tensors and writes one, at In-Processor-Memory bandwidth.
+    # acc += grad reads two tensors and writes one, at In-Processor-Memory bandwidth; each
+    # IPU adds its own stages' gradients, the fullest IPU decides.
+    on_ipu: dict[int, int] = {}
+    for cost in pipe.stages:
+        on_ipu[cost.ipu] = on_ipu.get(cost.ipu, 0) + cost.stage.gradient_bytes
     accumulate = (
-        3 * profile.gradient_bytes / k / ipu.memory_bandwidth
+        3 * max(on_ipu.values()) / ipu.memory_bandwidth
         if profile.gradient_accumulation > 1
         else 0.0
     )
@@ -112,10 +110,10 @@ def _durations(
         layout.num_replicas,
         layout.ipus_per_replica,
     )
-    return _Durations(
+    return Durations(
         host_compute_seconds(profile, layout),
         io,
-        compute,
+        pipe.micro_batch_seconds,
         accumulate,
         collectives,
         update,
@@ -125,7 +123,7 @@ def _durations(
     )
 
 
-def _run_steps(d: _Durations, profile: StepProfile, depth: int, steps: int):
+def _run_steps(d: Durations, profile: StepProfile, depth: int, steps: int):
     """Event-driven schedule of ``steps`` consecutive steps; returns (events, step ends).
 
     Lanes: the host's CPU prepares each step's samples (ahead of the IPUs by up to ``depth``
@@ -288,7 +286,7 @@ def _run_steps(d: _Durations, profile: StepProfile, depth: int, steps: int):
     return events, step_ends
 
 
-def host_link_seconds(d: _Durations, profile: StepProfile) -> float:
+def host_link_seconds(d: Durations, profile: StepProfile) -> float:
     """The host link's busy time per step: every micro-batch's inputs and the returned
     outputs (their lanes run at once, so this is the busier lane's time, not their sum)."""
     n_micro = profile.gradient_accumulation * profile.device_iterations
@@ -302,7 +300,7 @@ def samples_per_second(profile: StepProfile, layout: ReplicaLayout, step_seconds
 
 
 def step_phases(
-    d: _Durations, profile: StepProfile, exposed_io: float, exposed_host: float = 0.0
+    d: Durations, profile: StepProfile, exposed_io: float, exposed_host: float = 0.0
 ) -> dict[str, float]:
     """Seconds per step in each of ``PHASES``: every micro-batch's compute and accumulation,
     each update's collectives, weight update and streaming, the exposed host compute and
@@ -322,7 +320,7 @@ def step_phases(
     return phases
 
 
-def _steady_step(d: _Durations, profile: StepProfile, depth: int):
+def _steady_step(d: Durations, profile: StepProfile, depth: int):
     """A step in the steady state, once the host and the infeed have run ahead as far as
     they can (as in a running job): the second of two steps, or with host compute the last
     of ``depth + 2`` (the host's lane runs ahead by whole steps)."""
@@ -340,7 +338,7 @@ def _steady_step(d: _Durations, profile: StepProfile, depth: int):
     return tuple(shifted), end - start, tuple(events)
 
 
-def exposed_host_times(d: _Durations, profile: StepProfile, depth: int):
+def exposed_host_times(d: Durations, profile: StepProfile, depth: int):
     """The steady step's events and seconds, and the host compute and host IO it exposes:
     what the step loses to each against the same step without it."""
     events, step_seconds, run_events = _steady_step(d, profile, depth)
@@ -355,54 +353,3 @@ def exposed_host_times(d: _Durations, profile: StepProfile, depth: int):
     exposed_host = max(step_seconds - without_host, 0.0)
     exposed_io = max(without_host - without_both, 0.0)
     return events, step_seconds, exposed_io, exposed_host, run_events
-
-
-def simulate_step(
-    profile: StepProfile,
-    layout: ReplicaLayout,
-    system: SystemSpec,
-    *,
-    parameters: ModelParameters | None = None,
-    prefetch_depth: int = DEFAULT_PREFETCH_DEPTH,
-) -> StepSimulation:
-    """Simulated time and memory of one step of ``profile`` under ``layout`` on ``system``.
-
-    Pure: the same inputs always give the same simulation. ``parameters`` default to the
-    calibrated ones (``hardware/calibration.json``).
-
-    Raises:
-        SystemSelectionError: when the layout needs more IPUs than ``system`` has.
-    """
-    if layout.num_ipus > system.num_ipus:
-        raise SystemSelectionError(
-            f"the job needs {layout.num_ipus} IPUs but {system.name} has {system.num_ipus}: "
-            "pick a larger --system or fewer replicas."
-        )
-    if prefetch_depth < 0:
-        raise ValueError(f"`prefetch_depth` must be >= 0, got {prefetch_depth}.")
-    params = parameters if parameters is not None else load_parameters(model=profile.name)
-    d = _durations(profile, layout, system, params)
-    events, step_seconds, exposed, exposed_host, run = exposed_host_times(
-        d, profile, prefetch_depth
-    )
-
-    phases = step_phases(d, profile, exposed, exposed_host)
-
-    return StepSimulation(
-        profile=profile,
-        layout=layout,
-        system=system,
-        parameters=params,
-        phases=phases,
-        simulated_step_seconds=step_seconds,
-        samples_per_second=samples_per_second(profile, layout, step_seconds),
-        memory=memory_per_ipu(
-            profile, layout, system, prefetch_depth=prefetch_depth, parameters=params
-        ),
-        host_io_exposed_seconds=exposed,
-        host_io_seconds=host_link_seconds(d, profile),
-        events=events,
-        prefetch_depth=prefetch_depth,
-        host_compute_seconds=d.host,
-        run_events=run,
-    )

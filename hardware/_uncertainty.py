@@ -152,17 +152,12 @@ class Calibration:
 
 def fixed_cost_share(sim: StepSimulation) -> float:
     """The part of a micro-batch's IPU compute that is the fixed cost of its operations
-    (``compute_set_seconds`` per compute set) rather than their arithmetic and memory time:
-    over all stages of a pipeline, or of the replica's step."""
+    (``compute_set_seconds`` per compute set) rather than their arithmetic and memory time,
+    over all the replica's stages (a data-parallel replica's one stage is its micro-step)."""
     ipu, params = sim.system.ipu, sim.parameters
-    if sim.pipeline is not None:
-        stages = sim.pipeline.schedule.stages
-        fixed = sum(compute_set_overhead(s.num_ops, ipu, params) for s in stages)
-        total = sum(s.forward_seconds + s.backward_seconds for s in stages)
-    else:
-        micro = sim.profile.gradient_accumulation * sim.profile.device_iterations
-        fixed = compute_set_overhead(sim.profile.num_ops, ipu, params)
-        total = sim.phases.get("compute", 0.0) / max(micro, 1)
+    stages = sim.replica.schedule.stages
+    fixed = sum(compute_set_overhead(s.stage.num_ops, ipu, params) for s in stages)
+    total = sum(s.forward_seconds + s.backward_seconds for s in stages)
     return min(fixed / total, 1.0) if total > 0 else 0.0
 
 

@@ -82,9 +82,11 @@ if TYPE_CHECKING:
     from popdist_emu.runtime import read_checkpoint_meta as read_checkpoint_meta
     from popdist_emu.runtime import restore_checkpoint as restore_checkpoint
     from popdist_emu.runtime import save_checkpoint as save_checkpoint
+    from popdist_emu.sim import profile_replica as profile_replica
     from popdist_emu.sim import report_simulation as report_simulation
     from popdist_emu.sim import simulate as simulate
     from popdist_emu.sim import simulate_profile as simulate_profile
+    from popdist_emu.sim import simulate_replica as simulate_replica
     from popdist_emu.sim import simulated_system as simulated_system
     from popdist_emu.sim import with_infeed_stats as with_infeed_stats
 
@@ -142,6 +144,7 @@ __all__ = [
     "lars",
     "load_digits_split",
     "profile_programs",
+    "profile_replica",
     "profile_step",
     "read_checkpoint_meta",
     "report_simulation",
@@ -151,6 +154,7 @@ __all__ = [
     "show_phases",
     "simulate",
     "simulate_profile",
+    "simulate_replica",
     "simulated_system",
     "with_infeed_stats",
     "write_atomically",

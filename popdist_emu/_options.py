@@ -72,19 +72,19 @@ def _check_available_memory_proportion(value: float | Mapping[str, float]) -> No
 
 def _resolve_layout(
     layout: ReplicaLayout | None, instance: int | None, rf: int | None
-) -> tuple[ReplicaLayout, int, int, bool, str]:
-    """``(layout, instance_index, local replicas, offline, job_dir)``, the environment read at
-    most once.
+) -> tuple[ReplicaLayout, int, int, InstanceEnvironment]:
+    """``(layout, instance_index, local replicas, the launcher's view)``, the environment
+    read at most once.
 
-    A given layout is the job's whole description: neither it nor the instance index, the
-    offline flag or the job directory then comes from the environment.
+    A given layout is the job's whole description: neither it nor the instance index nor
+    any of the launcher's settings (offline mode, the job directory, the system, the report
+    directory, ...) then comes from the environment: the view is the empty one.
     """
     if rf is not None:
         _check_positive("replication_factor", rf, "replicationFactor")
-    offline, job_dir = False, ""
+    view = InstanceEnvironment()
     if layout is None:
         view = InstanceEnvironment.from_environ()
-        offline, job_dir = view.offline, view.job_dir
         if view.popdist_set:
             layout, source = view.layout, "PopRun gave this instance"
             instance = view.instance if instance is None else instance
@@ -116,7 +116,7 @@ def _resolve_layout(
             f"Options: `replication_factor` is {rf} but {source} {local} local replicas; "
             f"leave it unset (it defaults to popdist.getNumLocalReplicas()) or pass {local}."
         )
-    return layout, instance, local, offline, job_dir
+    return layout, instance, local, view
 
 
 @dataclasses.dataclass(frozen=True, init=False)
@@ -165,6 +165,13 @@ class Options:
         offline: compile only, run nothing (``poprun-emu --offline-mode``).
         job_dir: the launcher's job directory, which names this job among others (one job
             writes a checkpoint directory); "" for a job that is this process alone.
+        system: the IPU-POD the job is simulated on (``poprun-emu --system``); "" for the
+            smallest Mk2 POD that holds it.
+        report_dir: where instance 0 writes the run's reports (``--report-dir``); "" for
+            none.
+        command: the command line the reports name (``poprun-emu``'s); "" for none.
+        scaling_request: the request file of a ``poprun-emu-scaling`` sweep to answer from
+            this job's simulated step; "" when none asked.
     """
 
     replication_factor: int
@@ -184,6 +191,10 @@ class Options:
     instance_index: int
     offline: bool
     job_dir: str
+    system: str
+    report_dir: str
+    command: str
+    scaling_request: str
 
     def __init__(
         self,
@@ -206,6 +217,10 @@ class Options:
         instance_index: int | None = None,
         offline: bool | None = None,
         job_dir: str | None = None,
+        system: str | None = None,
+        report_dir: str | None = None,
+        command: str | None = None,
+        scaling_request: str | None = None,
     ) -> None:
         """Validates the fields and resolves the per-instance ones, once.
 
@@ -221,6 +236,9 @@ class Options:
                 layout, False with a given layout.
             job_dir: None takes ``poprun-emu``'s job directory from the environment read
                 for the layout, "" (this process is the job) with a given layout.
+            system, report_dir, command, scaling_request: None takes ``poprun-emu``'s (and
+                ``poprun-emu-scaling``'s) from the environment read for the layout, "" with
+                a given layout.
 
         The other arguments are the attributes of the same names.
 
@@ -242,16 +260,23 @@ class Options:
             "available_memory_proportion": available_memory_proportion,
             "partials_type": partials_type,
         }
-        resolved_layout, instance, local, environ_offline, environ_job = _resolve_layout(
+        resolved_layout, instance, local, view = _resolve_layout(
             layout, instance_index, replication_factor
         )
+        given = {
+            "job_dir": job_dir,
+            "system": system,
+            "report_dir": report_dir,
+            "command": command,
+            "scaling_request": scaling_request,
+        }
         fields |= {
             "replication_factor": local,
             "layout": resolved_layout,
             "instance_index": instance,
-            "offline": environ_offline if offline is None else bool(offline),
-            "job_dir": environ_job if job_dir is None else job_dir,
+            "offline": view.offline if offline is None else bool(offline),
         }
+        fields |= {k: getattr(view, k) if v is None else v for k, v in given.items()}
         for name, value in fields.items():
             object.__setattr__(self, name, value)
         self._check()
@@ -282,11 +307,12 @@ class Options:
             raise ValueError(
                 f"Options: `prefetch_depth` must be an int, got {self.prefetch_depth!r}."
             )
-        if not isinstance(self.job_dir, str):
-            raise ValueError(
-                f"Options: `job_dir` must be a str (poprun-emu's job directory, or an empty "
-                f"string), got {self.job_dir!r}."
-            )
+        for name in ("job_dir", "system", "report_dir", "command", "scaling_request"):
+            if not isinstance(getattr(self, name), str):
+                raise ValueError(
+                    f"Options: `{name}` must be a str (poprun-emu's, or an empty string), got "
+                    f"{getattr(self, name)!r}."
+                )
         if self.prefetch_depth < 1:
             raise ValueError(
                 f"Options: `prefetch_depth` must be >= 1 (1 = only the next batch is "

@@ -41,7 +41,7 @@ def simulate_step(trainer: Any, batch: Any, *, name: str, outputs: Any, fields: 
             "host_prefetch": cost.prefetch,
         }
     simulation = popdist_emu.simulate(trainer, batch, name=name, host=host)
-    popdist_emu.report_simulation(simulation, instance_index=fields.instance_index)
+    popdist_emu.report_simulation(simulation, fields)
 
 
 def end_program(fields: Options) -> NoReturn:

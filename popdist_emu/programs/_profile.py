@@ -25,7 +25,14 @@ from typing import Any
 import jax
 import numpy as np
 
-from hardware import DEFAULT_AVAILABLE_MEMORY_PROPORTION, CollectiveRecord, StepProfile
+import gcl
+from hardware import (
+    DEFAULT_AVAILABLE_MEMORY_PROPORTION,
+    CollectiveRecord,
+    ReplicaLayout,
+    StepProfile,
+    resolve_group,
+)
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.programs._analysis import (
     XlaCost,
@@ -36,7 +43,7 @@ from popdist_emu.programs._analysis import (
 )
 from popdist_emu.programs._compile import Program, compile_program
 from popdist_emu.programs._matmuls import matmul_ops
-from popdist_emu.programs._shapes import StepShapes
+from popdist_emu.programs._shapes import StepShapes, gradient_nbytes
 from popdist_emu.programs._step_profile import ProgramCounts, StepSettings, build_step_profile
 
 
@@ -109,6 +116,18 @@ def profile_step_programs(
         opt_state=shapes.opt_state,
         micro_batch=shapes.micro_batch,
         gradient_bytes=shapes.gradient_bytes,
+    )
+
+
+def settled_collectives(
+    sizes: Mapping[str, int], method: str, group: str, layout: ReplicaLayout
+) -> tuple[CollectiveRecord, ...]:
+    """One record per ``kind -> bytes`` of ``sizes``, each with the method gcl runs for it
+    in ``group`` under ``layout`` (``auto`` settled by gcl's own rule)."""
+    size = resolve_group(group, layout.num_replicas).size
+    return tuple(
+        CollectiveRecord(kind, gcl.collective_method(kind, nbytes, size, method), group, nbytes)
+        for kind, nbytes in sizes.items()
     )
 
 
@@ -230,6 +249,7 @@ def profile_step(
     collectives: Sequence[CollectiveRecord] | None = None,
     method: str = "auto",
     group: str = "all",
+    layout: ReplicaLayout | None = None,
     replicated_tensor_sharding: bool = False,
     offload_optimiser_state: bool = False,
     sharding_domain: int = 0,
@@ -260,9 +280,12 @@ def profile_step(
         device_iterations: weight updates per step.
         collectives: the collectives of one update; default: an all-reduce of the
             gradients, or under RTS a reduce-scatter of the gradients and an all-gather of
-            the weights, with ``method`` and ``group``.
-        method: GCL method of the default collectives.
+            the weights, with ``method`` and ``group``, each recorded with the method gcl
+            runs for it under ``layout`` (``gcl.collective_method``: ``auto`` is settled
+            here, never priced).
+        method: GCL method of the default collectives (``auto``: gcl's choice).
         group: GCL group of the default collectives ("all", "consecutive(k)", ...).
+        layout: the job's layout, whose group size settles ``auto``; None: one replica.
         replicated_tensor_sharding: the optimiser state is sharded over ``sharding_domain``.
         offload_optimiser_state: the optimiser state lives in Streaming Memory.
         sharding_domain: replicas of the RTS domain (0 = all).
@@ -293,15 +316,12 @@ def profile_step(
             label=f"{name}'s step: weight update",
             analysis_only=True,
         )
-    gradient_bytes = tree_nbytes(grads)
+    gradient_bytes = gradient_nbytes(grads)
     if collectives is None:
+        sizes = {"all_reduce": gradient_bytes}
         if replicated_tensor_sharding:
-            collectives = (
-                CollectiveRecord("reduce_scatter", method, group, gradient_bytes),
-                CollectiveRecord("all_gather", method, group, tree_nbytes(params)),
-            )
-        else:
-            collectives = (CollectiveRecord("all_reduce", method, group, gradient_bytes),)
+            sizes = {"reduce_scatter": gradient_bytes, "all_gather": tree_nbytes(params)}
+        collectives = settled_collectives(sizes, method, group, layout or ReplicaLayout())
     return profile_programs(
         micro,
         update,

@@ -15,8 +15,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from popdist_emu._trees import tree_nbytes
-
 
 def shape_struct(x: Any, shape: tuple[int, ...] | None = None) -> jax.ShapeDtypeStruct:
     """``x`` as a compiled program sees it: its shape (or ``shape``) and its dtype made
@@ -33,6 +31,21 @@ def shape_struct(x: Any, shape: tuple[int, ...] | None = None) -> jax.ShapeDtype
 def flat_size(params: Any) -> int:
     """Elements of all parameter leaves: the gradient part of a flat accumulator."""
     return sum(int(np.prod(jnp.shape(leaf), dtype=np.int64)) for leaf in jax.tree.leaves(params))
+
+
+def gradient_nbytes(gradient: Any, *dtypes: Any) -> int:
+    """Bytes of ``gradient`` (a pytree of weights or of their gradients, arrays or shapes)
+    laid out flat in the dtype it is accumulated in: the result type of its leaves and
+    ``dtypes`` (the loss's, where the runtime accumulates the loss beside it).
+
+    The one definition of a gradient's and of its accumulator's size, for the replica's
+    profile, every pipeline stage and the collectives that reduce it.
+    """
+    leaves = jax.tree.leaves(gradient)
+    if not leaves:
+        return 0
+    dtype = jnp.result_type(*(jnp.result_type(leaf) for leaf in leaves), *dtypes)
+    return flat_size(gradient) * np.dtype(dtype).itemsize
 
 
 def accumulator_struct(params: Any, loss_dtype: Any) -> jax.ShapeDtypeStruct:
@@ -77,8 +90,12 @@ class StepShapes(NamedTuple):
     def gradient_bytes(self) -> int:
         """Bytes of one replica's gradient as the runtime holds it (in the accumulator's
         dtype): the hardware model's gradient and accumulator size."""
-        acc = self.accumulator
-        return tree_nbytes(acc) - np.dtype(acc.dtype).itemsize
+        return self.gradient_bytes_of(self.params)
+
+    def gradient_bytes_of(self, params: Any) -> int:
+        """Bytes of the gradient of ``params`` (some of the weights: a pipeline stage's or a
+        block's) as the runtime accumulates it, in the accumulator's dtype."""
+        return gradient_nbytes(params, self.loss.dtype)
 
     @property
     def micro_batch_size(self) -> int:

@@ -20,6 +20,7 @@ from hardware import DEFAULT_AVAILABLE_MEMORY_PROPORTION, CollectiveRecord, Step
 from popdist_emu._options import Options
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.programs._analysis import XlaCost, precision_of
+from popdist_emu.programs._shapes import gradient_nbytes
 
 
 class StepSettings(NamedTuple):
@@ -127,7 +128,8 @@ def build_step_profile(
         opt_state: the whole optimiser state (arrays or shapes), if any.
         micro_batch: one micro-batch of one replica: the bytes the host streams per
             micro-batch; None for none.
-        gradient_bytes: one replica's gradient bytes; default the bytes of ``params``.
+        gradient_bytes: one replica's gradient bytes; default those of ``params``'
+            gradient (``gradient_nbytes``, the one definition).
     """
     parameter_bytes = tree_nbytes(params)
     return StepProfile(
@@ -138,7 +140,7 @@ def build_step_profile(
         update_bytes_accessed=counts.update.bytes_accessed,
         parameter_bytes=parameter_bytes,
         optimiser_state_bytes=tree_nbytes(opt_state),
-        gradient_bytes=parameter_bytes if gradient_bytes is None else int(gradient_bytes),
+        gradient_bytes=gradient_nbytes(params) if gradient_bytes is None else int(gradient_bytes),
         activation_bytes=int(counts.activation_bytes),
         temporary_bytes=int(counts.temporary_bytes),
         host_bytes_per_micro_batch=tree_nbytes(micro_batch),

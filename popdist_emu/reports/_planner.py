@@ -14,30 +14,28 @@ References:
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import IO, Any
+
+from hardware import MemoryBreakdown, StepSimulation
 
 MAX_WARNINGS_PRINTED = 5
 
 
-def ipu_memories(simulation: Any) -> list[tuple[str, Any]]:
+def ipu_memories(simulation: StepSimulation) -> list[tuple[str, MemoryBreakdown]]:
     """(name, memory) of every IPU of replica 0: ``IPU0``, ``IPU1``, ..."""
-    pipeline = getattr(simulation, "pipeline", None)
-    if pipeline is not None:
-        return [(f"IPU{i}", memory) for i, memory in enumerate(pipeline.ipu_memory)]
-    k = simulation.layout.ipus_per_replica
-    return [(f"IPU{i}", simulation.memory) for i in range(k)]
+    return [(f"IPU{i}", memory) for i, memory in enumerate(simulation.replica.ipu_memory)]
 
 
-def available_memory_summary(simulation: Any) -> dict:
+def available_memory_summary(simulation: StepSimulation) -> dict[str, dict[str, Any]]:
     """``summary.json``'s ``available_memory`` object: one entry per IPU of replica 0."""
     out = {}
     for name, memory in ipu_memories(simulation):
-        plans = getattr(memory, "planner", None)
-        entry = {
+        plans = memory.planner
+        entry: dict[str, Any] = {
             "always_live_bytes": memory.always_live,
             "not_always_live_bytes": memory.not_always_live,
             "temporary_bytes": memory.categories["temporaries"],
-            "worst_tile_bytes": round(getattr(memory, "worst_tile", memory.per_tile)),
+            "worst_tile_bytes": round(memory.worst_tile),
             "mean_tile_bytes": round(memory.per_tile),
             "tile_capacity_bytes": memory.tile_capacity,
             "available_memory_proportions": [],
@@ -53,7 +51,7 @@ def available_memory_summary(simulation: Any) -> dict:
     return out
 
 
-def planner_lines(simulation: Any) -> list[str]:
+def planner_lines(simulation: StepSimulation) -> list[str]:
     """Printed summary lines: per IPU, liveness split, worst tile and phase-two count."""
     lines = []
     for name, entry in available_memory_summary(simulation).items():
@@ -73,11 +71,11 @@ def planner_lines(simulation: Any) -> list[str]:
     return lines
 
 
-def planner_warnings(simulation: Any) -> list[str]:
+def planner_warnings(simulation: StepSimulation) -> list[str]:
     """PopLibs' phase-two warnings of every IPU, one per operation."""
     seen, out = set(), []
     for _, memory in ipu_memories(simulation):
-        plans = getattr(memory, "planner", None)
+        plans = memory.planner
         for warning in plans.warnings if plans is not None else ():
             if warning not in seen:
                 seen.add(warning)
@@ -85,7 +83,7 @@ def planner_warnings(simulation: Any) -> list[str]:
     return out
 
 
-def print_planner_warnings(simulation: Any, file: Any = None) -> None:
+def print_planner_warnings(simulation: StepSimulation, file: IO[str] | None = None) -> None:
     """Prints the phase-two warnings to stderr as Poplar logs them (the first few, then a
     count), so they appear even when the step is then refused for memory."""
     warnings = planner_warnings(simulation)

@@ -232,14 +232,14 @@ class Trainer:
 
         Raises:
             ValueError: a pipelined trainer, whose stages are profiled one by one
-                (``popdist_emu.simulate`` does that).
+                (``popdist_emu.profile_replica`` does that).
         """
         step = self.compile(batch)
         if step.micro_step is None:
             raise ValueError(
                 "Trainer.profile: a pipelined trainer runs its stages' programs, not one "
-                "micro-step; call popdist_emu.simulate(trainer, batch), which profiles each "
-                "stage."
+                "micro-step; call popdist_emu.profile_replica(trainer, batch), which profiles "
+                "each stage."
             )
         shapes = self.step_shapes(batch)
         settings = StepSettings.from_options(

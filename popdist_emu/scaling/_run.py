@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 import hardware
 from contract import (
-    REQUEST_VARIABLE,
+    ENV_SCALING_REQUEST,
     SweepPoint,
     open_for_appending_lines,
     system_name,
@@ -103,7 +103,7 @@ def run_series(
         result = os.path.join(tmp, "result.json")
         write_request(request, todo, result)
         command = _launch_command(config, series, todo[0])
-        env = {**os.environ, REQUEST_VARIABLE: request}
+        env = {**os.environ, ENV_SCALING_REQUEST: request}
         start = time.perf_counter()
         exit_code: int | None = None
         with open_for_appending_lines(log_path) as log:  # never through a symlink

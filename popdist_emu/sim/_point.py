@@ -2,11 +2,11 @@
 
 ``poprun-emu-scaling`` runs the program once per series, as ``poprun-emu --offline-mode`` of
 the series' first valid point, with ``POPDIST_EMU_SCALING_REQUEST`` naming a JSON request
-file that lists every point (the contract in ``popdist_emu._sweep``, shared with the CLI).
-When the program reaches ``popdist_emu.simulate`` (or
-``simulate_profile``), :func:`answer_request` evaluates all the points in-process from the
-one profile and writes the results atomically to the file the request names; the program
-then goes on with its own run as usual. The per-replica program does not change with the
+file that lists every point (the contract in ``contract._sweep``, shared with the CLI; the
+program's ``Options.scaling_request``). When the program reaches ``popdist_emu.simulate``
+(or ``simulate_profile``), :func:`answer_request` evaluates all the points in-process from
+the one replica and writes the results atomically to the file the request names; the
+program then goes on with its own run as usual. The per-replica program does not change with the
 replica count, so only what depends on the layout is re-derived per point:
 
 - the gradient accumulation (strong scaling fixes the global batch, so each point's
@@ -19,10 +19,10 @@ Each point's result is exactly what a single ``poprun-emu --offline-mode`` run o
 configuration writes to ``summary.json`` (the same ``_report.summary``), plus the collective
 time split by link tier.
 
-Interface with the runtime (kept narrow on purpose): ``_simulation.simulate_profile`` and,
-for a pipelined replica, ``_pipeline_profile.simulate_pipeline`` call :func:`answer_request`
-once, handing it ``trainer_relayout(trainer, batch)`` (and the pipeline its stages'
-simulator, so the bubble is one more phase of every point).
+Interface with the runtime (kept narrow on purpose): ``_simulation.simulate_replica`` calls
+:func:`answer_request` once, handing it the replica (one stage or a pipeline's, whose bubble
+is then one more phase of every point) and ``trainer_relayout(trainer, batch)``; every point
+takes the same checked path as a run (``_simulation.checked_step``).
 
 References:
     Graphcore PopRun user guide, ``--offline-mode``; Memory and Performance Optimisation on
@@ -33,20 +33,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import hardware
-from contract import REQUEST_VARIABLE, SweepPoint, read_request, write_atomically
+from contract import SweepPoint, read_request, write_atomically
 from popdist_emu.reports import summary
 from popdist_emu.runtime import Trainer
+from popdist_emu.sim._checked import check_step
 
 TIER_TRACKS = {"ipu_links": "IPU-Links", "gw_links": "GW-Links"}
 
 Relayout = Callable[[hardware.ReplicaLayout], dict[str, Any]]
-# ``simulator(profile, layout, system, prefetch_depth=depth)``: the step of one point; a pipelined
-# replica's (``_pipeline_profile``) closes over its stages, the default is data parallel.
-Simulator = Callable[..., hardware.StepSimulation]
 
 
 def trainer_relayout(trainer: Trainer, batch: Any) -> Relayout:
@@ -94,28 +92,27 @@ def accumulation_for(global_batch: int, replicas: int, micro_batch_size: int) ->
 
 
 def evaluate_point(
-    profile: hardware.StepProfile,
+    model: hardware.ReplicaModel,
     point: SweepPoint,
     *,
     prefetch_depth: int | None = None,
     relayout: Relayout | None = None,
-    simulator: Simulator | None = None,
 ) -> dict[str, Any]:
     """One point of the sweep: ``summary.json``'s content for that layout, or why not.
 
     Args:
-        profile: the compiled per-replica step (of the program's own layout).
+        model: the compiled replica (of the program's own layout): its profile and stages.
         point: the layout, its system and, for strong scaling, its global batch (the
             accumulation follows from it; None keeps the profile's accumulation).
         prefetch_depth: the infeed's prefetch depth (None: the hardware model's default).
         relayout: layout-dependent profile fields (see :func:`trainer_relayout`).
-        simulator: how a layout's step is simulated; default ``hardware.simulate_step``
-            (a pipelined replica passes its stages' schedule, whose bubble is then a phase).
 
     Returns:
         ``{"status": "ok" | "out_of_memory" | "invalid", "reason": str, "summary": dict,
         "link_tiers": dict}``; ``summary`` is absent for an invalid point.
     """
+    depth = hardware.DEFAULT_PREFETCH_DEPTH if prefetch_depth is None else prefetch_depth
+    profile = model.profile
     try:
         layout = point.layout()
         spec = hardware.select_system(point.system, layout.num_ipus)
@@ -124,11 +121,8 @@ def evaluate_point(
             changes["gradient_accumulation"] = accumulation_for(
                 point.global_batch, layout.num_replicas, profile.micro_batch_size
             )
-        point_profile = profile.replace(**changes) if changes else profile
-        depth = hardware.DEFAULT_PREFETCH_DEPTH if prefetch_depth is None else prefetch_depth
-        simulation = (simulator or hardware.simulate_step)(
-            point_profile, layout, spec, prefetch_depth=depth
-        )
+        point_model = model.replace(profile=profile.replace(**changes)) if changes else model
+        simulation = hardware.simulate_step(point_model, layout, spec, prefetch_depth=depth)
     except (ValueError, hardware.SystemSelectionError) as error:
         return {"status": "invalid", "reason": str(error).splitlines()[0]}
     result = {
@@ -139,41 +133,36 @@ def evaluate_point(
     }
     try:
         # Poplar refuses a graph that does not fit; the sweep keeps the point and says why.
-        if getattr(simulation, "pipeline", None) is not None:
-            hardware.check_pipeline_memory(simulation)  # names the IPU and stage
-        else:
-            hardware.check_memory(simulation)
+        check_step(simulation)
     except hardware.OutOfMemoryError as error:
         result.update(status="out_of_memory", reason=str(error).splitlines()[0])
     return result
 
 
 def answer_request(
-    profile: hardware.StepProfile,
+    model: hardware.ReplicaModel,
+    request: str,
     *,
     prefetch_depth: int | None,
-    environ: Mapping[str, str],
     relayout: Relayout | None = None,
-    simulator: Simulator | None = None,
 ) -> None:
-    """If ``poprun-emu-scaling`` asked for a sweep, evaluates its points and writes them.
+    """Evaluates the points of the sweep request file ``request`` (``Options.
+    scaling_request``) from ``model`` and writes them where the request says.
 
-    A no-op unless ``POPDIST_EMU_SCALING_REQUEST`` names a request file. The request is
-    answered once per process (a program that simulates twice answers the first time).
+    The request is answered once per process (a program that simulates twice answers the
+    first time).
     """
-    path = environ.get(REQUEST_VARIABLE, "")
-    if not path or path in _ANSWERED:
+    if not request or request in _ANSWERED:
         return
-    _ANSWERED.add(path)
-    todo, result_path = read_request(path)
+    _ANSWERED.add(request)
+    todo, result_path = read_request(request)
     points = []
     for point in todo:
         start = time.perf_counter()
-        result = evaluate_point(
-            profile, point, prefetch_depth=prefetch_depth, relayout=relayout, simulator=simulator
-        )
+        result = evaluate_point(model, point, prefetch_depth=prefetch_depth, relayout=relayout)
         result["evaluation_seconds"] = time.perf_counter() - start
         points.append(result)
+    profile = model.profile
     answer = {
         "model": profile.name,
         "micro_batch_size": profile.micro_batch_size,

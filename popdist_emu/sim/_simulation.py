@@ -1,19 +1,20 @@
 """The glue between a run and the hardware model: profile, simulate, check memory, report.
 
-Every run, functional or offline, reports through the same two calls, so the simulated step
-of a configuration depends only on its shapes and layout, never on whether the numerics ran:
+Every run, functional or offline, plain or pipelined, reports through the same two calls,
+so the simulated step of a configuration depends only on its shapes and layout, never on
+whether the numerics ran:
 
     simulation = popdist_emu.simulate(trainer, batch_or_shapes)  # OutOfMemoryError if too big
-    popdist_emu.report_simulation(simulation)  # instance 0 prints and writes the reports
+    popdist_emu.report_simulation(simulation, trainer.options)  # instance 0 reports
 
-``simulate`` profiles the compiled programs the trainer runs (``Trainer.profile``; compiled
-once, offline from shapes only), picks the system
-from ``POPDIST_EMU_SYSTEM`` (``--system``; empty = the smallest Mk2 POD that holds the job),
-simulates the step and checks IPU memory, as Poplar refuses at compile time a graph that does
-not fit. It is deterministic and needs no communication, so every instance may call it and
-they all agree. ``report_simulation`` prints the short human summary and writes
-``summary.json`` and ``trace.json`` to ``POPDIST_EMU_REPORT_DIR`` (``--report-dir``), from
-instance 0 only.
+``simulate`` profiles the replica the trainer runs (``profile_replica``: one stage for a
+data-parallel trainer, one per pipeline stage otherwise), answers a ``poprun-emu-scaling``
+sweep if the job carries one, and takes the one checked path (:func:`checked_step`): the
+hardware model's step, PopLibs' planner warnings, then Poplar's memory check, as Poplar
+refuses at compile time a graph that does not fit. It is deterministic and needs no
+communication, so every instance may call it and they all agree. Nothing here reads the
+environment: the job (its layout, system, prefetch depth, sweep request, report directory
+and this instance) comes from the caller's ``Options``, resolved once at the program's entry.
 
 References:
     Graphcore PopRun user guide: ``--offline-mode`` (compile only) and the launcher's
@@ -23,44 +24,58 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import IO, Any
 
 import jax
 
 import hardware
-from contract import (
-    ENV_COMMAND,
-    ENV_JOB_DIR,
-    ENV_REPORT_DIR,
-    ENV_SYSTEM,
-    InstanceEnvironment,
-)
 from popdist_emu._host_timeline import collect, publish
+from popdist_emu._options import Options
 from popdist_emu.data import InfeedStats
-from popdist_emu.reports import format_summary, print_planner_warnings, run_info, write_reports
+from popdist_emu.reports import format_summary, run_info, write_reports
 from popdist_emu.runtime import Trainer
-from popdist_emu.sim._pipeline_profile import simulate_pipeline, with_profile
+from popdist_emu.sim._checked import checked_step
 from popdist_emu.sim._point import Relayout, answer_request, trainer_relayout
+from popdist_emu.sim._replica_profile import profile_replica, weights_bound
 
 
-def job_layout(num_total_replicas: int, environ: Mapping[str, str]) -> hardware.ReplicaLayout:
-    """The job's layout: PopRun's, or, outside PopRun, one instance driving every replica.
+def simulated_system(num_ipus: int, system: str = "") -> hardware.SystemSpec:
+    """The IPU-POD a job on ``num_ipus`` IPUs is simulated on: ``system`` (``--system``,
+    ``Options.system``) when given, else the smallest default system with that many IPUs.
+    A program sizes what it asks of one IPU against ``simulated_system(n, opts.system).ipu``
+    before compiling.
 
-    Outside the launcher the environment reads one replica, yet a program may still drive
-    several (``Options(replication_factor=4)``); the given count wins.
+    Raises:
+        hardware.SystemSelectionError: no such system, or it has fewer than ``num_ipus``.
     """
-    layout = InstanceEnvironment.from_environ(environ).layout
-    if layout.num_replicas == num_total_replicas:
-        return layout
-    return hardware.ReplicaLayout(
-        num_replicas=num_total_replicas,
-        num_instances=1,
-        ipus_per_replica=layout.ipus_per_replica,
-        hosts=layout.hosts[:1],
-    )
+    return hardware.select_system(system, num_ipus)
+
+
+def simulate_replica(
+    model: hardware.ReplicaModel,
+    options: Options,
+    *,
+    system: str | None = None,
+    relayout: Relayout | None = None,
+) -> hardware.StepSimulation:
+    """A replica already profiled, simulated for the job ``options`` describe: the sweep
+    ``options.scaling_request`` names is answered from it first, then the checked path.
+
+    Args:
+        model: the replica (``profile_replica``, or ``ReplicaModel.data_parallel`` of a
+            profile).
+        options: the job: its layout, system, prefetch depth and sweep request.
+        system: a system name overriding ``options.system``.
+        relayout: for ``poprun-emu-scaling``: the profile fields that depend on the layout
+            (``trainer_relayout``); None when none do.
+    """
+    depth = int(options.prefetch_depth)
+    if options.scaling_request:  # every point of a sweep from this one replica
+        answer_request(model, options.scaling_request, prefetch_depth=depth, relayout=relayout)
+    spec = simulated_system(options.layout.num_ipus, options.system if system is None else system)
+    return checked_step(model, options.layout, spec, prefetch_depth=depth, warnings=sys.stderr)
 
 
 def simulate(
@@ -68,12 +83,14 @@ def simulate(
     batch: Any,
     *,
     infeed_stats: InfeedStats | None = None,
+    host: Mapping[str, Any] | None = None,
     system: str | None = None,
     name: str = "model",
-    environ: Mapping[str, str] | None = None,
-    host: Mapping[str, Any] | None = None,
 ) -> hardware.StepSimulation:
     """Simulates one step of ``trainer`` on the job's IPU system and checks that it fits.
+
+    The job is the trainer's ``Options`` (its layout, ``system``, ``prefetch_depth`` and
+    ``scaling_request``), so an explicit layout simulates as that job wherever it runs.
 
     Args:
         trainer: a ``popdist_emu.Trainer`` (functional or offline).
@@ -87,9 +104,8 @@ def simulate(
         host: measured host figures (``hardware.StepProfile``'s ``host_*`` fields), e.g.
             from a PopTorch data loader; applied with ``infeed_stats``' before any
             ``poprun-emu-scaling`` point is evaluated, so every point includes them.
-        system: system name overriding ``POPDIST_EMU_SYSTEM``; None reads the environment.
+        system: a system name overriding ``trainer.options.system``.
         name: the model's name in the reports.
-        environ: the environment to read (default ``os.environ``).
 
     Returns:
         The ``hardware.StepSimulation`` (time, phases, memory, timeline).
@@ -99,7 +115,6 @@ def simulate(
             with Poplar's ``Out of memory:`` and lists the categories and remedies.
         hardware.SystemSelectionError: unknown system, or too small for the job.
     """
-    environ = os.environ if environ is None else environ
     opts = trainer.options
     figures = dict(host or {})
     if infeed_stats is not None:
@@ -107,95 +122,36 @@ def simulate(
             infeed_stats,
             opts.device_iterations,
             opts.gradient_accumulation,
-            _micro_batch(batch),
+            int(jax.tree_util.tree_leaves(batch)[0].shape[3]),  # samples per micro-batch
             opts.layout.num_local_replicas,
         )
-    if trainer.pipeline is not None:
-        # Model parallelism: each stage profiled from its own compiled programs.
-        return simulate_pipeline(
-            trainer,
-            batch,
-            system=_system(system, environ),
-            environ=environ,
-            name=name,
-            host=figures,
-        )
-    return simulate_profile(
-        dataclasses.replace(trainer.profile(batch, name=name), **figures),
-        layout=opts.layout,
-        prefetch_depth=int(opts.prefetch_depth),
-        system=system,
-        environ=environ,
-        relayout=trainer_relayout(trainer, batch),
-    )
-
-
-def _micro_batch(batch: Any) -> int:
-    """Samples per micro-batch of a call's batch (its first leaf's fourth axis)."""
-    return int(jax.tree_util.tree_leaves(batch)[0].shape[3])
+    if trainer.pipeline is not None and not opts.scaling_request:
+        # Weights alone too large: refused before the stages compile. Under
+        # poprun-emu-scaling every point's own check decides (RTS may fit a larger job).
+        spec = simulated_system(opts.layout.num_ipus, opts.system if system is None else system)
+        bound = hardware.simulate_step(weights_bound(trainer, batch, name=name), opts.layout, spec)
+        hardware.check_memory(bound)
+    model = profile_replica(trainer, batch, name=name, host=figures)
+    return simulate_replica(model, opts, system=system, relayout=trainer_relayout(trainer, batch))
 
 
 def simulate_profile(
     profile: hardware.StepProfile,
+    options: Options,
     *,
-    layout: hardware.ReplicaLayout | None = None,
-    num_total_replicas: int | None = None,
-    prefetch_depth: int | None = None,
     system: str | None = None,
-    environ: Mapping[str, str] | None = None,
     relayout: Relayout | None = None,
 ) -> hardware.StepSimulation:
-    """``simulate`` for a step already profiled (``Trainer.profile``, ``profile_programs`` or
-    ``profile_step``), e.g. without a Trainer, or one profile over many layouts.
-
-    Args:
-        profile: one replica's step.
-        layout: the job's layout (e.g. ``Options.layout``); None takes the launcher's.
-        num_total_replicas: with no ``layout``, replicas of the job on one instance outside
-            PopRun; None takes the launcher's layout.
-        prefetch_depth: the infeed's prefetch depth; None is the hardware model's default.
-        system: system name overriding ``POPDIST_EMU_SYSTEM``; None reads the environment.
-        environ: the environment to read (default ``os.environ``).
-        relayout: for ``poprun-emu-scaling``: the profile fields that depend on the layout
-            (``trainer_relayout``); None when none do.
+    """``simulate`` for a data-parallel step already profiled (``profile_step``,
+    ``profile_programs``, ``Trainer.profile``), e.g. without a Trainer, for the job
+    ``options`` describe (``Options(layout=...)`` for another one).
 
     Raises:
         hardware.OutOfMemoryError: as ``simulate``.
         hardware.SystemSelectionError: unknown system, or too small for the job.
     """
-    environ = os.environ if environ is None else environ
-    # poprun-emu-scaling: every point of a sweep from this one profile (no-op otherwise).
-    answer_request(profile, prefetch_depth=prefetch_depth, environ=environ, relayout=relayout)
-    if layout is None:
-        layout = (
-            InstanceEnvironment.from_environ(environ).layout
-            if num_total_replicas is None
-            else job_layout(num_total_replicas, environ)
-        )
-    spec = simulated_system(layout.num_ipus, system, environ)
-    return _checked(profile, layout, spec, prefetch_depth, None)
-
-
-def simulated_system(
-    num_ipus: int, system: str | None = None, environ: Mapping[str, str] | None = None
-) -> hardware.SystemSpec:
-    """The IPU-POD a simulation of a job on ``num_ipus`` IPUs runs on.
-
-    What ``simulate`` picks: ``system`` when given, else ``poprun-emu --system`` (read from
-    the environment now), else the smallest default system with that many IPUs. A program
-    sizes what it asks of one IPU against ``simulated_system(n).ipu`` before compiling.
-
-    Raises:
-        hardware.SystemSelectionError: no such system, or it has fewer than ``num_ipus``.
-    """
-    environ = os.environ if environ is None else environ
-    return hardware.select_system(_system(system, environ), num_ipus)
-
-
-def _system(system: str | None, environ: Mapping[str, str]) -> str:
-    """The ``--system`` name: the one given, else ``POPDIST_EMU_SYSTEM`` alone (a run with
-    an explicit layout needs none of PopRun's layout variables, so none is parsed)."""
-    return environ.get(ENV_SYSTEM, "") if system is None else system
+    model = hardware.ReplicaModel.data_parallel(profile)
+    return simulate_replica(model, options, system=system, relayout=relayout)
 
 
 def with_infeed_stats(
@@ -253,7 +209,7 @@ def with_host_figures(
 ) -> hardware.StepSimulation:
     """The same step with the host's measured figures (``hardware.StepProfile``'s
     ``host_bytes_per_micro_batch``, ``host_cpu_seconds_per_sample``, ``host_workers``,
-    ``host_prefetch``) simulated again.
+    ``host_prefetch``) simulated again (its planner warnings were printed the first time).
 
     Raises:
         hardware.OutOfMemoryError: as ``simulate``.
@@ -261,74 +217,43 @@ def with_host_figures(
     profile = dataclasses.replace(simulation.profile, **figures)
     if profile == simulation.profile:
         return simulation
-    if simulation.pipeline is not None:
-        return with_profile(simulation, profile)
-    return _checked(
-        profile,
+    return checked_step(
+        simulation.model.replace(profile=profile),
         simulation.layout,
         simulation.system,
-        simulation.prefetch_depth,
-        simulation.parameters,
+        prefetch_depth=simulation.prefetch_depth,
+        parameters=simulation.parameters,
     )
-
-
-def _checked(
-    profile: hardware.StepProfile,
-    layout: hardware.ReplicaLayout,
-    system: hardware.SystemSpec,
-    prefetch_depth: int | None,
-    parameters: hardware.ModelParameters | None,
-) -> hardware.StepSimulation:
-    """``hardware.simulate_step`` with the planner's warnings, then Poplar's memory check."""
-    depth = {} if prefetch_depth is None else {"prefetch_depth": prefetch_depth}
-    simulation = hardware.simulate_step(profile, layout, system, parameters=parameters, **depth)
-    print_planner_warnings(simulation)  # PopLibs' phase-two warnings, before any refusal
-    # Poplar refuses to compile a graph that does not fit; so does the emulator.
-    hardware.check_memory(simulation)
-    return simulation
 
 
 def report_simulation(
     simulation: hardware.StepSimulation,
+    options: Options,
     *,
     report_dir: str | None = None,
-    environ: Mapping[str, str] | None = None,
-    file: Any = None,
-    instance_index: int | None = None,
-    command: str | None = None,
+    file: IO[str] | None = None,
 ) -> str | None:
-    """From instance 0: prints the short summary and writes the reports, if asked for.
+    """From instance 0 of the job ``options`` describe: prints the short summary and writes
+    the reports to ``options.report_dir`` (``--report-dir``), if any.
 
     Args:
         simulation: what ``simulate`` returned.
-        report_dir: directory for ``summary.json`` and ``trace.json``; None reads
-            ``POPDIST_EMU_REPORT_DIR`` (``--report-dir``), where empty means no files.
-        environ: the environment to read (default ``os.environ``).
+        options: the job: this instance's index, its report directory, the launcher's job
+            directory (which carries the instances' host timelines to instance 0) and the
+            command line the reports name (the program's own when empty).
+        report_dir: a directory overriding ``options.report_dir``.
         file: where the summary is printed (default ``sys.stdout``).
-        instance_index: this instance's index (e.g. ``Options.instance_index``); None reads
-            PopDist's from the environment.
-        command: the command line the reports name; None reads the launcher's
-            (``POPDIST_EMU_COMMAND``) when ``report_dir`` is read from the environment too,
-            else the program's own.
 
     Returns:
         The report directory written, or None (no directory asked for, or not instance 0).
     """
-    environ = os.environ if environ is None else environ
-    if instance_index is None:
-        instance_index = InstanceEnvironment.from_environ(environ).instance
-    directory = environ.get(ENV_REPORT_DIR, "") if report_dir is None else report_dir
-    # The launcher's job directory carries the instances' host timelines to instance 0;
-    # a call given its report directory reads nothing from the environment.
-    job_dir = environ.get(ENV_JOB_DIR, "") if report_dir is None else ""
-    if instance_index != 0:
+    directory = options.report_dir if report_dir is None else report_dir
+    if options.instance_index != 0:
         if directory:
-            publish(job_dir, instance_index)
+            publish(options.job_dir, options.instance_index)
         return None
     print(format_summary(simulation), file=file or sys.stdout, flush=True)
     if not directory:
         return None
-    if command is None:
-        command = environ.get(ENV_COMMAND, "") if report_dir is None else ""
-    host, missing = collect(job_dir, 0)
-    return str(write_reports(simulation, directory, run_info(command), host, missing))
+    host, missing = collect(options.job_dir, 0)
+    return str(write_reports(simulation, directory, run_info(options.command), host, missing))

@@ -10,6 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import hardware
+import popdist_emu
+
 EXAMPLES = Path(__file__).parents[2] / "examples"
 
 
@@ -172,10 +175,8 @@ def test_bert_checks_pass_the_mlperf_configuration(monkeypatch):
     bert = _load("bert")
     args = bert.parse_args(["--model", "large", "--sequence-length", "512"])
 
-    class Options:
-        num_total_replicas = 4
-
-    bert.check_sizes(args, Options(), 4, offline=True)  # returns: nothing refused
+    options = popdist_emu.Options(layout=hardware.ReplicaLayout(4, ipus_per_replica=4))
+    bert.check_sizes(args, options, 4, offline=True)  # returns: nothing refused
 
 
 def test_train_resume_refuses_damage_and_another_learning_rate_before_compile(tmp_path):

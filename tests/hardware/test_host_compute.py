@@ -19,7 +19,7 @@ SMALL = hardware.StepProfile(
     host_bytes_per_micro_batch=3_200,
     micro_batch_size=16,
     gradient_accumulation=4,
-    collectives=(hardware.CollectiveRecord("all_reduce", "auto", "all", 400_000),),
+    collectives=(hardware.CollectiveRecord("all_reduce", "clockwise_ring", "all", 400_000),),
     name="small",
 )
 POD16 = hardware.get_system("pod16")

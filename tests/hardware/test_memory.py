@@ -23,7 +23,7 @@ def profile(**changes):
         num_ops=1000,
         micro_batch_size=8,
         gradient_accumulation=4,
-        collectives=[("all_reduce", "auto", "all", 40_000_000)],
+        collectives=[("all_reduce", "clockwise_ring", "all", 40_000_000)],
         name="toy",
     )
     base.update(changes)
@@ -56,10 +56,16 @@ def test_rts_shards_and_offloading_removes_the_optimiser_state():
     assert offloaded.categories["optimizer_state"] == 0
 
 
-def test_a_replica_of_several_ipus_spreads_its_tensors():
-    two = hardware.memory_per_ipu(profile(), hardware.ReplicaLayout(8, 4, 2), POD16)
+def test_a_data_parallel_replica_of_several_ipus_runs_on_its_first():
+    """One program and no execution strategy: everything on IPU 0, as PopTorch places a
+    model without blocks; the replica's other IPUs hold nothing."""
+    layout = hardware.ReplicaLayout(8, 4, 2)
+    two = hardware.replica_memory(hardware.as_replica(profile()), layout, POD16)
     one = hardware.memory_per_ipu(profile(), LAYOUT, POD16)
-    assert two.categories["activations"] == one.categories["activations"] // 2
+    assert two[0].categories == {**one.categories, "exchange_code": two[0].categories[
+        "exchange_code"
+    ]}  # fmt: skip
+    assert two[1].total == 0 and hardware.memory_per_ipu(profile(), layout, POD16) == two[0]
 
 
 def test_exchange_code_grows_with_replicas():

@@ -21,9 +21,15 @@ stage_times = st.lists(
 )
 
 
+def cost(ipu, forward, backward, **fields):
+    """A stage priced at the given seconds (what the schedule takes)."""
+    stage = hardware.StageProfile(ipu, (fields.pop("name", f"B{ipu}"),), **fields)
+    return hardware.StageCost(stage, forward, backward)
+
+
 def stages_of(times):
     return [
-        hardware.StageCost(i, (f"B{i}",), f, b, output_bytes=o if i < len(times) - 1 else 0)
+        cost(i, f, b, output_bytes=o if i < len(times) - 1 else 0)
         for i, (f, b, o) in enumerate(times)
     ]
 
@@ -46,7 +52,7 @@ def test_step_is_between_busiest_ipu_and_all_work(times, ga, strategy):
 @settings(max_examples=25)
 @given(n=st.integers(1, 8), ga=st.integers(1, 64), f=st.floats(1e-5, 1e-2), r=st.floats(1, 3))
 def test_balanced_bubble_is_the_ramp_formula_and_falls_with_accumulation(n, ga, f, r):
-    stages = [hardware.StageCost(i, (f"B{i}",), f, r * f) for i in range(n)]
+    stages = [cost(i, f, r * f) for i in range(n)]
     pipe = hardware.schedule_pipeline(stages, ga, link_bandwidth=LINK)
     assert pipe.bubble_fraction == pytest.approx(hardware.ramp_bubble_fraction(n, ga), abs=1e-9)
     assert pipe.seconds == pytest.approx((ga + n - 1) * (1 + r) * f)
@@ -56,13 +62,17 @@ def test_balanced_bubble_is_the_ramp_formula_and_falls_with_accumulation(n, ga, 
         assert more.bubble_fraction < pipe.bubble_fraction
 
 
-@given(n=st.integers(1, 16))
+@given(n=st.integers(2, 16))
 def test_stash_depth_follows_the_stage_position(n):
     grouped = [hardware.stash_depth(s, n, "pipelined") for s in range(n)]
     assert grouped == [2 * (n - s) + 1 for s in range(n)]  # 2N+1, 2(N-1)+1, ...
     assert all(hardware.stash_depth(s, n, "pipelined", "interleaved") == n + 1 for s in range(n))
     assert all(hardware.stash_depth(s, n, "sharded") == 1 for s in range(n))
-    stage = hardware.StageCost(0, ("B",), 1.0, 1.0, input_bytes=10, activation_bytes=1000)
+    # One stage is no pipeline: each micro-batch's backward follows its forward.
+    assert {hardware.stash_depth(0, 1, s, o) for s, o in itertools.product(
+        ("pipelined", "sharded"), ("grouped", "interleaved")
+    )} == {1}  # fmt: skip
+    stage = hardware.StageProfile(0, ("B",), input_bytes=10, activation_bytes=1000)
     full = stash_bytes(stage, 0, n, "pipelined")
     recomputed = stash_bytes(stage, 0, n, "pipelined", recomputation=True)
     assert full == (2 * n + 1) * 1000 and recomputed == (2 * n + 1) * 10 + 1000
@@ -104,7 +114,7 @@ def test_stages_on_any_ipu_never_overlap_and_run_after_their_inputs(ipus, ga, st
     busiest IPU's work and all the work, and exchanges happen only between IPUs."""
     times = data.draw(st.lists(st.floats(1e-5, 1e-2), min_size=len(ipus), max_size=len(ipus)))
     stages = [
-        hardware.StageCost(ipu, (f"B{k}",), t, 2 * t, output_bytes=1_000 * (k < len(ipus) - 1))
+        cost(ipu, t, 2 * t, name=f"B{k}", output_bytes=1_000 * (k < len(ipus) - 1))
         for k, (ipu, t) in enumerate(zip(ipus, times, strict=True))
     ]
     pipe = hardware.schedule_pipeline(stages, ga, strategy=strategy, link_bandwidth=LINK)
@@ -134,14 +144,21 @@ def test_stages_on_any_ipu_never_overlap_and_run_after_their_inputs(ipus, ga, st
     assert {e.ipu for e in pipe.events if e.kind == "transfer"} <= set(pipe.ipus)
 
 
+POD16 = hardware.get_system("pod16")
+
+
+def simulate(stages, layout, profile=None, strategy="pipelined", **kwargs):
+    """The one simulate_step, of a replica of ``stages`` run with ``strategy``."""
+    model = hardware.ReplicaModel(profile or _profile(), tuple(stages), strategy)
+    return hardware.simulate_step(model, layout, POD16, **kwargs)
+
+
 def test_an_ipu_holds_the_stash_weights_and_code_of_all_its_stages():
     """Three stages on two IPUs, the last wrapping round to IPU 0: IPU 0 stashes stage 0's
     2K+1 = 7 entries and stage 2's 3, holds both stages' weights, and one working set."""
     stages = tuple(s._replace(ipu=ipu) for s, ipu in zip(_stages(3), (0, 1, 0), strict=True))
     layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=2)
-    sim = hardware.simulate_pipeline_step(
-        _profile(), stages, layout, hardware.get_system("pod16"), parameters=PARAMS
-    )
+    sim = simulate(stages, layout, parameters=PARAMS)
     report = sim.pipeline
     ipu0, ipu1 = report.ipu_memory
     assert ipu0.categories["activations"] == (7 + 3) * 1_000_000
@@ -157,19 +174,21 @@ def test_an_ipu_holds_the_stash_weights_and_code_of_all_its_stages():
     assert report.counters[0][-1][1] == ipu0.always_live
     assert max(b for _, b in report.counters[0]) <= ipu0.total
     big = tuple(s._replace(activation_bytes=150_000_000) if s.ipu == 0 else s for s in stages)
-    oom = hardware.simulate_pipeline_step(
-        _profile(), big, layout, hardware.get_system("pod16"), parameters=PARAMS
-    )
+    oom = simulate(big, layout, parameters=PARAMS)
     with pytest.raises(
         hardware.OutOfMemoryError, match=r"^Out of memory: IPU 0 \(stages 0 and 2: B0, B2\)"
     ):
-        hardware.check_pipeline_memory(oom)
+        hardware.check_memory(oom)
 
 
 def test_minimum_gradient_accumulation():
     assert hardware.min_gradient_accumulation(4, "pipelined") == 7
     assert hardware.min_gradient_accumulation(1, "pipelined") == 1
     assert hardware.min_gradient_accumulation(4, "sharded") == 1
+    layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=4)
+    with pytest.raises(ValueError, match="PopTorch needs it >= the 7 pipeline stages"):
+        simulate(_stages(4), layout, _profile(gradient_accumulation=6))
+    assert simulate(_stages(4), layout, _profile(gradient_accumulation=6), "sharded")
 
 
 def _profile(**kw):
@@ -182,26 +201,30 @@ def _profile(**kw):
         host_bytes_per_micro_batch=100_000,
         micro_batch_size=4,
         gradient_accumulation=8,
-        collectives=(hardware.CollectiveRecord("all_reduce", "auto", "all", 4_000_000),),
+        collectives=(hardware.CollectiveRecord("all_reduce", "clockwise_ring", "all", 4_000_000),),
         name="toy",
     )
     return hardware.StepProfile(**{**base, **kw})
 
 
+# A pass of 1e7 FLOPs and 1e5 bytes, and its twice as large backward: a few microseconds.
+FORWARD = hardware.PassCounts(1e7, 1e5, 0.0, 40)
+BACKWARD = hardware.PassCounts(2e7, 2e5, 0.0, 60)
+
+
 def _stages(n, activation=1_000_000):
     return tuple(
-        hardware.StageCost(
+        hardware.StageProfile(
             i,
             (f"B{i}",),
-            1e-4,
-            2e-4,
+            FORWARD,
+            BACKWARD,
             output_bytes=50_000 if i < n - 1 else 0,
             input_bytes=50_000,
             activation_bytes=activation,
             parameter_bytes=1_000_000,
             optimiser_state_bytes=2_000_000,
             gradient_bytes=1_000_000,
-            num_ops=100,
         )
         for i in range(n)
     )
@@ -209,9 +232,7 @@ def _stages(n, activation=1_000_000):
 
 def test_pipelined_step_memory_per_ipu_and_trace_tracks():
     layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=4)
-    sim = hardware.simulate_pipeline_step(
-        _profile(), _stages(4), layout, hardware.get_system("pod16"), parameters=PARAMS
-    )
+    sim = simulate(_stages(4), layout, parameters=PARAMS)
     report = sim.pipeline
     stashes = report.stash_bytes
     assert stashes == tuple((2 * (4 - s) + 1) * 1_000_000 for s in range(4))
@@ -221,24 +242,15 @@ def test_pipelined_step_memory_per_ipu_and_trace_tracks():
     forwards = [e for e in sim.events if e.track == hardware.ipu_track(2) and e.name[0] == "F"]
     assert len(forwards) == 8
     assert sim.simulated_step_seconds > report.schedule.seconds
-    recomputed = hardware.simulate_pipeline_step(
-        _profile(),
-        _stages(4),
-        layout,
-        hardware.get_system("pod16"),
-        parameters=PARAMS,
-        recomputation=True,
-    )
+    recomputed = simulate(_stages(4), layout, _profile(recomputation=True), parameters=PARAMS)
     assert recomputed.memory.total < sim.memory.total
 
 
 def test_out_of_memory_names_the_ipu_stage_and_remedies():
     layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=2)
-    sim = hardware.simulate_pipeline_step(
-        _profile(), _stages(2, activation=200_000_000), layout, hardware.get_system("pod16")
-    )
+    sim = simulate(_stages(2, activation=200_000_000), layout)
     with pytest.raises(hardware.OutOfMemoryError) as err:
-        hardware.check_pipeline_memory(sim)
+        hardware.check_memory(sim)
     text = str(err.value)
     assert text.startswith("Out of memory: IPU 0 (stage 0: B0)")
     assert "moving blocks of stage 0 to IPU 1" in text and "--recompute" in text
@@ -248,9 +260,9 @@ def test_out_of_memory_names_the_ipu_stage_and_remedies():
 def test_stage_count_must_match_the_replica():
     layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=4)
     with pytest.raises(ValueError, match=r"2 stages on IPUs \[0, 1\] for 4 IPUs per replica"):
-        hardware.simulate_pipeline_step(
-            _profile(), _stages(2), layout, hardware.get_system("pod16")
-        )
+        simulate(_stages(2), layout)
+    with pytest.raises(ValueError, match="runs one program on IPU 0"):
+        hardware.ReplicaModel(_profile(), _stages(2))
 
 
 def test_compute_sets_make_small_steps_cost_microseconds_each():
@@ -267,35 +279,47 @@ def test_a_stages_matmuls_are_planned_on_its_ipu_and_can_overflow_its_fullest_ti
     serialised plans pile operands onto few tiles, so IPU 1 is refused on its fullest tile
     although its total fits, and the message says which; IPU 0 is planned as before."""
     big = hardware.ConvOp("conv", "conv", 1, 20 * 56 * 56, 256, 576, 64)
-    stages = tuple(s._replace(matmuls=(big,)) for s in _stages(2))
+    stages = tuple(
+        s._replace(backward=s.backward._replace(matmuls=(big,)), backward_reruns_forward=True)
+        for s in _stages(2)
+    )
     layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=2)
 
-    def simulate(proportion):
+    def planned(proportion):
         profile = _profile(available_memory_proportion=proportion)
-        return hardware.simulate_pipeline_step(
-            profile, stages, layout, hardware.get_system("pod16"), parameters=PARAMS
-        )
+        return simulate(stages, layout, profile, parameters=PARAMS)
 
-    even = simulate(0.6)
-    hardware.check_pipeline_memory(even)
-    mapped = simulate({"IPU0": 0.6, "IPU1": 0.0001})
+    even = planned(0.6)
+    hardware.check_memory(even)
+    mapped = planned({"IPU0": 0.6, "IPU1": 0.0001})
     memories = mapped.pipeline.stage_memory
     assert memories[0] == even.pipeline.stage_memory[0]
     assert memories[1].planner.warnings and not memories[0].planner.warnings
     assert memories[1].total <= memories[1].capacity
     assert memories[1].worst_tile > memories[1].tile_capacity
     with pytest.raises(hardware.OutOfMemoryError) as err:
-        hardware.check_pipeline_memory(mapped)
+        hardware.check_memory(mapped)
     first, *rest = str(err.value).splitlines()
     assert first.startswith("Out of memory: IPU 1 (stage 1: B1)") and "fullest tile" in first
     assert any(line.startswith("  worst tile ") for line in rest)
 
 
 def test_a_pipeline_fixed_cost_share_is_its_stages_compute_sets_over_their_passes():
-    stages = tuple(s._replace(num_ops=n) for s, n in zip(_stages(2), (100, 300), strict=True))
+    stages = _stages(2)
     layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=2)
-    sim = hardware.simulate_pipeline_step(
-        _profile(), stages, layout, hardware.get_system("pod16"), parameters=PARAMS
+    sim = simulate(stages, layout, parameters=PARAMS)
+    fixed = 2 * (40 + 60) * PARAMS.compute_set_seconds  # pod16's Mk2 runs at the fit's clock
+    passes = sum(c.forward_seconds + c.backward_seconds for c in sim.replica.schedule.stages)
+    assert hardware.fixed_cost_share(sim) == pytest.approx(fixed / passes)
+    # The backward program reruns the forward: without recomputation its share goes.
+    rerun = tuple(s._replace(backward_reruns_forward=True) for s in stages)
+    costs = hardware.stage_costs(
+        hardware.ReplicaModel(_profile(), rerun, "pipelined"), POD16.ipu, PARAMS
     )
-    fixed = 400 * PARAMS.compute_set_seconds  # pod16's Mk2 runs at the fit's clock
-    assert hardware.fixed_cost_share(sim) == pytest.approx(fixed / (2 * 3e-4))
+    again = hardware.stage_costs(
+        hardware.ReplicaModel(_profile(), stages, "pipelined"), POD16.ipu, PARAMS
+    )
+    assert costs[0].forward_seconds == again[0].forward_seconds
+    assert costs[0].backward_seconds == pytest.approx(
+        hardware.compute_seconds(1e7, 1e5, 0.0, POD16.ipu, "float32", PARAMS, compute_sets=20)
+    )

@@ -28,7 +28,7 @@ def profile(**changes):
         gradient_accumulation=4,
         device_iterations=2,
         precision="float16",
-        collectives=[("all_reduce", "auto", "all", 50_000_000)],
+        collectives=[("all_reduce", "clockwise_ring", "all", 50_000_000)],
     )
     base.update(changes)
     return hardware.StepProfile(**base)
@@ -49,7 +49,7 @@ def test_phases_are_the_closed_forms_and_make_up_the_step():
     compute += p.num_ops * PARAMS.compute_set_seconds  # one BSP sync + exchange per op
     assert sim.phases["compute"] == pytest.approx(8 * compute)
     assert sim.phases["gradient_accumulation"] == pytest.approx(8 * 3 * 50e6 / 47.5e12)
-    record = hardware.CollectiveRecord("all_reduce", "auto", "all", 50_000_000)
+    record = hardware.CollectiveRecord("all_reduce", "clockwise_ring", "all", 50_000_000)
     layout = hardware.ReplicaLayout(16, 8)
     ar = hardware.collective_time(record, layout, hardware.get_system("pod16"), PARAMS).total
     assert sim.phases["allreduce"] == pytest.approx(2 * ar)
@@ -106,8 +106,8 @@ def test_offloading_adds_streaming_and_rts_shards_the_update():
             replicated_tensor_sharding=True,
             update_bytes_accessed=5e11,
             collectives=[
-                ("reduce_scatter", "auto", "all", 50_000_000),
-                ("all_gather", "auto", "all", 50_000_000),
+                ("reduce_scatter", "clockwise_ring", "all", 50_000_000),
+                ("all_gather", "clockwise_ring", "all", 50_000_000),
             ],
         )
     )

@@ -170,7 +170,7 @@ def test_trainer_pipelined_simulation_and_reports(tmp_path):
     report = sim.pipeline
     assert report.strategy == "pipelined" and len(report.schedule.stages) == 2
     assert all(s.forward_seconds > 0 and s.backward_seconds > 0 for s in report.schedule.stages)
-    popdist.report_simulation(sim, report_dir=str(tmp_path), environ={})
+    popdist.report_simulation(sim, trainer.options, report_dir=str(tmp_path))
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["memory_per_ipu_total"] == max(
         s["memory_total"] for s in summary["pipeline"]["stages"]
@@ -239,7 +239,7 @@ def _big_stage_seconds(proportion, recompute):
             available_memory_proportion=proportion,
         )
         trainer = popdist.Trainer(blocks, optax.sgd(0.1), shapes, options, offline=True)
-        sim = popdist.simulate(trainer, batch, name="wide", system="pod16", environ={})
+        sim = popdist.simulate(trainer, batch, name="wide", system="pod16")
     stage = sim.pipeline.schedule.stages[0]
     return stage.forward_seconds, stage.backward_seconds
 

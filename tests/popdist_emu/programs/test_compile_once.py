@@ -66,10 +66,10 @@ def test_a_functional_run_compiles_each_program_once(compiles):
     options = popdist_emu.Options(replication_factor=2, gradient_accumulation=2)
     trainer = popdist_emu.Trainer(make_loss(), optax.adam(1e-2), PARAMS, options, offline=False)
     batches = batch(options, steps=3)
-    simulation = popdist_emu.simulate(trainer, batches[0], environ={})
+    simulation = popdist_emu.simulate(trainer, batches[0])
     for b in batches:
         trainer.step(b)
-    popdist_emu.simulate(trainer, batches[0], environ={})
+    popdist_emu.simulate(trainer, batches[0])
     counts = collections.Counter(compiles)
     # The optimiser's init, the micro-step (the hardware model's), the micro-steps of a
     # replica's micro-batches together (what runs) and the update; each exactly once.
@@ -85,9 +85,9 @@ def test_an_offline_run_compiles_each_program_once(compiles):
     shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), PARAMS)
     trainer = popdist_emu.Trainer(make_loss(), optax.adam(1e-2), shapes, options, offline=True)
     batch_shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), batch(options)[0])
-    popdist_emu.simulate(trainer, batch_shapes, environ={})
+    popdist_emu.simulate(trainer, batch_shapes)
     compiled = trainer.compile(batch_shapes)
-    popdist_emu.simulate(trainer, batch_shapes, environ={})
+    popdist_emu.simulate(trainer, batch_shapes)
     counts = collections.Counter(compiles)
     assert len(counts) == 2 and set(counts.values()) == {1}, counts
     assert compiled.micro_step.compiled.cost_analysis()
@@ -154,7 +154,7 @@ def test_a_functional_pipeline_runs_the_stage_programs_it_profiled(compiles, mon
         rng.standard_normal((1, 3, 1, 4)).astype(np.float32),
     )
     compiles.clear()
-    popdist_emu.simulate(trainer, b, system="pod16", environ={})
+    popdist_emu.simulate(trainer, b, system="pod16")
     profiled = [name for name in compiles if "run" in name or "backward" in name]
     assert len(profiled) == 4, compiles  # each stage's forward and backward
     compiles.clear()

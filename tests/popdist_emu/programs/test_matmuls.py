@@ -119,7 +119,8 @@ def test_reports_list_phase_two_operations_and_the_worst_tile(capsys):
         return jax.grad(_loss)(p, x)
 
     profile = profile_step(grad_fn, params=PARAMS, batch=(X,), available_memory_proportion=1e-6)
-    sim = popdist_emu.simulate_profile(profile, num_total_replicas=1, system="pod16")
+    one = popdist_emu.Options(layout=hardware.ReplicaLayout(1), system="pod16")
+    sim = popdist_emu.simulate_profile(profile, one)
     err = capsys.readouterr().err
     assert "convolution planner unable to meet memory target" in err
     entry = summary(sim)["available_memory"]["IPU0"]

@@ -63,7 +63,37 @@ def test_profile_reads_xla_cost_and_the_tree_sizes():
     assert p.precision == "float32"
     # tanh's output is saved for the backward pass.
     assert p.activation_bytes >= 8 * HIDDEN * 4
-    assert p.collectives == (hardware.CollectiveRecord("all_reduce", "auto", "all", param_bytes),)
+    # gcl's rule settles `auto` for the layout: one replica, then 16 (a small all-reduce).
+    assert p.collectives == (
+        hardware.CollectiveRecord("all_reduce", "clockwise_ring", "all", param_bytes),
+    )
+    sixteen = profile(8, layout=hardware.ReplicaLayout(16, 4))
+    assert [r.method for r in sixteen.collectives] == ["meet_in_middle_ring"]
+
+
+def test_auto_is_priced_as_the_ring_gcl_runs():
+    """A 4 MiB all-reduce of 16 replicas over 4 instances: gcl runs the clockwise ring for
+    it; the record says so and the model prices that ring, 1.9x what the cheapest of the
+    four rings would cost (what `auto` was priced at before the record settled it)."""
+    n = 4 << 20
+    layout, pod16 = hardware.ReplicaLayout(16, 4), hardware.get_system("pod16")
+    params = {"w": jax.ShapeDtypeStruct((n // 4,), jnp.float32)}
+    p = profile_step(
+        lambda q, x: jax.tree.map(jnp.zeros_like, q),
+        params=params,
+        batch=(jax.ShapeDtypeStruct((2, 3), jnp.float32),),
+        layout=layout,
+    )
+    (record,) = p.collectives
+    assert record == hardware.CollectiveRecord("all_reduce", "clockwise_ring", "all", n)
+    parameters = hardware.load_parameters()
+    priced = hardware.collective_time(record, layout, pod16, parameters).total
+    cheapest = min(
+        hardware.collective_time(record._replace(method=m), layout, pod16, parameters).total
+        for m in hardware.COLLECTIVE_METHODS
+    )
+    assert priced > 1.5 * cheapest
+    assert hardware.simulate_step(p, layout, pod16).phases["allreduce"] == pytest.approx(priced)
 
 
 def test_profile_works_on_arrays_too():
@@ -76,7 +106,13 @@ def test_profile_works_on_arrays_too():
 
 
 def test_rts_profiles_a_reduce_scatter_and_an_all_gather():
-    p = profile(4, replicated_tensor_sharding=True, method="clockwise_ring", group="consecutive(2)")
+    p = profile(
+        4,
+        replicated_tensor_sharding=True,
+        method="clockwise_ring",
+        group="consecutive(2)",
+        layout=hardware.ReplicaLayout(4),
+    )
     assert [(r.kind, r.method, r.group) for r in p.collectives] == [
         ("reduce_scatter", "clockwise_ring", "consecutive(2)"),
         ("all_gather", "clockwise_ring", "consecutive(2)"),

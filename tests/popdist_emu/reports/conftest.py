@@ -18,7 +18,7 @@ TOY = hardware.StepProfile(
     micro_batch_size=20,
     gradient_accumulation=2,
     precision="float16",
-    collectives=[("all_reduce", "auto", "all", 50_000_000)],
+    collectives=[("all_reduce", "clockwise_ring", "all", 50_000_000)],
     name="toy",
 )
 

@@ -9,6 +9,7 @@ import json
 
 import matplotlib.image
 import pytest
+from pipelined_replica import four_stages, simulate_pipeline
 
 import hardware
 from contract import TIER_PHASES
@@ -45,7 +46,7 @@ def test_report_html_beside_summary_and_trace(tmp_path):
         host_bytes_per_micro_batch=3_000_000,
         micro_batch_size=16,
         gradient_accumulation=4,
-        collectives=(hardware.CollectiveRecord("all_reduce", "auto", "all", 50_000_000),),
+        collectives=(hardware.CollectiveRecord("all_reduce", "clockwise_ring", "all", 50_000_000),),
         name="synthetic",
     )
     layout = hardware.ReplicaLayout(num_replicas=128, num_instances=8)
@@ -82,27 +83,15 @@ def _pipelined_simulation():
         host_bytes_per_micro_batch=100_000,
         micro_batch_size=4,
         gradient_accumulation=8,
-        collectives=(hardware.CollectiveRecord("all_reduce", "auto", "all", 4_000_000),),
+        collectives=(hardware.CollectiveRecord("all_reduce", "clockwise_ring", "all", 4_000_000),),
         name="four-stages",
     )
-    stages = tuple(
-        hardware.StageCost(
-            i,
-            (f"B{i}", f"extra{i}") if i == 2 else (f"B{i}",),
-            1e-4 * (1 + i),
-            2e-4 * (1 + i),
-            output_bytes=50_000 if i < 3 else 0,
-            input_bytes=50_000,
-            activation_bytes=1_000_000,
-            parameter_bytes=1_000_000,
-            optimiser_state_bytes=2_000_000,
-            gradient_bytes=1_000_000,
-            num_ops=100,
-        )
-        for i in range(4)
+    stages = four_stages(
+        scale=lambda i: 1 + i,
+        blocks=lambda i: (f"B{i}", f"extra{i}") if i == 2 else (f"B{i}",),
     )
     layout = hardware.ReplicaLayout(4, 2, ipus_per_replica=4)
-    return hardware.simulate_pipeline_step(profile, stages, layout, hardware.get_system("pod16"))
+    return simulate_pipeline(profile, stages, layout)
 
 
 def _cells(text: str) -> list[list[str]]:

@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pipelined_replica import four_stages, simulate_pipeline
 
 import hardware
 from popdist_emu._host_timeline import HostTimeline, collect, publish
@@ -73,7 +74,7 @@ def test_every_event_has_its_arguments_and_each_track_is_named_once(simulation, 
     )
     reduce = by_name["all_reduce"]
     assert (reduce["kind"], reduce["group"], reduce["bytes"]) == ("all_reduce", "all", 50_000_000)
-    assert reduce["method"] == "auto" and reduce["tier"] in ("IPU-Links", "GW-Links")
+    assert reduce["method"] == "clockwise_ring" and reduce["tier"] in ("IPU-Links", "GW-Links")
     assert by_name["host_io"]["bytes_per_replica"] == toy_profile.host_bytes_per_micro_batch
     assert set(threads.values()) >= {"IPU 0 (replica 0)", "IPU-Links", "GW-Links", "Host sync"}
 
@@ -102,24 +103,12 @@ def test_the_trace_shows_several_steps_and_the_first_one_waits_for_its_data(
 
 
 def test_a_pipelined_replica_has_one_track_per_ipu_with_its_stages():
-    stages = tuple(
-        hardware.StageCost(
-            i, (f"B{i}",), 1e-4, 2e-4, output_bytes=50_000 if i < 3 else 0, input_bytes=50_000,
-            activation_bytes=1_000_000, parameter_bytes=1_000_000, optimiser_state_bytes=2_000_000,
-            gradient_bytes=1_000_000, num_ops=100,
-        )
-        for i in range(4)
-    )  # fmt: skip
+    stages = four_stages()
     profile = hardware.StepProfile(
         grad_flops=1e9, grad_bytes_accessed=1e8, micro_batch_size=4, gradient_accumulation=8,
         host_bytes_per_micro_batch=100_000, name="four-stages",
     )  # fmt: skip
-    sim = hardware.simulate_pipeline_step(
-        profile,
-        stages,
-        hardware.ReplicaLayout(4, 2, ipus_per_replica=4),
-        hardware.get_system("pod16"),
-    )
+    sim = simulate_pipeline(profile, stages, hardware.ReplicaLayout(4, 2, ipus_per_replica=4))
     trace = chrome_trace(sim)
     threads = check_trace_event_format(trace)
     ipus = [name for name in threads.values() if name.startswith("IPU ") and "(replica 0)" in name]

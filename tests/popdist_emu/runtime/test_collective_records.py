@@ -61,7 +61,7 @@ def test_functional_offline_and_executed_records_agree(stage):
     assert offline.compile(batch_shapes).collectives == recorded
     # What the hardware model prices is what ran: no `auto` left in the records.
     assert all(r.method in gcl.METHODS for r in recorded)
-    profile = popdist_emu.simulate(offline, batch_shapes, environ={}).profile
+    profile = popdist_emu.simulate(offline, batch_shapes).profile
     assert profile.collectives == recorded
 
 

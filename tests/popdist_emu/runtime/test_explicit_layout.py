@@ -116,7 +116,7 @@ def test_pipelined_run_takes_its_ipus_from_the_layout(environ):
     )
     plain_losses = [plain.step(batch) for _ in range(2)]
     np.testing.assert_allclose(losses, plain_losses, rtol=1e-5)
-    simulation = popdist_emu.simulate(trainer, batch, system="pod16", environ={})
+    simulation = popdist_emu.simulate(trainer, batch, system="pod16")
     assert simulation.layout == layout and len(simulation.pipeline.schedule.stages) == 2
     assert environ.reads == []
 
@@ -155,12 +155,37 @@ def test_offline_run_is_offline_because_the_options_say_so(environ, tmp_path):
     assert compiled.collectives[0].kind == "reduce_scatter"
     # RTS over the layout's instances: each instance's 4 local replicas are one domain.
     assert trainer.sharding_domain == 4 == trainer.lever_info.sharding_domain_size
-    simulation = popdist_emu.simulate(trainer, batch, system="pod16", environ={})
+    simulation = popdist_emu.simulate(trainer, batch, system="pod16")
     assert simulation.layout == layout and simulation.profile.sharding_domain == 4
-    written = popdist_emu.report_simulation(
-        simulation, report_dir=str(tmp_path), instance_index=options.instance_index, file=None
-    )
+    written = popdist_emu.report_simulation(simulation, options, report_dir=str(tmp_path))
     assert written == str(tmp_path) and (tmp_path / "summary.json").is_file()
+    assert environ.reads == []
+
+
+def test_a_simulated_run_reports_as_the_instance_its_options_name(environ, tmp_path, capsys):
+    """Instance 1 of an explicit layout, outside the launcher: its simulation is the job's
+    and it reports as instance 1 (nothing printed, nothing written), whatever the
+    environment says; instance 0 of the same job prints and writes the reports."""
+    layout = hardware.ReplicaLayout(num_replicas=4, num_instances=2)
+    shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), mlp_params())
+    reports = {}
+    for instance in (1, 0):
+        options = popdist_emu.Options(
+            layout=layout,
+            instance_index=instance,
+            offline=True,
+            system="pod16",
+            report_dir=str(tmp_path / f"from-{instance}"),
+        )
+        trainer = popdist_emu.Trainer(mlp_loss, optax.adam(0.01), shapes, options)
+        batch = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), call_batch(options))
+        simulation = popdist_emu.simulate(trainer, batch)
+        assert (simulation.layout, simulation.system.name) == (layout, "pod16")
+        reports[instance] = popdist_emu.report_simulation(simulation, options)
+        printed = capsys.readouterr().out
+        assert ("[popdist-emu] simulated pod16" in printed) == (instance == 0)
+    assert reports == {1: None, 0: str(tmp_path / "from-0")}
+    assert not (tmp_path / "from-1").exists() and (tmp_path / "from-0" / "summary.json").is_file()
     assert environ.reads == []
 
 

@@ -1,4 +1,4 @@
-"""popdist_emu.sim._point and the request (popdist_emu._sweep): a sweep from one profile.
+"""popdist_emu.sim._point and the request (contract._sweep): a sweep from one replica.
 
 Each point must equal what ``popdist_emu.simulate`` reports for a trainer built for that
 layout (what a single offline run computes), RTS included; invalid and out-of-memory points
@@ -20,7 +20,7 @@ import popdist_emu
 from contract import (
     COLLECTIVE_PHASES,
     ENV_OFFLINE,
-    REQUEST_VARIABLE,
+    ENV_SCALING_REQUEST,
     SweepPoint,
     layout_environment,
     read_request,
@@ -64,7 +64,7 @@ def single_run(replicas, instances, accumulation, rts):
     env = environment(replicas, instances)
     with mock.patch.dict(os.environ, env):
         trainer, batch = trainer_and_batch(accumulation, rts)
-        return summary(popdist_emu.simulate(trainer, batch, environ=env))
+        return summary(popdist_emu.simulate(trainer, batch))
 
 
 @pytest.mark.parametrize("rts", [False, True])
@@ -76,10 +76,11 @@ def test_every_point_equals_a_single_run_of_its_layout(tmp_path, rts):
     asked = [SweepPoint(r, n, 1, "pod16", b) for r, n, b in layouts]
     write_request(str(request), asked, str(result))
     assert read_request(str(request)) == (asked, str(result))
-    env = {**environment(2, 1), REQUEST_VARIABLE: str(request)}
+    env = {**environment(2, 1), ENV_SCALING_REQUEST: str(request)}
     with mock.patch.dict(os.environ, env):
         trainer, batch = trainer_and_batch(1, rts)  # the program's own accumulation: 1
-        popdist_emu.simulate(trainer, batch, environ=env)
+    assert trainer.options.scaling_request == str(request)  # read once, with the layout
+    popdist_emu.simulate(trainer, batch)
     answer = json.loads(result.read_text())
     assert answer["micro_batch_size"] == MICRO
     for (r, n, b), point in zip(layouts, answer["points"], strict=True):
@@ -105,7 +106,7 @@ PROFILE = hardware.StepProfile(
     activation_bytes=50_000_000,
     host_bytes_per_micro_batch=600_000,
     micro_batch_size=8,
-    collectives=(hardware.CollectiveRecord("all_reduce", "auto", "all", 10_000_000),),
+    collectives=(hardware.CollectiveRecord("all_reduce", "clockwise_ring", "all", 10_000_000),),
 )
 
 
@@ -121,7 +122,7 @@ def test_invalid_points_carry_their_reason():
         "is not a multiple of 16 replicas x micro-batch 8": point(16, global_batch=100),
     }
     for reason, p in cases.items():
-        result = points.evaluate_point(PROFILE, p)
+        result = points.evaluate_point(hardware.as_replica(PROFILE), p)
         assert result["status"] == "invalid"
         assert reason in result["reason"] and "\n" not in result["reason"]
         assert "summary" not in result
@@ -129,11 +130,11 @@ def test_invalid_points_carry_their_reason():
 
 def test_out_of_memory_point_is_kept_with_its_simulation():
     big = PROFILE.replace(activation_bytes=2 * 10**9)
-    result = points.evaluate_point(big, point(16))
+    result = points.evaluate_point(hardware.as_replica(big), point(16))
     assert result["status"] == "out_of_memory"
     assert result["reason"].startswith("Out of memory:")
     assert result["summary"]["fits_in_memory"] is False
-    ok = points.evaluate_point(PROFILE, point(16, global_batch=16 * 8 * 4))
+    ok = points.evaluate_point(hardware.as_replica(PROFILE), point(16, global_batch=16 * 8 * 4))
     assert ok["status"] == "ok" and ok["summary"]["gradient_accumulation"] == 4
 
 
@@ -146,22 +147,22 @@ def test_system_name_follows_the_ipu():
 
 
 def test_no_request_no_work(tmp_path):
-    points.answer_request(PROFILE, prefetch_depth=None, environ={})  # nothing to do
+    points.answer_request(hardware.as_replica(PROFILE), "", prefetch_depth=None)  # none asked
     assert list(tmp_path.iterdir()) == []
 
 
 def test_a_bow_point_equals_a_single_run_on_that_system(tmp_path):
     request, result = tmp_path / "request.json", tmp_path / "result.json"
     write_request(str(request), [SweepPoint(8, 2, 1, "bow-pod16")], str(result))
-    env = {**environment(2, 1), REQUEST_VARIABLE: str(request)}
+    env = {**environment(2, 1), ENV_SCALING_REQUEST: str(request)}
     with mock.patch.dict(os.environ, env):
         trainer, batch = trainer_and_batch(1, False)
-        popdist_emu.simulate(trainer, batch, environ=env)
+    popdist_emu.simulate(trainer, batch)
     (answer,) = json.loads(result.read_text())["points"]
     single_env = {**environment(8, 2), "POPDIST_EMU_SYSTEM": "bow-pod16"}
     with mock.patch.dict(os.environ, single_env):
         trainer, batch = trainer_and_batch(1, False)
-        expected = summary(popdist_emu.simulate(trainer, batch, environ=single_env))
+    expected = summary(popdist_emu.simulate(trainer, batch))
     assert expected["system"] == "bow-pod16" and answer["summary"] == expected
 
 
@@ -172,7 +173,9 @@ def test_invalid_and_out_of_memory_points_are_reported_not_fatal(tmp_path):
     big = PROFILE.replace(activation_bytes=2 * 10**9)
     specs = [point(16), point(64), point(12), point(256)]
     evaluated = [
-        EvaluatedPoint(p, points.evaluate_point(big if p.replicas == 256 else PROFILE, p))
+        EvaluatedPoint(
+            p, points.evaluate_point(hardware.as_replica(big if p.replicas == 256 else PROFILE), p)
+        )
         for p in specs
     ]
     rows = series_rows("synthetic", evaluated)

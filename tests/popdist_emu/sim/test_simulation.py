@@ -61,9 +61,8 @@ def arrays(options, micro: int):
 def test_offline_and_functional_trainers_simulate_the_same_step():
     functional = make_trainer(False, gradient_accumulation=2)
     offline = make_trainer(True, gradient_accumulation=2)
-    env = {"POPDIST_EMU_SYSTEM": ""}
-    real = popdist_emu.simulate(functional, arrays(functional.options, 8), environ=env)
-    shaped = popdist_emu.simulate(offline, shapes(offline.options, 8), environ=env)
+    real = popdist_emu.simulate(functional, arrays(functional.options, 8))
+    shaped = popdist_emu.simulate(offline, shapes(offline.options, 8))
     assert real.simulated_step_seconds == shaped.simulated_step_seconds
     assert real.phases == shaped.phases
     assert real.memory == shaped.memory
@@ -73,33 +72,31 @@ def test_offline_and_functional_trainers_simulate_the_same_step():
     assert real.samples_per_step == 4 * 2 * 8
     assert real.prefetch_depth == functional.options.prefetch_depth
     shallow = make_trainer(True, gradient_accumulation=2, prefetch_depth=1)
-    assert (
-        popdist_emu.simulate(shallow, shapes(shallow.options, 8), environ=env).prefetch_depth == 1
-    )
+    assert popdist_emu.simulate(shallow, shapes(shallow.options, 8)).prefetch_depth == 1
 
 
-def test_system_comes_from_the_environment_or_the_argument():
-    trainer = make_trainer(True)
+def test_system_comes_from_the_options_or_the_argument():
+    trainer = make_trainer(True, system="bow-pod64")
     batch = shapes(trainer.options, 2)
-    bow = popdist_emu.simulate(trainer, batch, environ={"POPDIST_EMU_SYSTEM": "bow-pod64"})
-    assert bow.system.name == "bow-pod64"
-    assert popdist_emu.simulate(trainer, batch, system="pod128", environ={}).system.name == (
-        "pod128"
-    )
+    assert popdist_emu.simulate(trainer, batch).system.name == "bow-pod64"
+    assert popdist_emu.simulate(trainer, batch, system="pod128").system.name == "pod128"
+    with mock.patch.dict(os.environ, {"POPDIST_EMU_SYSTEM": "bow-pod16"}):
+        # The launcher's --system, read once with the layout when the options are made.
+        assert popdist_emu.simulate(make_trainer(True), batch).system.name == "bow-pod16"
     with pytest.raises(hardware.SystemSelectionError, match="is not a known IPU-POD"):
-        popdist_emu.simulate(trainer, batch, environ={"POPDIST_EMU_SYSTEM": "pod99"})
+        popdist_emu.simulate(make_trainer(True, system="pod99"), batch)
 
 
 def test_oversized_micro_batch_is_out_of_memory():
     trainer = make_trainer(True, replicas=1)
     with pytest.raises(hardware.OutOfMemoryError, match=r"^Out of memory:"):
-        popdist_emu.simulate(trainer, shapes(trainer.options, 20_000_000), environ={})
+        popdist_emu.simulate(trainer, shapes(trainer.options, 20_000_000))
 
 
 def test_memory_levers_reach_the_simulation():
     def run(**levers):
         trainer = make_trainer(True, replicas=4, optimiser=optax.adam(0.1), **levers)
-        return popdist_emu.simulate(trainer, shapes(trainer.options, 2), environ={})
+        return popdist_emu.simulate(trainer, shapes(trainer.options, 2))
 
     plain, rts, offload = run(), run(replicated_tensor_sharding=True), run(offload_optimiser=True)
     state = plain.memory.categories["optimizer_state"]
@@ -113,7 +110,7 @@ def test_memory_levers_reach_the_simulation():
 def test_infeed_stats_set_the_host_bytes():
     trainer = make_trainer(False, replicas=2)
     options = trainer.options
-    simulation = popdist_emu.simulate(trainer, arrays(options, 4), environ={})
+    simulation = popdist_emu.simulate(trainer, arrays(options, 4))
     per_micro = simulation.profile.host_bytes_per_micro_batch
     assert per_micro == 4 * (6 + 3) * 4
 
@@ -141,34 +138,41 @@ def test_infeed_stats_set_the_host_bytes():
     assert smaller.host_io_seconds < simulation.host_io_seconds
 
 
-def test_simulate_profile_reads_the_launcher_layout():
+def test_simulate_profile_takes_the_job_of_its_options():
     trainer = make_trainer(True, replicas=1)
-    profile = popdist_emu.simulate(trainer, shapes(trainer.options, 2), environ={}).profile
+    profile = popdist_emu.simulate(trainer, shapes(trainer.options, 2)).profile
     env = {
         "POPDIST_NUM_TOTAL_REPLICAS": "64",
         "POPDIST_NUM_LOCAL_REPLICAS": "8",
         "POPDIST_NUM_IPUS_PER_REPLICA": "1",
     }
-    simulation = popdist_emu.simulate_profile(profile, environ=env)
+    with mock.patch.dict(os.environ, env):
+        launched = popdist_emu.Options()  # the launcher's layout, read at the program's entry
+    simulation = popdist_emu.simulate_profile(profile, launched)
     assert (simulation.layout.num_replicas, simulation.layout.num_instances) == (64, 8)
     assert simulation.system.name == "pod64"
+    given = popdist_emu.Options(layout=hardware.ReplicaLayout(16, 4), system="bow-pod16")
+    other = popdist_emu.simulate_profile(profile, given)
+    assert (other.layout, other.system.name) == (given.layout, "bow-pod16")
 
 
 def test_report_from_instance_0_only(tmp_path, capsys):
     trainer = make_trainer(True)
-    simulation = popdist_emu.simulate(trainer, shapes(trainer.options, 2), environ={})
+    simulation = popdist_emu.simulate(trainer, shapes(trainer.options, 2))
     job = hardware.ReplicaLayout(num_replicas=4, num_instances=2)
-    others = {**layout_environment(job, 1), ENV_REPORT_DIR: str(tmp_path / "x")}
-    assert popdist_emu.report_simulation(simulation, environ=others) is None
+    others = popdist_emu.Options(layout=job, instance_index=1, report_dir=str(tmp_path / "x"))
+    assert popdist_emu.report_simulation(simulation, others) is None
     assert capsys.readouterr().out == "" and not (tmp_path / "x").exists()
 
-    leader = {**layout_environment(job, 0), ENV_REPORT_DIR: str(tmp_path / "r")}
-    assert popdist_emu.report_simulation(simulation, environ=leader) == str(tmp_path / "r")
+    launched = {**layout_environment(job, 0), ENV_REPORT_DIR: str(tmp_path / "r")}
+    with mock.patch.dict(os.environ, launched):
+        leader = popdist_emu.Options()  # instance 0, with the launcher's --report-dir
+    assert popdist_emu.report_simulation(simulation, leader) == str(tmp_path / "r")
     assert "[popdist-emu] simulated pod16" in capsys.readouterr().out
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["simulated_step_seconds"] == simulation.simulated_step_seconds
     # No directory asked for: the summary is printed and nothing is written.
-    assert popdist_emu.report_simulation(simulation, environ={}) is None
+    assert popdist_emu.report_simulation(simulation, popdist_emu.Options(layout=job)) is None
 
 
 # ------------------------------------------------------------ through poprun-emu
@@ -301,8 +305,8 @@ def test_oversized_micro_batch_fails_the_run(tmp_path):
 
 
 def test_simulated_system_is_the_one_simulate_picks():
-    assert popdist_emu.simulated_system(16, environ={}).name == hardware.default_system(16).name
-    bow = popdist_emu.simulated_system(16, environ={"POPDIST_EMU_SYSTEM": "bow-pod64"})
+    assert popdist_emu.simulated_system(16).name == hardware.default_system(16).name
+    bow = popdist_emu.simulated_system(16, "bow-pod64")
     assert (bow.name, bow.num_ipus) == ("bow-pod64", 64)
     assert popdist_emu.simulated_system(4, "pod16").name == "pod16"
     with pytest.raises(hardware.SystemSelectionError, match="has only 16 IPUs"):

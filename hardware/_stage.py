@@ -1,0 +1,90 @@
+"""A stage of a replica: what its compiled programs ask of its IPU, in counts and bytes.
+
+Counts are XLA's (FLOPs, bytes, transcendentals, operations, matmuls and convolutions) and
+bytes are the stage's tensors; nothing here depends on the system the stage runs on, so the
+hardware model prices one stage on any IPU (``hardware._replica.stage_costs``).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from hardware._planner import ConvOp
+
+
+class PassCounts(NamedTuple):
+    """What XLA says of one compiled pass (a stage's forward, or its backward).
+
+    Attributes:
+        flops: floating-point operations.
+        bytes_accessed: bytes read and written.
+        transcendentals: transcendental evaluations.
+        num_ops: primitive operations (its compute sets, and its code).
+        matmuls: its matmuls and convolutions, for the convolution planner.
+    """
+
+    flops: float = 0.0
+    bytes_accessed: float = 0.0
+    transcendentals: float = 0.0
+    num_ops: int = 0
+    matmuls: tuple[ConvOp, ...] = ()
+
+
+class StageProfile(NamedTuple):
+    """What one stage of a replica asks of its IPU, per micro-batch and per step.
+
+    Attributes:
+        ipu: the IPU of the replica it runs on (0-based).
+        blocks: names of the blocks it holds, in order.
+        forward: its forward pass; zero for a data-parallel replica, whose one program
+            (the micro-step) is its ``backward``.
+        backward: its backward pass.
+        backward_reruns_forward: the compiled backward program runs the forward again (a
+            JAX vjp does): without recomputation the stash holds the forward's activations,
+            so the forward's counts are taken off the backward's.
+        output_bytes: activations it sends to the next stage per micro-batch (the gradient
+            of the same size comes back); 0 for the last stage.
+        input_bytes: its input per micro-batch (the recomputation stash entry).
+        activation_bytes: what its forward pass saves for its backward pass, per
+            micro-batch (one stash entry without recomputation).
+        parameter_bytes: its weights; a weight that an earlier stage on the same IPU holds
+            (tied embeddings and decoder) is counted with that stage only.
+        optimiser_state_bytes: its optimiser state (unsharded).
+        gradient_bytes: its gradient as the runtime accumulates it (and its accumulator).
+        temporary_bytes: its peak working space.
+        checkpoint_bytes: bytes live while one micro-batch's backward recomputes the stage
+            with a recomputation checkpoint at every block boundary; 0 means the whole
+            stage's ``activation_bytes``.
+        block_gradient_bytes: the largest block's gradient: with gradient accumulation the
+            backward pass adds each block's weight gradients into the accumulators as they
+            are produced, so one block's gradients are live at a time; 0 means the whole
+            stage's ``gradient_bytes``.
+    """
+
+    ipu: int
+    blocks: tuple[str, ...] = ()
+    forward: PassCounts = PassCounts()
+    backward: PassCounts = PassCounts()
+    backward_reruns_forward: bool = False
+    output_bytes: int = 0
+    input_bytes: int = 0
+    activation_bytes: int = 0
+    parameter_bytes: int = 0
+    optimiser_state_bytes: int = 0
+    gradient_bytes: int = 0
+    temporary_bytes: int = 0
+    checkpoint_bytes: int = 0
+    block_gradient_bytes: int = 0
+
+    @property
+    def num_ops(self) -> int:
+        """Primitive operations of its programs (the code it holds)."""
+        return self.forward.num_ops + self.backward.num_ops
+
+    @property
+    def matmuls(self) -> tuple[ConvOp, ...]:
+        """The matmuls and convolutions its programs run on its IPU (a backward that
+        reruns the forward already holds the forward's)."""
+        if self.backward_reruns_forward:
+            return self.backward.matmuls
+        return self.forward.matmuls + self.backward.matmuls
