@@ -113,9 +113,7 @@ def test_type_checkers_see_every_lazy_name_and_all_names_each():
     }
     assert set(popdist_emu.__all__) == set(homes)
     for name in ("simulated_system", "atomic_write", "Trainer"):
-        assert getattr(popdist_emu, name) is getattr(
-            importlib.import_module(homes[name]), name
-        )
+        assert getattr(popdist_emu, name) is getattr(importlib.import_module(homes[name]), name)
 
 
 @pytest.mark.parametrize("name", SUBPACKAGES)
@@ -162,7 +160,10 @@ def test_base_modules_import_no_sub_package():
 
 
 def test_no_module_is_over_the_size_limit():
-    roots = [PACKAGE, *(PACKAGE.parent / name for name in ("contract", "gcl", "hardware", "launch"))]
+    roots = [
+        PACKAGE,
+        *(PACKAGE.parent / name for name in ("contract", "gcl", "hardware", "launch")),
+    ]
     sizes = {
         str(path.relative_to(PACKAGE.parent)): len(path.read_text().splitlines())
         for root in roots
