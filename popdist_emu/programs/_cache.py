@@ -1,11 +1,15 @@
 """The process's one store of compiled programs: bounded, least recently used out first.
 
-Every program the emulator compiles goes through ``compile_program``, which looks it up
-here first, so a compiled program is kept for reuse in exactly one place. A trainer keeps a
-strong reference to the programs of the step shape it runs (that is use, not a cache), so
-evicting one never breaks a live trainer: the bound only limits what is kept for a later
-trainer or step shape, which compiles it again (or loads it from JAX's persistent
-compilation cache, where ``poprun-emu`` turns it on).
+Every program of a data-parallel trainer's step (the optimiser's init, the micro-step, the
+micro-steps of several micro-batches together, the update, a layer-wise optimiser's sharded
+passes) and of ``profile_step`` goes through ``compile_program``, which looks it up here
+first, so such a program is kept for reuse in exactly one place. (A pipeline's stage
+programs do not yet: they run by ``jax.jit`` dispatch, and JAX's cache hands the steps the
+executables the pipeline's profile compiled.) A trainer keeps a strong reference to the
+programs of the step shape it runs (that is use, not a cache), so evicting one never breaks
+a live trainer: the bound only limits what is kept for a later trainer or step shape, which
+compiles it again (or loads it from JAX's persistent compilation cache, where ``poprun-emu``
+turns it on).
 
 Why the bound is :data:`MAX_PROGRAMS` (64): a data-parallel trainer compiles at most four
 programs per step shape (the optimiser's init, the micro-step, the micro-steps of several
@@ -13,10 +17,10 @@ micro-batches together and the weight update), kept apart for functional and off
 (analysis-only) compiles, so 64 holds the programs of 16 step shapes, as many as the
 runtime keeps jitted step functions to share them by (``JITTED_FUNCTIONS`` in
 ``popdist_emu.runtime._replica_step``). A program's cost is its executable and the jaxpr
-the profile reads: serialised (``jax.experimental.serialize_executable``, CPU backend) a small
-MLP's micro-step is about 30 kB and ResNet-50's gradient or LARS update about 3 MB, so even 64
-programs of ResNet-50's size hold a few hundred MB, while a job, which compiles one trainer's
-few programs, never evicts.
+the profile reads. Serialised (``jax.experimental.serialize_executable``, CPU backend), a
+small MLP's micro-step is about 30 kB, and ResNet-50's gradient (float32, micro-batch 4) or
+LARS update about 3 MB each; so even 64 programs of ResNet-50's size hold a few hundred MB,
+while a job, which compiles one trainer's few programs, never evicts.
 """
 
 from __future__ import annotations
