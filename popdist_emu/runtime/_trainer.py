@@ -214,9 +214,10 @@ class Trainer:
         """The step's compiled programs for ``batch``'s shapes: no data, no collective.
 
         Each distinct program is compiled once per process, on first sight of its argument
-        shapes (trainers of the same loss, optimiser and shapes share it, functional and
-        offline alike); :meth:`step` calls exactly these executables and :meth:`profile`
-        analyses them.
+        shapes, and kept for reuse in the process's one bounded program cache (trainers of
+        the same loss, optimiser and shapes share it, functional and offline alike); the
+        trainer holds the programs of the shapes in use, so :meth:`step` calls exactly these
+        executables and :meth:`profile` analyses them, whatever the cache evicts.
 
         Args:
             batch: a call's input or its shapes (``jax.ShapeDtypeStruct`` leaves), laid out
