@@ -1,5 +1,5 @@
-"""Compiled programs and what XLA says about them: compile once, cost, memory, matmul plans,
-and the one builder of a step's ``hardware.StepProfile``."""
+"""Compiled programs and what XLA says about them: compile once (kept in one bounded cache),
+cost, memory, matmul plans, and the one builder of a step's ``hardware.StepProfile``."""
 
 from popdist_emu.programs._analysis import JaxprSize as JaxprSize
 from popdist_emu.programs._analysis import XlaCost as XlaCost
@@ -8,6 +8,10 @@ from popdist_emu.programs._analysis import loss_vjp as loss_vjp
 from popdist_emu.programs._analysis import precision_of as precision_of
 from popdist_emu.programs._analysis import residual_bytes as residual_bytes
 from popdist_emu.programs._analysis import xla_cost as xla_cost
+from popdist_emu.programs._cache import MAX_PROGRAMS as MAX_PROGRAMS
+from popdist_emu.programs._cache import PROGRAM_CACHE as PROGRAM_CACHE
+from popdist_emu.programs._cache import ProgramCache as ProgramCache
+from popdist_emu.programs._cache import ProgramKey as ProgramKey
 from popdist_emu.programs._compile import ANALYSIS_ONLY_OPTIONS as ANALYSIS_ONLY_OPTIONS
 from popdist_emu.programs._compile import Program as Program
 from popdist_emu.programs._compile import compile_program as compile_program
@@ -28,9 +32,13 @@ from popdist_emu.programs._step_profile import build_step_profile as build_step_
 
 __all__ = [
     "ANALYSIS_ONLY_OPTIONS",
+    "MAX_PROGRAMS",
+    "PROGRAM_CACHE",
     "JaxprSize",
     "Program",
+    "ProgramCache",
     "ProgramCounts",
+    "ProgramKey",
     "StepSettings",
     "StepShapes",
     "XlaCost",

@@ -1,19 +1,27 @@
 """Compile a step's programs once per process, from values or shapes alone.
 
 A :class:`Program` is a ``jax.stages.Compiled`` with the jaxpr it came from; the runtime
-compiles its micro-step and update once (:func:`compile_program`) and calls those
-executables, and the profile reads the same executables' analyses, so the simulated step is
-the step that runs, functional and offline alike. Compiling works on
-``jax.ShapeDtypeStruct`` shapes as well as on arrays, which is what offline mode uses.
+compiles its step's programs once (:func:`compile_program`) and calls those executables,
+and the profile reads the same executables' analyses, so the simulated step is the step
+that runs, functional and offline alike. Compiling works on ``jax.ShapeDtypeStruct`` shapes
+as well as on arrays, which is what offline mode uses.
+
+The compiled programs are kept for reuse in one place, the bounded
+:data:`~popdist_emu.programs._cache.PROGRAM_CACHE`. JAX would keep a second copy of each:
+its in-memory caches hold every executable of a jitted function, for every argument shape,
+as long as the function lives (and the runtime keeps its step functions alive as the keys
+that share programs between trainers). :func:`compile_program` therefore drops the
+function's entries in JAX's caches once the program is compiled, so an evicted program's
+memory is freed as soon as no trainer runs it.
 
 References:
     JAX ahead-of-time lowering (``jax.jit(f).lower(...).compile()``,
-    ``Compiled.cost_analysis()``, ``Compiled.memory_analysis()``).
+    ``Compiled.cost_analysis()``, ``Compiled.memory_analysis()``); ``clear_cache()`` of a
+    ``jax.jit`` function (``jax/_src/pjit.py``, ``jit_evict_fn``).
 """
 
 from __future__ import annotations
 
-import collections
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -21,6 +29,7 @@ import jax
 
 from popdist_emu._host_timeline import TIMELINE
 from popdist_emu._progress import phase
+from popdist_emu.programs._cache import PROGRAM_CACHE, ProgramKey
 from popdist_emu.programs._compile_lock import compile_lock
 from popdist_emu.programs._shapes import shape_struct
 
@@ -67,10 +76,6 @@ class Program(NamedTuple):
 # annotation (str | bool) leaves out.
 ANALYSIS_ONLY_OPTIONS: dict[str, Any] = {"xla_backend_optimization_level": 0}
 
-# Programs compiled in this process, by function and argument shapes (most recent last).
-_PROGRAMS: collections.OrderedDict[Any, Program] = collections.OrderedDict()
-_MAX_PROGRAMS = 64
-
 
 def _struct(x: Any) -> jax.ShapeDtypeStruct:
     if isinstance(x, jax.ShapeDtypeStruct):
@@ -82,13 +87,19 @@ def compile_program(
     fn: Callable, *args: Any, label: str | None = None, analysis_only: bool = False
 ) -> Program:
     """Traces, lowers and compiles ``fn`` for ``args`` (arrays or shape structs), once per
-    process: a second request for the same function and argument shapes returns the same
-    :class:`Program`. The compilation is a named phase (``compiling <label> ...``, then its
-    seconds), shown by instance 0.
+    process while the program is kept: a second request for the same function and argument
+    shapes returns the same :class:`Program` from the process's bounded cache
+    (:data:`~popdist_emu.programs._cache.PROGRAM_CACHE`). The compilation is a named phase
+    (``compiling <label> ...``, then its seconds), shown by instance 0.
+
+    Hold the returned program to keep using it: an evicted program still runs for whoever
+    holds it, and a later request compiles it again.
 
     Args:
         fn: jitted already (its ``donate_argnums`` and the like are kept) or a plain
             function, which is jitted here (pass the same jitted function to share programs).
+            Its entries in JAX's in-memory caches are dropped once compiled (see the module
+            docstring): calling ``fn`` directly afterwards compiles it again.
         *args: the arguments' values or ``jax.ShapeDtypeStruct`` shapes.
         label: what the phase messages call the program; default ``fn``'s name.
         analysis_only: the program is compiled to be analysed, never run (offline mode):
@@ -97,25 +108,32 @@ def compile_program(
     """
     structs = jax.tree.map(_struct, args)
     leaves, treedef = jax.tree.flatten(structs)
-    key = (fn, treedef, tuple(leaves), analysis_only)
-    program = _PROGRAMS.get(key)
+    key = ProgramKey(fn, treedef, tuple(leaves), analysis_only)
+    program = PROGRAM_CACHE.get(key)
     if program is None:
-        jitted = fn if hasattr(fn, "trace") else jax.jit(fn)
-        label = label or getattr(fn, "__name__", "a program")
-        with (
-            phase(f"compiling {label}", f"compiled {label}"),
-            TIMELINE.span("compile", program=label),
-        ):
-            traced = jitted.trace(*structs)
-            lowered = traced.lower()
-            # The instances of a job compile the same programs: one compiles, the others
-            # load the result from the persistent cache.
-            with compile_lock(lowered.as_text()):
-                options = ANALYSIS_ONLY_OPTIONS if analysis_only else None
-                program = Program(lowered.compile(compiler_options=options), traced.jaxpr)
-        _PROGRAMS[key] = program
-        while len(_PROGRAMS) > _MAX_PROGRAMS:
-            _PROGRAMS.popitem(last=False)
-    else:
-        _PROGRAMS.move_to_end(key)
+        program = _compile(fn, structs, label, analysis_only)
+        PROGRAM_CACHE.put(key, program)
+    return program
+
+
+def _compile(fn: Callable, structs: Any, label: str | None, analysis_only: bool) -> Program:
+    """Compiles ``fn`` for ``structs`` and leaves nothing of it in JAX's in-memory caches."""
+    jitted = fn if hasattr(fn, "trace") else jax.jit(fn)
+    label = label or getattr(fn, "__name__", "a program")
+    with (
+        phase(f"compiling {label}", f"compiled {label}"),
+        TIMELINE.span("compile", program=label),
+    ):
+        traced = jitted.trace(*structs)
+        lowered = traced.lower()
+        # The instances of a job compile the same programs: one compiles, the others
+        # load the result from the persistent cache.
+        with compile_lock(lowered.as_text()):
+            options = ANALYSIS_ONLY_OPTIONS if analysis_only else None
+            program = Program(lowered.compile(compiler_options=options), traced.jaxpr)
+    # JAX keeps the trace (and through it the executable) while the function lives; the
+    # program holds its own jaxpr and executable, so the cache above is the one keeper.
+    clear = getattr(jitted, "clear_cache", None)
+    if clear is not None:
+        clear()
     return program

@@ -35,7 +35,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from popdist_emu.runtime._replica_step import Params, unflatten_like
+from popdist_emu.programs import Program, compile_program
+from popdist_emu.runtime._replica_step import JITTED_FUNCTIONS, Params, unflatten_like
 from popdist_emu.runtime._sharding import ShardingPlan
 
 
@@ -132,9 +133,14 @@ class LayerwiseUpdate(NamedTuple):
     eps: float
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=JITTED_FUNCTIONS)
 def layerwise_update(optimiser: LayerwiseOptimiser, scale: float | None) -> LayerwiseUpdate:
-    """The two passes of ``optimiser``'s sharded update (cached, like ``make_update``)."""
+    """The two jitted passes of ``optimiser``'s sharded update.
+
+    Cached per optimiser and scale, like ``make_update``: the passes are the keys that make
+    stages of the same optimiser share compiled programs, not a program store
+    (``JITTED_FUNCTIONS``); they are compiled only through :class:`LayerwisePrograms`.
+    """
     inner, tail = optimiser.inner, optimiser.tail
     coefficient, eps = optimiser.trust_coefficient, optimiser.eps
 
@@ -157,6 +163,63 @@ def layerwise_update(optimiser: LayerwiseOptimiser, scale: float | None) -> Laye
         return optax.apply_updates(params, updates), tail_state
 
     return LayerwiseUpdate(jax.jit(direction), jax.jit(finish), coefficient, eps)
+
+
+class LayerwisePrograms:
+    """A sharded stage's two layer-wise passes, compiled through ``compile_program`` on their
+    first call and held while the stage lives (what it runs is never evicted under it).
+
+    The stage calls them on full-shape weights, optimiser state and flat gradient, fixed by
+    its sharding plan, so the first call's shapes are the only ones: a program is compiled
+    once per pass, and an executable called with other shapes refuses them (``TypeError``)
+    rather than compiling again.
+
+    Args:
+        passes: the jitted passes (:func:`layerwise_update`), the programs' keys.
+    """
+
+    def __init__(self, passes: LayerwiseUpdate) -> None:
+        self.passes = passes
+        self._direction: Program | None = None
+        self._finish: Program | None = None
+
+    @property
+    def programs(self) -> tuple[Program | None, Program | None]:
+        """The compiled ``(direction, finish)`` the stage holds; None for a pass not run yet."""
+        return self._direction, self._finish
+
+    def direction(self, params: Params, inner_state: Any, grad_flat: Any) -> tuple[Any, Any]:
+        """:attr:`LayerwiseUpdate.direction`, compiled."""
+        if self._direction is None:
+            self._direction = compile_program(
+                self.passes.direction,
+                params,
+                inner_state,
+                grad_flat,
+                label="the layer-wise update's direction",
+            )
+        return self._direction(params, inner_state, grad_flat)
+
+    def finish(self, params: Params, u: Any, norms: Any, tail_state: Any) -> tuple[Params, Any]:
+        """:attr:`LayerwiseUpdate.finish`, compiled."""
+        if self._finish is None:
+            self._finish = compile_program(
+                self.passes.finish,
+                params,
+                u,
+                norms,
+                tail_state,
+                label="the layer-wise update's trust ratio and tail",
+            )
+        return self._finish(params, u, norms, tail_state)
+
+
+def layerwise_programs(optimiser: Any, scale: float | None) -> LayerwisePrograms | None:
+    """A sharded stage's compiled passes of ``optimiser``'s update; None for an optimiser
+    that is not a :class:`LayerwiseOptimiser` (its update is element-wise)."""
+    if not isinstance(optimiser, LayerwiseOptimiser):
+        return None
+    return LayerwisePrograms(layerwise_update(optimiser, scale))
 
 
 def owned_squares(plan: ShardingPlan, replica: int, params: Params, u: Any) -> np.ndarray:

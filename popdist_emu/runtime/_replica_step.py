@@ -30,10 +30,22 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from popdist_emu.programs import accumulator_struct
+from popdist_emu.programs import accumulator_struct, compile_program
 
 Params = Any
 Batch = Any
+# The most jitted step functions each factory below (and ``layerwise_update``) keeps. They are
+# the programs' keys, not a program store: the same function object is what makes trainers of
+# the same loss (or optimiser) find one compiled program in the process's ``ProgramCache``,
+# and the runtime compiles them only through ``compile_program``, which then drops their
+# entries in JAX's own caches, so a kept function holds no program, only its closure (the
+# user's loss or optimiser). Bounded so that a process building trainers of many losses does
+# not keep every loss alive; 16 is more losses and optimisers than a job or a sweep trains at
+# once (one evicted while trainers of it live only costs the next such trainer a compile
+# instead of a shared program), and 16 step functions of up to four programs each is the
+# ``ProgramCache``'s bound, ``MAX_PROGRAMS`` = 64.
+JITTED_FUNCTIONS = 16
+
 # What a replica contributes to the reduction: a flat vector of its gradient sum over the
 # accumulated micro-batches (leaves in tree order), followed by its loss sum.
 Accumulator = jax.Array
@@ -81,7 +93,7 @@ def zero_accumulator(params: Params, loss_dtype: Any) -> jax.Array:
     return jax.device_put(np.zeros(struct.shape, struct.dtype))
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=JITTED_FUNCTIONS)
 def make_micro_step(loss_fn: Callable, has_aux: bool = False) -> Callable:
     """The jitted micro-step ``(params, acc, micro_batch) -> (acc', finite)``, or
     ``(acc', finite, outputs)`` where ``has_aux``: ``loss_fn`` then returns ``(loss,
@@ -92,8 +104,9 @@ def make_micro_step(loss_fn: Callable, has_aux: bool = False) -> Callable:
     the loss, so the replicas' contributions travel through gcl as a single contiguous
     array: on this machine an all-reduce of one 115 kB array over 4 instances took 1.2 ms
     against 11 ms for the same bytes as a 9-leaf tree. Flattening inside the compiled
-    function is free; it only concatenates. Cached per loss function, so trainers of the
-    same loss share compiled code.
+    function is free; it only concatenates. Cached per loss function as the key that makes
+    trainers of the same loss share one compiled program (:data:`JITTED_FUNCTIONS`: a key,
+    not a program store).
 
     ``finite`` is False when this micro-batch's loss or gradient holds a NaN or an Inf; it is
     only read when the reduced gradient is not finite, to name the replica it came from.
@@ -135,7 +148,7 @@ def micro_batches_per_program(accumulation: int, accumulator_bytes: int) -> int:
     return max(c for c in range(1, accumulation + 1) if accumulation % c == 0 and c <= fits)
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=JITTED_FUNCTIONS)
 def make_batched_micro_steps(loss_fn: Callable, has_aux: bool = False) -> Callable:
     """The jitted ``(params, acc, micro_batches) -> (acc', finite[c])`` (with ``has_aux``,
     also the ``c`` micro-batches' outputs, stacked) for ``c`` micro-batches stacked on a
@@ -147,7 +160,7 @@ def make_batched_micro_steps(loss_fn: Callable, has_aux: bool = False) -> Callab
     (a loss normalised per micro-batch, statistics per micro-batch); the batched operations
     may round differently from one micro-batch at a time, within float rounding. One
     dispatch per ``c`` micro-batches instead of one each: for a small model most of a
-    step's host time.
+    step's host time. Cached per loss function, as :func:`make_micro_step` (a key).
     """
     flat_gradient = _flat_gradient_of(loss_fn, has_aux)
 
@@ -179,12 +192,13 @@ def update_scale(num_replicas: int, gradient_accumulation: int, reduction: str) 
     return 1.0 / (num_replicas * gradient_accumulation) if reduction == "mean" else None
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=JITTED_FUNCTIONS)
 def make_update(optimiser: optax.GradientTransformation, scale: float | None) -> Callable:
     """The jitted update ``(params, opt_state, grad_flat) -> (params', opt_state')``.
 
     ``grad_flat`` is the reduced flat gradient sum (the accumulator without its loss).
-    Cached per optimiser and scale, so trainers of the same optimiser share compiled code.
+    Cached per optimiser and scale as the key that makes trainers of the same optimiser
+    share one compiled program (:data:`JITTED_FUNCTIONS`: a key, not a program store).
 
     Args:
         optimiser: the optax optimiser every replica applies.
@@ -205,10 +219,20 @@ def make_update(optimiser: optax.GradientTransformation, scale: float | None) ->
     return jax.jit(update, donate_argnums=(0, 1))
 
 
-@functools.lru_cache(maxsize=16)
+@functools.lru_cache(maxsize=JITTED_FUNCTIONS)
 def make_init(optimiser: optax.GradientTransformation) -> Callable:
-    """``optimiser.init`` as one jitted program: one compile instead of one per leaf op."""
+    """``optimiser.init`` as one jitted program: one compile instead of one per leaf op.
+
+    Cached per optimiser, as :func:`make_update` (a key, not a program store).
+    """
     return jax.jit(optimiser.init)
+
+
+def init_state(optimiser: optax.GradientTransformation, params: Params) -> optax.OptState:
+    """``optimiser.init(params)``, run by the compiled :func:`make_init` (compiled once per
+    process while the program cache keeps it)."""
+    program = compile_program(make_init(optimiser), params, label="the optimiser's init")
+    return program(params)
 
 
 def shape_struct(tree: Any) -> Any:

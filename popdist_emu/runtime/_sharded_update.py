@@ -26,13 +26,13 @@ from hardware import CollectiveRecord
 from popdist_emu.runtime._elementwise import check_elementwise
 from popdist_emu.runtime._layerwise import (
     LayerwiseOptimiser,
-    LayerwiseUpdate,
-    layerwise_update,
+    LayerwisePrograms,
+    layerwise_programs,
     norms_from_squares,
     owned_squares,
 )
 from popdist_emu.runtime._reduce_update import StageResult, resolved_record
-from popdist_emu.runtime._replica_step import Accumulator, TrainState, UpdateFn, make_init
+from popdist_emu.runtime._replica_step import Accumulator, TrainState, UpdateFn, init_state
 from popdist_emu.runtime._sharding import ShardingPlan, plan_sharding, state_mirrors
 
 
@@ -91,8 +91,8 @@ def init_sharded_state(
     optimiser: Any, plan: ShardingPlan, params: Any, replicas: Sequence[int]
 ) -> ShardedOptState:
     """``optimiser.init(params)``, each given global replica keeping only its part."""
-    # One jitted init, not one compile per leaf operation.
-    return shard_state(plan, make_init(optimiser)(params), replicas)
+    # One compiled init, not one compile per leaf operation.
+    return shard_state(plan, init_state(optimiser, params), replicas)
 
 
 def sharded_state_nbytes(optimiser: Any, plan: ShardingPlan) -> int:
@@ -138,9 +138,10 @@ class ShardedReduceUpdate:
         method: GCL method of the runtime's all-reduce (the reduce-scatter must match it).
         comm: mpi4py communicator of the instances; None is gcl's default.
         timeout: seconds before a missing peer raises ``gcl.CollectiveTimeout``.
-        layerwise: the two passes of a layer-wise optimiser (LAMB, LARS), whose per-tensor
-            norms are all-reduced over the sharding domain between them; None for an
-            element-wise optimiser, updated by ``update_fn`` alone.
+        layerwise: the two compiled passes of a layer-wise optimiser (LAMB, LARS), whose
+            per-tensor norms are all-reduced over the sharding domain between them
+            (``layerwise_programs``); None for an element-wise optimiser, updated by
+            ``update_fn`` alone.
     """
 
     plan: ShardingPlan
@@ -149,7 +150,7 @@ class ShardedReduceUpdate:
     method: str = "auto"
     comm: Any = None
     timeout: float | None = None
-    layerwise: LayerwiseUpdate | None = None
+    layerwise: LayerwisePrograms | None = None
 
     def __call__(self, state: TrainState, replica_sums: Sequence[Accumulator]) -> StageResult:
         plan, kw = self.plan, {"comm": self.comm, "timeout": self.timeout}
@@ -364,7 +365,7 @@ def sharded_stage(
         method,
         comm,
         timeout,
-        layerwise_update(optimiser, scale) if isinstance(optimiser, LayerwiseOptimiser) else None,
+        layerwise_programs(optimiser, scale),
     )
     return stage, state
 

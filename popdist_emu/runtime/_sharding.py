@@ -266,6 +266,9 @@ class ShardingPlan:
         return sum(n for n, on in zip(self.sizes, self.sharded, strict=True) if not on)
 
 
+# ``_pieces`` and ``_whole_runs`` cache index plans (tuples of ints per plan and replica, read
+# on every update), not programs: they hold no compiled code, so they stay apart from the
+# ``ProgramCache``; 256 covers every replica of the plans of the trainers alive at once.
 @functools.lru_cache(maxsize=256)
 def _pieces(plan: ShardingPlan, position: int) -> tuple[tuple[Piece, ...], ...]:
     s, k = plan.chunk, plan.domain_size

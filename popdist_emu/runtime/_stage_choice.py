@@ -27,11 +27,11 @@ import hardware
 from hardware import CollectiveRecord
 from popdist_emu._options import Options
 from popdist_emu._trees import tree_nbytes
-from popdist_emu.programs import StepShapes, compile_program
-from popdist_emu.runtime._layerwise import LayerwiseOptimiser, layerwise_update
+from popdist_emu.programs import StepShapes
+from popdist_emu.runtime._layerwise import layerwise_programs
 from popdist_emu.runtime._offload import OffloadedUpdate, stream_out
 from popdist_emu.runtime._reduce_update import AllReduceUpdate, ReduceUpdateStage
-from popdist_emu.runtime._replica_step import Params, UpdateFn, make_init
+from popdist_emu.runtime._replica_step import Params, UpdateFn, init_state
 from popdist_emu.runtime._sharded_update import (
     ShardedReduceUpdate,
     check_shardable,
@@ -88,11 +88,6 @@ class StepCollectives(NamedTuple):
     sharding_domain: int
 
 
-def _init(optimiser: Any, params: Params) -> Any:
-    program = compile_program(make_init(optimiser), params, label="the optimiser's init")
-    return program(params)
-
-
 def select_stage(
     optimiser: Any,
     options: Options,
@@ -131,18 +126,13 @@ def select_stage(
             )
             # Shapes only: the element-wise probe update needs values, so trace only.
             check_shardable(optimiser, params)
-            layerwise = (
-                layerwise_update(optimiser, scale)
-                if isinstance(optimiser, LayerwiseOptimiser)
-                else None
-            )
             stage = ShardedReduceUpdate(
                 plan,
                 update,
                 options.replica_offset,
                 comm=comm,
                 timeout=timeout,
-                layerwise=layerwise,
+                layerwise=layerwise_programs(optimiser, scale),
             )
             return StageChoice(stage, None, plan)
         sharded, opt_state = sharded_stage(
@@ -163,9 +153,10 @@ def select_stage(
     if options.offload_optimiser:
         offloaded = OffloadedUpdate(update)
         stage_ = AllReduceUpdate(offloaded, num_replicas=replicas, comm=comm, timeout=timeout)
-        return StageChoice(stage_, None if offline else stream_out(_init(optimiser, params)), None)
+        streamed = None if offline else stream_out(init_state(optimiser, params))
+        return StageChoice(stage_, streamed, None)
     stage_ = AllReduceUpdate(update, num_replicas=replicas, comm=comm, timeout=timeout)
-    return StageChoice(stage_, None if offline else _init(optimiser, params), None)
+    return StageChoice(stage_, None if offline else init_state(optimiser, params), None)
 
 
 def lever_info(

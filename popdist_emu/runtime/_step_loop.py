@@ -82,7 +82,7 @@ def accumulate(
     micro_step: Program | None,
     pipeline: Pipeline | None,
     zeros: Accumulator,
-    batched: Any = None,
+    batched: Program | None = None,
     with_outputs: bool = False,
 ) -> tuple[list[Accumulator], list[list[Any]], Any]:
     """Every local replica's flat accumulator for device iteration ``d`` of ``batch``.
@@ -95,9 +95,9 @@ def accumulate(
         micro_step: the compiled micro-step; None for a pipeline.
         pipeline: the replica's pipeline, or None for the micro-step.
         zeros: the accumulator a replica starts from (never written).
-        batched: ``make_batched_micro_steps``' program, which computes several of a
+        batched: the compiled ``make_batched_micro_steps``, which computes several of a
             replica's micro-batches together (as many as ``micro_batches_per_program``
-            allows); None runs ``micro_step`` once per micro-batch.
+            allows, as it was compiled for); None runs ``micro_step`` once per micro-batch.
         with_outputs: the programs also return the loss function's outputs (``has_aux``;
             never with a pipeline).
 
@@ -127,7 +127,7 @@ def accumulate(
             raise RuntimeError("accumulate: no micro-step was compiled for this step shape.")
         acc, replica_flags, replica_outputs = zeros, [], []
         for a in range(0, accumulation, together):
-            if together > 1:
+            if batched is not None and together > 1:
                 chunk = _part(leaves, treedef, d, slice(a, a + together), k)
                 acc, finite, *out = batched(params, acc, chunk)
             else:

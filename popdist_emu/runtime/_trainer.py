@@ -9,9 +9,11 @@ copy for all of its local replicas. One call of :meth:`Trainer.step` runs
 
 The :class:`Trainer` coordinates smaller pieces, each with one job:
 
-- ``_compiled.StepPrograms``: each distinct program (the micro-step, the update) compiled
-  once, by argument shapes, and called directly, so what runs is what was compiled; the
-  stage holds the compiled update itself (``UpdateProgram``);
+- ``_compiled.StepPrograms``: each distinct program (the micro-step, the micro-steps of
+  several micro-batches together, the update) compiled once, by argument shapes, through
+  the process's one bounded program cache, and called directly, so what runs is what was
+  compiled; the trainer holds the programs of its step shape in use, and the stage holds
+  the compiled update itself (``UpdateProgram``);
 - ``_stage_choice``: the reduce-and-update stage the levers pick (all-reduce, RTS,
   offloading), its initial state, its per-replica cost and its collectives for any layout;
 - ``_step_loop``: the batch layout check and each replica's accumulation;
@@ -118,7 +120,6 @@ class Trainer:
         self.replica_offset = opts.replica_offset
         scale = update_scale(self.num_total_replicas, opts.gradient_accumulation, opts.reduction)
         self.grad_fn = make_micro_step(loss_fn, self.has_aux)
-        self._batched = make_batched_micro_steps(loss_fn, self.has_aux)
         if self.has_aux and opts.execution_strategy is not None:
             raise ValueError(
                 "Trainer: has_aux=True returns outputs from the micro-step, which a pipeline "
@@ -130,6 +131,8 @@ class Trainer:
         self.programs = StepPrograms(
             self.grad_fn,
             self.update_fn,
+            make_batched_micro_steps(loss_fn, self.has_aux),
+            gradient_accumulation=opts.gradient_accumulation,
             with_micro_step=self.pipeline is None,
             analysis_only=self.offline,
         )
@@ -211,9 +214,10 @@ class Trainer:
         """The step's compiled programs for ``batch``'s shapes: no data, no collective.
 
         Each distinct program is compiled once per process, on first sight of its argument
-        shapes (trainers of the same loss, optimiser and shapes share it, functional and
-        offline alike); :meth:`step` calls exactly these executables and :meth:`profile`
-        analyses them.
+        shapes, and kept for reuse in the process's one bounded program cache (trainers of
+        the same loss, optimiser and shapes share it, functional and offline alike); the
+        trainer holds the programs of the shapes in use, so :meth:`step` calls exactly these
+        executables and :meth:`profile` analyses them, whatever the cache evicts.
 
         Args:
             batch: a call's input or its shapes (``jax.ShapeDtypeStruct`` leaves), laid out
@@ -314,16 +318,17 @@ class Trainer:
         state = self._live_state("Trainer.step")
         if self._zeros is None:
             raise RuntimeError("Trainer.step: the step was not prepared for this batch.")
+        compiled = self._compiled_step()
         with TIMELINE.span("micro-steps", step=self.steps_done + 1):
             sums, flags, outputs = accumulate(
                 batch,
                 d,
                 params=state.params,
                 options=self.options,
-                micro_step=self._compiled_step().micro_step,
+                micro_step=compiled.micro_step,
                 pipeline=self.pipeline,
                 zeros=self._zeros,
-                batched=self._batched,
+                batched=compiled.batched,
                 with_outputs=self.has_aux,
             )
         # The collectives as gcl ran them, for the host timeline of the run.
@@ -387,9 +392,11 @@ class Trainer:
         if self._shapes is None or micro != self._shapes.micro_batch:
             loss = check_scalar_loss(self.loss_fn, self._params_shape, micro)
             shapes = StepShapes(self._params_shape, self._opt_state_shape, micro, loss)
-            micro_step, update = self.programs.compile(shapes)
+            programs = self.programs.compile(shapes)
             collectives = self.reduce_update.collectives(shapes.accumulator)
-            self._compiled = CompiledStep(micro_step, update, collectives)
+            self._compiled = CompiledStep(
+                programs.micro_step, programs.update, collectives, programs.batched
+            )
             if self.state is not None:
                 self._zeros = zero_accumulator(self.state.params, loss.dtype)
             self._shapes = shapes

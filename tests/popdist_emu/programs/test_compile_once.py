@@ -2,8 +2,7 @@
 hardware model analyses the executables the trainer compiled, and the trainer runs them (a
 replica's micro-batches through one program where they fit together).
 
-Compilations are counted with JAX's monitoring events (one ``backend_compile_duration`` event
-per XLA compilation, with the program's name), not with timings.
+Compilations are counted with JAX's monitoring events (the ``compiles`` fixture, conftest.py).
 """
 
 import collections
@@ -12,30 +11,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import pytest
 from two_dense_blocks import two_dense_blocks
 
 import popdist_emu
-
-BACKEND_COMPILE_EVENT = "/jax/core/compile/backend_compile_duration"
-_compiled: list[str] | None = None
-
-
-def _on_event(event: str, duration: float, **kwargs) -> None:
-    if event == BACKEND_COMPILE_EVENT and _compiled is not None:
-        _compiled.append(str(kwargs.get("fun_name")))
-
-
-jax.monitoring.register_event_duration_secs_listener(_on_event)
-
-
-@pytest.fixture
-def compiles():
-    """The names of the programs XLA compiles while the test runs."""
-    global _compiled
-    _compiled = []
-    yield _compiled
-    _compiled = None
 
 
 def make_loss():

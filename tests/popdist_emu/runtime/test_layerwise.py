@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 import gcl
 import popdist_emu
 from popdist_emu import AllReduceUpdate, TrainState
+from popdist_emu.programs import PROGRAM_CACHE
 from popdist_emu.runtime._layerwise import owned_squares
 from popdist_emu.runtime._replica_step import make_update
 from popdist_emu.runtime._sharded_update import ShardedReduceUpdate, sharded_stage
@@ -103,6 +104,25 @@ def test_rts_training_equals_whole_tensor_training(shapes, r, lars, data):
         # Only the norms' summation order differs: float64 pieces against XLA's float32 sum.
         np.testing.assert_allclose(rts[name], base[name], rtol=2e-6, atol=1e-7)
         assert not np.array_equal(params[name], rts[name])  # it trained
+
+
+def test_the_layerwise_passes_are_programs_of_the_process_cache(compiles):
+    """Stages of the same optimiser share the compiled passes from the process's one program
+    cache and hold them; the cached jitted passes are keys only, holding no program: once
+    the cache dropped them, a new stage compiles them again."""
+    params = _tree([(6, 5), (30,)], np.random.default_rng(0))
+    optimiser = popdist_emu.lamb(1e-2, weight_decay=0.1)
+    *_, first = _train(params, 4, None, 1, 0, optimiser)
+    *_, second = _train(params, 4, None, 1, 1, optimiser)
+    assert None not in first.layerwise.programs
+    for a, b in zip(first.layerwise.programs, second.layerwise.programs, strict=True):
+        assert a is b
+    PROGRAM_CACHE.clear()
+    compiles.clear()
+    *_, third = _train(params, 4, None, 1, 2, optimiser)
+    passes = [name for name in compiles if "direction" in name or "finish" in name]
+    assert len(passes) == 2, compiles
+    assert third.layerwise.programs[0] is not first.layerwise.programs[0]
 
 
 @settings(max_examples=20, derandomize=True, deadline=None)
