@@ -25,6 +25,7 @@ from popdist_emu.programs._profile import program_counts as program_counts
 from popdist_emu.programs._shapes import StepShapes as StepShapes
 from popdist_emu.programs._shapes import accumulator_struct as accumulator_struct
 from popdist_emu.programs._shapes import flat_size as flat_size
+from popdist_emu.programs._shapes import gradient_nbytes as gradient_nbytes
 from popdist_emu.programs._shapes import shape_struct as shape_struct
 from popdist_emu.programs._step_profile import ProgramCounts as ProgramCounts
 from popdist_emu.programs._step_profile import StepSettings as StepSettings
@@ -46,6 +47,7 @@ __all__ = [
     "build_step_profile",
     "compile_program",
     "flat_size",
+    "gradient_nbytes",
     "jaxpr_size",
     "loss_vjp",
     "matmul_ops",

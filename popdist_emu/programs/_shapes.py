@@ -3,8 +3,9 @@
 A replica's step has four inputs whose shapes decide every program it compiles: the weights,
 the optimiser state, one micro-batch and the loss's scalar. The flat accumulator (every
 gradient element in tree order, then the loss sum) follows from the weights and the loss, so
-the bytes the reduce-and-update stage moves and the bytes a replica's gradient occupies are
-defined here once, for the data-parallel and the pipelined profile alike.
+the bytes the reduce-and-update stage moves are defined here, and the bytes a gradient
+occupies on the IPU (:func:`gradient_nbytes`) once, for the data-parallel replica and every
+pipeline stage alike.
 """
 
 from __future__ import annotations
@@ -33,19 +34,20 @@ def flat_size(params: Any) -> int:
     return sum(int(np.prod(jnp.shape(leaf), dtype=np.int64)) for leaf in jax.tree.leaves(params))
 
 
-def gradient_nbytes(gradient: Any, *dtypes: Any) -> int:
-    """Bytes of ``gradient`` (a pytree of weights or of their gradients, arrays or shapes)
-    laid out flat in the dtype it is accumulated in: the result type of its leaves and
-    ``dtypes`` (the loss's, where the runtime accumulates the loss beside it).
+def gradient_nbytes(weights: Any) -> int:
+    """Bytes of the gradient of ``weights`` (a pytree of weights or of their gradients,
+    arrays or shapes) and of its accumulator, as the IPU program holds them: each in its
+    weight's dtype, PopART's default ("same data type as weight for the accumulator",
+    ``popart.Adam``'s and ``popart.SGD``'s ``accum_type``).
 
-    The one definition of a gradient's and of its accumulator's size, for the replica's
-    profile, every pipeline stage and the collectives that reduce it.
+    The one definition of a gradient's size for the hardware model: the replica's profile,
+    every pipeline stage and every block. (The emulator's runtime accumulates a half model
+    with a float32 loss in float32, for its numerics; the IPU's memory is what is modelled.)
     """
-    leaves = jax.tree.leaves(gradient)
-    if not leaves:
-        return 0
-    dtype = jnp.result_type(*(jnp.result_type(leaf) for leaf in leaves), *dtypes)
-    return flat_size(gradient) * np.dtype(dtype).itemsize
+    return sum(
+        flat_size(leaf) * np.dtype(jnp.result_type(leaf)).itemsize
+        for leaf in jax.tree.leaves(weights)
+    )
 
 
 def accumulator_struct(params: Any, loss_dtype: Any) -> jax.ShapeDtypeStruct:
@@ -88,14 +90,9 @@ class StepShapes(NamedTuple):
 
     @property
     def gradient_bytes(self) -> int:
-        """Bytes of one replica's gradient as the runtime holds it (in the accumulator's
-        dtype): the hardware model's gradient and accumulator size."""
-        return self.gradient_bytes_of(self.params)
-
-    def gradient_bytes_of(self, params: Any) -> int:
-        """Bytes of the gradient of ``params`` (some of the weights: a pipeline stage's or a
-        block's) as the runtime accumulates it, in the accumulator's dtype."""
-        return gradient_nbytes(params, self.loss.dtype)
+        """Bytes of one replica's gradient and of its accumulator on the IPU
+        (:func:`gradient_nbytes`): the hardware model's gradient and accumulator size."""
+        return gradient_nbytes(self.params)
 
     @property
     def micro_batch_size(self) -> int:

@@ -5,8 +5,8 @@ lowered and compiled from shapes only, as offline mode needs; XLA's ``cost_analy
 those compiled objects gives the stage's counts, its jaxprs its operations, largest
 temporary and matmuls, and its vjp residuals its activations. The bytes each stage holds
 come from the step's shapes: its weights (a tied weight with the first stage that stores it
-on its IPU), its share of the optimiser state, and its gradient in the accumulator's dtype
-(``StepShapes.gradient_bytes_of``, the one definition the data-parallel profile uses too).
+on its IPU), its share of the optimiser state, and its gradient and accumulator
+(``programs.gradient_nbytes``, the one definition the data-parallel profile uses too).
 The hardware model prices and schedules the stages (``hardware.simulate_step``).
 
 References:
@@ -29,6 +29,7 @@ from popdist_emu.programs import (
     ANALYSIS_ONLY_OPTIONS,
     StepShapes,
     XlaCost,
+    gradient_nbytes,
     jaxpr_size,
     matmul_ops,
     residual_bytes,
@@ -78,7 +79,7 @@ def stage_weights(pipeline: Pipeline, shapes: StepShapes) -> tuple[hardware.Stag
                 blocks=tuple(pipeline.stages[s].blocks),
                 parameter_bytes=nbytes,
                 optimiser_state_bytes=round(total_state * nbytes / total_params),
-                gradient_bytes=shapes.gradient_bytes_of(held),
+                gradient_bytes=gradient_nbytes(held),
             )
         )
     return tuple(stages)
@@ -140,7 +141,7 @@ def profile_stages(
                 activation_bytes=_stage_residual_bytes(prog.fn, p, x),
                 temporary_bytes=2 * bwd_size.largest_bytes,
                 checkpoint_bytes=_checkpoint_bytes(pipeline, s, p, x),
-                block_gradient_bytes=max(shapes.gradient_bytes_of(b) for b in block_params),
+                block_gradient_bytes=max(gradient_nbytes(b) for b in block_params),
             )
         )
         x = y

@@ -35,22 +35,23 @@ def _trainer(ipus: int, **options):
     return trainer, batch
 
 
-def test_every_path_charges_the_gradient_in_the_accumulators_dtype():
-    """The runtime accumulates a float16 model's gradients with its float32 loss in float32:
-    the plain replica and each stage of the pipelined one charge them so (the pipeline once
-    charged each stage its float16 weights' bytes, half)."""
+def test_every_path_charges_the_gradient_as_the_ipu_holds_it():
+    """A float16 model with a float32 loss: its gradients and accumulators are float16 on
+    the IPU (PopART's default: an accumulator in its weight's dtype), for the plain replica
+    and for each stage of the pipelined one alike (the plain path once charged them in the
+    runtime's float32 accumulator, twice the pipelined path's)."""
     plain = popdist_emu.profile_replica(*_trainer(1))
     piped = popdist_emu.profile_replica(*_trainer(2))
-    elements = 2 * WIDTH * WIDTH
-    assert plain.profile.gradient_bytes == piped.profile.gradient_bytes == 4 * elements
-    assert [s.gradient_bytes for s in piped.stages] == [4 * WIDTH * WIDTH] * 2
+    half = 2 * WIDTH * WIDTH  # one float16 layer's bytes
+    assert plain.profile.gradient_bytes == piped.profile.gradient_bytes == 2 * half
+    assert [s.gradient_bytes for s in piped.stages] == [half, half]
+    assert [s.parameter_bytes for s in piped.stages] == [half, half]
     assert sum(s.gradient_bytes for s in piped.stages) == plain.stages[0].gradient_bytes
-    assert [s.parameter_bytes for s in piped.stages] == [2 * WIDTH * WIDTH] * 2
     pipelined = popdist_emu.simulate(*_trainer(2))
     one = popdist_emu.simulate(*_trainer(1))
     per_ipu = [m.categories["gradient_accumulators"] for m in pipelined.replica.ipu_memory]
-    assert per_ipu == [4 * WIDTH * WIDTH] * 2
-    assert sum(per_ipu) == one.memory.categories["gradient_accumulators"] == 4 * elements
+    assert per_ipu == [half, half]
+    assert sum(per_ipu) == one.memory.categories["gradient_accumulators"] == 2 * half
 
 
 def test_a_plain_trainer_is_one_stage_and_a_pipelined_one_a_stage_each():
