@@ -108,7 +108,7 @@ def optimiser_shards(profile: StepProfile, layout: ReplicaLayout) -> int:
 def _idle(ipu: IpuSpec) -> MemoryBreakdown:
     """An IPU of the replica that runs no stage (a data-parallel replica's IPUs after the
     first): it holds nothing."""
-    zeros = dict.fromkeys(CATEGORIES, 0)
+    zeros: dict[str, int] = dict.fromkeys(CATEGORIES, 0)
     return MemoryBreakdown(zeros, ipu.in_processor_memory, ipu.tiles, ipu.sram_per_tile)
 
 
@@ -389,11 +389,11 @@ def check_memory(
     """
     if layout is None and system is None and hasattr(simulation_or_replica, "replica"):
         sim = simulation_or_replica
-        model, layout, system = sim.model, sim.layout, sim.system
+        model, on, pod = sim.model, sim.layout, sim.system
         memories = sim.replica.ipu_memory
     elif layout is not None and system is not None:
-        model = as_replica(simulation_or_replica)
-        memories = replica_memory(model, layout, system)
+        model, on, pod = as_replica(simulation_or_replica), layout, system
+        memories = replica_memory(model, on, pod)
     else:
         raise TypeError(
             "check_memory takes a StepSimulation, or a ReplicaModel or StepProfile with "
@@ -402,5 +402,5 @@ def check_memory(
         )
     for ipu, memory in enumerate(memories):
         if not memory.fits:
-            raise OutOfMemoryError(out_of_memory_message(model, layout, system, memories, ipu))
+            raise OutOfMemoryError(out_of_memory_message(model, on, pod, memories, ipu))
     return memories[worst_ipu(memories)]

@@ -146,7 +146,9 @@ def ramp_bubble_fraction(num_stages: int, gradient_accumulation: int) -> float:
     return (num_stages - 1) / (gradient_accumulation + num_stages - 1)
 
 
-def program_order(num_stages: int, gradient_accumulation: int, strategy: str):
+def program_order(
+    num_stages: int, gradient_accumulation: int, strategy: str
+) -> list[tuple[int, int, str, int]]:
     """The passes of one weight update as ``(cycle, stage, kind, micro_batch)``, in order.
 
     Within a cycle every stage runs its forward before its backward (grouped). The
@@ -318,7 +320,9 @@ def schedule_pipeline(
     return PipelineSchedule(strategy, schedule, stages, ga, tuple(events), t, transfers)
 
 
-def _cycle_passes(num_stages: int, gradient_accumulation: int, cycle: int):
+def _cycle_passes(
+    num_stages: int, gradient_accumulation: int, cycle: int
+) -> list[tuple[int, int, str, int]]:
     """The passes of one grouped cycle, as :func:`program_order` lists them."""
     n, ga, c = num_stages, gradient_accumulation, cycle
     forwards = [(c, s, "forward", c - s) for s in range(n) if 0 <= c - s < ga]

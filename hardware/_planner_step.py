@@ -17,7 +17,11 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from hardware._parameters import CODE_BYTES_PER_OP_PER_TILE, EXCHANGE_CODE_BYTES_PER_TILE
+from hardware._parameters import (
+    CODE_BYTES_PER_OP_PER_TILE,
+    EXCHANGE_CODE_BYTES_PER_TILE,
+    ModelParameters,
+)
 from hardware._planner import (
     DEFAULT_AVAILABLE_MEMORY_PROPORTION,
     ConvOp,
@@ -26,6 +30,7 @@ from hardware._planner import (
     proportion_for_ipu,
 )
 from hardware._specs import IpuSpec
+from hardware._step_profile import StepProfile
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,7 +186,12 @@ def plan_step(
 
 
 def plan_profile(
-    profile, ipu: IpuSpec, parameters=None, *, ipu_index: int = 0, ops=None
+    profile: StepProfile,
+    ipu: IpuSpec,
+    parameters: ModelParameters | None = None,
+    *,
+    ipu_index: int = 0,
+    ops: Iterable[ConvOp] | None = None,
 ) -> PlannerReport:
     """The planner's choices for a ``StepProfile``'s matmuls and convolutions on ``ipu``.
 

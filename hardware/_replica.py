@@ -143,7 +143,9 @@ def as_replica(replica: ReplicaModel | StepProfile) -> ReplicaModel:
     return ReplicaModel.data_parallel(replica)
 
 
-def _pass_seconds(counts: PassCounts, ipu: IpuSpec, precision: str, params: ModelParameters):
+def _pass_seconds(
+    counts: PassCounts, ipu: IpuSpec, precision: str, params: ModelParameters
+) -> float:
     return compute_seconds(
         counts.flops,
         counts.bytes_accessed,

@@ -17,6 +17,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from hardware._layout import ReplicaLayout
 from hardware._memory import MemoryBreakdown, replica_memory, worst_ipu
@@ -122,7 +123,9 @@ def _pipeline_events(
     return out
 
 
-def _expand_pipelines(events, pipe: PipelineSchedule, ga: int) -> tuple[TimelineEvent, ...]:
+def _expand_pipelines(
+    events: Sequence[TimelineEvent], pipe: PipelineSchedule, ga: int
+) -> tuple[TimelineEvent, ...]:
     """The step's compute intervals replaced by the pipeline's passes: one pipeline per
     weight update, drawn from the update's first compute interval."""
     out, seen = [], 0

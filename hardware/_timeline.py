@@ -123,7 +123,9 @@ def durations(
     )
 
 
-def _run_steps(d: Durations, profile: StepProfile, depth: int, steps: int):
+def _run_steps(
+    d: Durations, profile: StepProfile, depth: int, steps: int
+) -> tuple[list[TimelineEvent], list[float]]:
     """Event-driven schedule of ``steps`` consecutive steps; returns (events, step ends).
 
     Lanes: the host's CPU prepares each step's samples (ahead of the IPUs by up to ``depth``
@@ -307,7 +309,7 @@ def step_phases(
     host IO and the one host synchronisation (a pipelined step replaces the compute with
     its schedule's)."""
     n_micro = profile.gradient_accumulation * profile.device_iterations
-    phases = dict.fromkeys(PHASES, 0.0)
+    phases: dict[str, float] = dict.fromkeys(PHASES, 0.0)
     phases["host_compute"] = exposed_host
     phases["host_io"] = exposed_io
     phases["compute"] = n_micro * d.compute
@@ -320,7 +322,9 @@ def step_phases(
     return phases
 
 
-def _steady_step(d: Durations, profile: StepProfile, depth: int):
+def _steady_step(
+    d: Durations, profile: StepProfile, depth: int
+) -> tuple[tuple[TimelineEvent, ...], float, tuple[TimelineEvent, ...]]:
     """A step in the steady state, once the host and the infeed have run ahead as far as
     they can (as in a running job): the second of two steps, or with host compute the last
     of ``depth + 2`` (the host's lane runs ahead by whole steps)."""
@@ -338,7 +342,9 @@ def _steady_step(d: Durations, profile: StepProfile, depth: int):
     return tuple(shifted), end - start, tuple(events)
 
 
-def exposed_host_times(d: Durations, profile: StepProfile, depth: int):
+def exposed_host_times(
+    d: Durations, profile: StepProfile, depth: int
+) -> tuple[tuple[TimelineEvent, ...], float, float, float, tuple[TimelineEvent, ...]]:
     """The steady step's events and seconds, and the host compute and host IO it exposes:
     what the step loses to each against the same step without it."""
     events, step_seconds, run_events = _steady_step(d, profile, depth)

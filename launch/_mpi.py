@@ -246,18 +246,13 @@ def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str
             continue
         name = token.lstrip("-").partition("=")[0]
 
-        def take(arity: int, token: str = token, at: int = i) -> list[str]:
-            nonlocal i
-            values, i = _values(tokens, at, token, arity)
-            return values
-
         if name in _REFUSED:
             raise UsageError(
                 f"MPI argument {token} cannot be honoured: {_REFUSED[name]}; remove it from "
                 f"--mpi-global-args/--mpi-local-args."
             )
         if name in _TRANSLATED:
-            values = take(_TRANSLATED[name])
+            values, i = _values(tokens, i, token, _TRANSLATED[name])
             if name == "output-filename":
                 if not values[0]:
                     raise UsageError(
@@ -266,7 +261,7 @@ def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str
                 output_dir = os.path.abspath(values[0])
             translated.append(" ".join([token.split("=")[0], *values]))
         elif name == "bind-to":
-            (value,) = take(1)
+            (value,), i = _values(tokens, i, token, 1)
             if value.split(":")[0] in _ONE_CPU_BINDINGS:
                 translated.append(f"--bind-to {value}")
             else:
@@ -276,21 +271,23 @@ def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str
                 )
         elif flavour == "none":
             arity = _OPENMPI.get(name, _HYDRA.get(name, 0))
-            values = take(arity)
+            values, i = _values(tokens, i, token, arity)
             dropped.append(" ".join([token, *values]) + " (no mpiexec runs for one instance)")
         elif flavour == "openmpi" and name in _OPENMPI:
-            args.extend([token, *take(_OPENMPI[name])])
+            values, i = _values(tokens, i, token, _OPENMPI[name])
+            args.extend([token, *values])
         elif flavour == "hydra" and name in _HYDRA:
-            args.extend([token, *take(_HYDRA[name])])
+            values, i = _values(tokens, i, token, _HYDRA[name])
+            args.extend([token, *values])
         elif name in _OPENMPI and flavour != "other":
-            values = take(_OPENMPI[name])
+            values, i = _values(tokens, i, token, _OPENMPI[name])
             dropped.append(
                 " ".join([token, *values])
                 + f" (an Open MPI option with no equivalent in {_flavour_name(flavour)}; "
                 "it changes no number of the job)"
             )
         elif flavour == "other" and name in _OPENMPI:
-            take(_OPENMPI[name])  # syntax check only
+            _, i = _values(tokens, i, token, _OPENMPI[name])  # syntax check only
         else:
             args.append(token)  # not ours to judge: the MPI in use reads it (or fails on it)
         i += 1

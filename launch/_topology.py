@@ -20,7 +20,7 @@ def format_topology(layout: ReplicaLayout, *, simulated: bool = True) -> str:
     """
     ipr = layout.ipus_per_replica
     header = ("host", "instance", "local index", "replicas", "IPUs")
-    rows = [header]
+    rows: list[tuple[str, ...]] = [header]
     for instance in range(layout.num_instances):
         replicas = layout.replicas_of_instance(instance)
         rows.append(
