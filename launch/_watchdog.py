@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 
 from contract import pid_alive
 from launch._cleanup import remove_leftover_segments
@@ -121,7 +121,7 @@ class _Groups:
         return dict(self.known)
 
 
-def _vanished(groups: _Groups, exits: Mapping[int, InstanceExit]):
+def _vanished(groups: _Groups, exits: Mapping[int, InstanceExit]) -> Iterator[int]:
     """Instances whose bootstrap is gone without writing a status (it was killed); on another
     host, that stopped renewing its pid file."""
     for i, (pid, _) in groups().items():

@@ -334,7 +334,7 @@ def decompress(q: Any, *, scale: float = 1.0, offset: float = 0.0, dtype: str = 
     fn = _DECOMPRESS_JIT.get("fn")
     if fn is None:
 
-        def _decompress(q, scale, offset, dtype):
+        def _decompress(q: Any, scale: float, offset: float, dtype: str) -> Any:
             return q.astype(dtype) * np.asarray(scale, dtype) + np.asarray(offset, dtype)
 
         fn = _DECOMPRESS_JIT["fn"] = jax.jit(

@@ -377,5 +377,5 @@ class Options:
         return EmulatorOptions(**self._fields)
 
 
-def _emulator_fields():
+def _emulator_fields() -> tuple[dataclasses.Field[Any], ...]:
     return dataclasses.fields(EmulatorOptions)

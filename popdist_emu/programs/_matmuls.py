@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -38,7 +38,7 @@ MATMUL_PRIMITIVES = ("dot_general", "conv_general_dilated")
 available_memory_p = jex.Primitive("available_memory_proportion")
 
 
-def _impl(x, *, proportion, role):
+def _impl(x: Any, *, proportion: float, role: str) -> Any:
     return x
 
 
@@ -47,7 +47,9 @@ available_memory_p.def_abstract_eval(lambda x, *, proportion, role: x)
 mlir.register_lowering(available_memory_p, lambda ctx, x, **_: [x])
 
 
-def _jvp(primals, tangents, *, proportion, role):
+def _jvp(
+    primals: Sequence[Any], tangents: Sequence[Any], *, proportion: float, role: str
+) -> tuple[Any, Any]:
     (x,), (t,) = primals, tangents
     out = available_memory_p.bind(x, proportion=proportion, role=role)
     if type(t) is ad.Zero:
@@ -55,13 +57,15 @@ def _jvp(primals, tangents, *, proportion, role):
     return out, available_memory_p.bind(t, proportion=proportion, role=_TANGENT)
 
 
-def _transpose(ct, x, *, proportion, role):
+def _transpose(ct: Any, x: Any, *, proportion: float, role: str) -> tuple[Any]:
     if type(ct) is ad.Zero:
         return (ct,)
     return (available_memory_p.bind(ct, proportion=proportion, role=_COTANGENT),)
 
 
-def _batch(args, dims, *, proportion, role):
+def _batch(
+    args: Sequence[Any], dims: Sequence[Any], *, proportion: float, role: str
+) -> tuple[Any, Any]:
     return available_memory_p.bind(args[0], proportion=proportion, role=role), dims[0]
 
 
@@ -87,7 +91,7 @@ def set_available_memory(x: Any, proportion: float) -> Any:
     )
 
 
-def _conv_op(eqn, name: str, proportion: float | None, partials: int) -> ConvOp:
+def _conv_op(eqn: Any, name: str, proportion: float | None, partials: int) -> ConvOp:
     out = eqn.outvars[0].aval
     lhs, rhs = eqn.invars[0].aval, eqn.invars[1].aval
     nbytes = np.dtype(lhs.dtype).itemsize
@@ -131,7 +135,7 @@ def _conv_op(eqn, name: str, proportion: float | None, partials: int) -> ConvOp:
     )
 
 
-def _overrides(jaxpr) -> dict[int, float]:
+def _overrides(jaxpr: Any) -> dict[int, float]:
     """Equation index -> proportion set by ``set_available_memory`` in this jaxpr."""
     producer = {}
     consumers: dict[Any, list[int]] = {}

@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
@@ -73,7 +74,7 @@ def _png(fig: Figure) -> bytes:
     return buffer.getvalue()
 
 
-def _log2_axis(ax, replicas: Sequence[int]) -> None:
+def _log2_axis(ax: Axes, replicas: Sequence[int]) -> None:
     ticks = sorted(set(int(n) for n in replicas))
     ax.set_xscale("log", base=2)
     ax.set_xticks(ticks)
@@ -188,8 +189,12 @@ def efficiency_plot(series: Sequence[Mapping[str, Any]], thresholds: Sequence[fl
 
 
 def _stacked(
-    ax, labels: Sequence[str], stacks: Sequence[Mapping[str, float]], scale: float, least: float
-):
+    ax: Axes,
+    labels: Sequence[str],
+    stacks: Sequence[Mapping[str, float]],
+    scale: float,
+    least: float,
+) -> list[float]:
     names: list[str] = []
     for stack in stacks:
         names += [k for k, v in stack.items() if v > least and k not in names]

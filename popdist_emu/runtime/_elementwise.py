@@ -122,7 +122,7 @@ def _owned_elements_independent(optimiser: Any, params: Any, plan: ShardingPlan)
     leaves = plan.treedef.flatten_up_to(params)
     values = plan.treedef.unflatten([np.asarray(x) for x in leaves])
 
-    def draw():
+    def draw() -> Any:
         return plan.treedef.unflatten(
             [rng.standard_normal(np.shape(x)).astype(np.dtype(x.dtype)) for x in leaves]
         )
@@ -135,7 +135,7 @@ def _owned_elements_independent(optimiser: Any, params: Any, plan: ShardingPlan)
     for p in range(plan.domain_size):
         masks = _owned_mask(plan, [p])
 
-        def zero_others(leaf: int, x: Any, masks=masks) -> np.ndarray:
+        def zero_others(leaf: int, x: Any, masks: Any = masks) -> np.ndarray:
             flat = np.asarray(x).reshape(-1).copy()
             flat[~masks[leaf]] = 0
             return flat.reshape(np.shape(x))

@@ -182,7 +182,9 @@ def _extrapolated(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def _published_rows(series, published, model: str = "") -> tuple[list[list[str]], list[list[str]]]:
+def _published_rows(
+    series: Sequence[Mapping[str, Any]], published: Sequence[Mapping[str, Any]], model: str = ""
+) -> tuple[list[list[str]], list[list[str]]]:
     """The published points against the predictions: the calibration rows (the parameters
     were fitted on them, so their error is no check; their leave-one-out error is), and the
     held-out rows, which are checks. ``model`` picks the calibration that fitted its

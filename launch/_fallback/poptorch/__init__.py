@@ -22,7 +22,7 @@ except ImportError as _error:  # a program run with another interpreter than pop
 __all__ = list(_emu.__all__)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     return getattr(_emu, name)
 
 

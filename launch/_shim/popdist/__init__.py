@@ -38,7 +38,7 @@ _SUBMODULES = ("poptorch", "tensorflow", "popart")
 __all__ = list(_API_NAMES)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> object:
     if name in _SUBMODULES:
         import importlib
 
