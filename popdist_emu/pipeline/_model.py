@@ -52,6 +52,7 @@ from popdist_emu.pipeline._stage_programs import (
     CompileFn,
     StageFunctions,
     StagePrograms,
+    arguments_key,
     compile_alone,
     compile_stages,
     shape_of,
@@ -243,11 +244,9 @@ class Pipeline:
             params: the parameters (values or ``jax.ShapeDtypeStruct`` leaves).
             micro_batch: one micro-batch (values or shapes).
         """
-        shapes = jax.tree.map(shape_of, (params, micro_batch))
-        leaves, treedef = jax.tree.flatten(shapes)
-        key = (treedef, tuple(leaves))
+        key = arguments_key((params, micro_batch))
         if self._held is None or self._held[0] != key:
-            p, micro = shapes
+            p, micro = jax.tree.map(shape_of, (params, micro_batch))
             stage_params = [self.stage_params(p, s) for s in range(self.num_stages)]
             programs = compile_stages(self.functions, stage_params, micro, self._compile)
             self._held = (key, programs)

@@ -195,6 +195,19 @@ def shape_of(x: Any) -> jax.ShapeDtypeStruct:
     )
 
 
+def arguments_key(tree: Any) -> tuple[Any, ...]:
+    """What decides the programs ``tree``'s arguments run on, cheaply: its structure and its
+    leaves' shapes, dtypes and weak types as they come (no canonical dtype, no
+    ``ShapeDtypeStruct``), so a pipeline finds the programs it holds once per call for a few
+    microseconds. Two keys may differ where the programs are the same (an int64 host array
+    and its int32 shape); the pipeline then asks its ``compile`` again, which finds them."""
+    leaves, treedef = jax.tree.flatten(tree)
+    return treedef, tuple(
+        (getattr(x, "shape", None), getattr(x, "dtype", None), getattr(x, "weak_type", False))
+        for x in leaves
+    )
+
+
 def compile_stages(
     functions: Sequence[StageFunctions],
     stage_params: Sequence[Any],
