@@ -19,10 +19,13 @@ parameters' gradient and sends its input's gradient back. Each stage stashes its
 per micro-batch and its compiled backward program re-runs the stage's forward from that
 input (recomputation, MPO section 5.3): XLA cannot hand a forward program's internal
 residuals to another program, so the emulator always runs this way and ``recomputation``
-changes what the hardware model stashes, not the numbers. Each stage accumulates its
-gradient over the micro-batches in micro-batch order, so the pipelined and sharded
-schedules (and recomputation on or off) add the same numbers in the same order: their
-parameters are identical bit for bit. The stages' gradients are then laid out as the flat
+changes what the hardware model stashes, not the numbers. The stages' programs are compiled
+once per step shape by the ``compile`` the pipeline is given (the runtime's
+``compile_program``; see ``_stage_programs``) and held by the pipeline while it runs that
+shape: the programs that run are the ones the hardware model profiles. Each stage
+accumulates its gradient over the micro-batches in micro-batch order, so the pipelined and
+sharded schedules (and recomputation on or off) add the same numbers in the same order:
+their parameters are identical bit for bit. The stages' gradients are then laid out as the flat
 accumulator the unpipelined micro-step produces (every parameter leaf in tree order, then
 the loss sum), so the reduce-and-update stage (all-reduce, RTS, offloading) is unchanged.
 
@@ -45,6 +48,16 @@ import jax.numpy as jnp
 import hardware
 from popdist_emu._options import Options
 from popdist_emu.pipeline._rules import PipelineError, check_pipeline
+from popdist_emu.pipeline._stage_programs import (
+    CompileFn,
+    StageFunctions,
+    StagePrograms,
+    arguments_key,
+    compile_alone,
+    compile_stages,
+    shape_of,
+    stage_functions,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -151,118 +164,6 @@ class BlockModel:
         return id(self)
 
 
-def float_mask(tree: Any) -> list[bool]:
-    """Which leaves of ``tree`` (in ``jax.tree`` order) are floating point: the ones that carry
-    gradients between stages (integer leaves, such as labels, travel along without one)."""
-    return [bool(jnp.issubdtype(jnp.result_type(x), jnp.floating)) for x in jax.tree.leaves(tree)]
-
-
-def _merge(treedef: Any, mask: Sequence[bool], floats: Sequence[Any], others: Sequence[Any]) -> Any:
-    fi, oi, leaves = iter(floats), iter(others), []
-    for is_float in mask:
-        leaves.append(next(fi) if is_float else next(oi))
-    return jax.tree.unflatten(treedef, leaves)
-
-
-def split_floats(tree: Any, mask: Sequence[bool]) -> tuple[list[Any], list[Any]]:
-    """``tree``'s leaves as ``(floating-point leaves, other leaves)``, by :func:`float_mask`."""
-    leaves = jax.tree.leaves(tree)
-    return (
-        [x for x, f in zip(leaves, mask, strict=True) if f],
-        [x for x, f in zip(leaves, mask, strict=True) if not f],
-    )
-
-
-def stage_vjp(fn: Callable[[Any, Any], Any], params: Any, x: Any) -> Callable[..., Any]:
-    """The vjp closure of a stage ``fn(params, x)``: with respect to its parameters and the
-    floating-point leaves of its input, for the floating-point leaves of its output.
-
-    Its leaves are what the stage's forward saves for its backward (the residuals), which is
-    why the hardware model's activation count traces exactly this function.
-    """
-    mask = float_mask(x)
-    xf, xo = split_floats(x, mask)
-    treedef = jax.tree.structure(x)
-
-    def f(p: Any, floats: Any) -> list[Any]:
-        out = fn(p, _merge(treedef, mask, floats, xo))
-        return [o for o in jax.tree.leaves(out) if jnp.issubdtype(o.dtype, jnp.floating)]
-
-    return jax.vjp(f, params, xf)[1]
-
-
-class StageProgram:
-    """One stage's compiled forward and backward programs (compiled once, reused).
-
-    ``forward(p, x) -> y``; ``backward(p, x, dy_floats) -> (dp, dx_floats)`` re-runs the
-    forward from the stashed input and differentiates with respect to the parameters and
-    the floating-point leaves of the input (integer leaves, such as labels, carry no
-    gradient). The last stage's backward takes no cotangent: it differentiates the loss.
-    """
-
-    def __init__(self, fn: Callable, keys: tuple[str, ...], first: bool, last: bool) -> None:
-        self.fn, self.keys, self.first, self.last = fn, keys, first, last
-        self.forward = jax.jit(fn)
-        self._backward: Any = None
-        self._x_mask: Any = None
-        self._y_mask: Any = None
-
-    def _build(self, x: Any) -> None:
-        x_def, x_mask = jax.tree.structure(x), float_mask(x)
-        y_mask = self._y_mask
-        fn, first, last = self.fn, self.first, self.last
-
-        def backward(p, x_floats, x_others, dy_floats):
-            def f(p, xf):
-                out = fn(p, _merge(x_def, x_mask, xf, x_others))
-                return out if last else split_floats(out, y_mask)[0]
-
-            if first:
-                out, vjp = jax.vjp(lambda p: f(p, x_floats), p)
-                (dp,) = vjp(jnp.ones_like(out) if last else dy_floats)
-                return dp, []
-            out, vjp = jax.vjp(f, p, x_floats)
-            return vjp(jnp.ones_like(out) if last else dy_floats)
-
-        self._x_mask = x_mask
-        self._backward = jax.jit(backward)
-
-    def backward(self, p: Any, x: Any, dy_floats: Any) -> Any:
-        """Parameter gradient and the input's float-leaf gradients of one micro-batch."""
-        if self._backward is None:
-            self._build(x)
-        xf, xo = split_floats(x, self._x_mask)
-        return self._backward(p, xf, xo, dy_floats)
-
-    def observe_output(self, y: Any) -> None:
-        """Records which output leaves are floating point (they carry gradients back)."""
-        if self._y_mask is None and not self.last:
-            self._y_mask = float_mask(y)
-
-    def backward_program(self, x: Any) -> Any:
-        """The jitted backward ``(p, x_floats, x_others, dy_floats) -> (dp, dx_floats)`` for
-        inputs shaped like ``x``: what the profile lowers and compiles, as the step runs it.
-
-        Call :meth:`observe_output` first for a stage that is not the last.
-        """
-        if self._backward is None:
-            self._build(x)
-        return self._backward
-
-    def backward_arguments(self, p: Any, x: Any, y: Any) -> tuple[Any, Any, Any, Any]:
-        """:meth:`backward_program`'s arguments for parameters ``p``, input ``x`` and output
-        ``y`` (values or shapes): ``(p, x_floats, x_others, dy_floats)``, ``dy_floats`` None
-        for the last stage, whose backward differentiates the loss."""
-        self.backward_program(x)
-        xf, xo = split_floats(x, self._x_mask)
-        dy = None if self.last else split_floats(y, self._y_mask)[0]
-        return p, xf, xo, dy
-
-
-# (model, blocks, first, last) -> StageProgram; the model object is kept alive by its key.
-_PROGRAMS: dict[tuple, StageProgram] = {}
-
-
 class Pipeline:
     """A ``BlockModel`` placed on the IPUs of a replica under an execution strategy.
 
@@ -273,6 +174,11 @@ class Pipeline:
         ipus_per_replica: IPUs of one replica (``Options.layout.ipus_per_replica``).
         gradient_accumulation: micro-batches per weight update.
         recomputation: stash only stage inputs in the hardware model.
+        compile: compiles the stages' programs, ``compile(fn, *args, label=...)``; the
+            runtime passes ``popdist_emu.programs.compile_program`` (with the trainer's
+            ``analysis_only``), so they are kept in the process's one bounded program cache
+            and shared by pipelines of the same model. None compiles programs that only
+            this pipeline holds (``compile_alone``).
 
     Raises:
         PipelineError: for a pipeline PopTorch or PopART refuses (one line each).
@@ -287,6 +193,7 @@ class Pipeline:
         ipus_per_replica: int,
         gradient_accumulation: int,
         recomputation: bool = False,
+        compile: CompileFn | None = None,
     ) -> None:
         if not isinstance(model, BlockModel):
             raise PipelineError(
@@ -303,29 +210,15 @@ class Pipeline:
             tuple(k for name in s.blocks for k in model.block(name).params) for s in stages
         )
         n = len(stages)
-        self.programs = tuple(
-            self._program(s, self.stage_keys[i], i == 0, i == n - 1) for i, s in enumerate(stages)
+        self.functions: tuple[StageFunctions, ...] = tuple(
+            stage_functions(model, s.blocks, i == 0, i == n - 1) for i, s in enumerate(stages)
         )
         self.gradient_accumulation = gradient_accumulation
+        self._compile: CompileFn = compile_alone if compile is None else compile
+        # The stage programs of the step shape in use (use, not a cache: a program evicted
+        # from the process's cache keeps running here), and the shapes' key.
+        self._held: tuple[Any, tuple[StagePrograms, ...]] | None = None
         self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
-
-    def _program(self, stage: Stage, keys: tuple, first: bool, last: bool) -> StageProgram:
-        """The stage's programs, shared by every pipeline of the same model and blocks (so
-        pipelined and sharded runs of a model compile each stage once)."""
-        key = (self.model, stage.blocks, first, last)
-        if key not in _PROGRAMS:
-            _PROGRAMS[key] = StageProgram(self._stage_fn(stage), keys, first, last)
-        return _PROGRAMS[key]
-
-    def _stage_fn(self, stage: Stage) -> Callable:
-        blocks = [self.model.block(name) for name in stage.blocks]
-
-        def run(p, x):
-            for b in blocks:
-                x = b.fn({k: p[k] for k in b.params}, x)
-            return x
-
-        return run
 
     @property
     def num_stages(self) -> int:
@@ -342,15 +235,39 @@ class Pipeline:
         earlier = {k for j in range(s) if self.ipus[j] == self.ipus[s] for k in self.stage_keys[j]}
         return {k: params[k] for k in self.stage_keys[s] if k not in earlier}
 
+    def compile(self, params: Any, micro_batch: Any) -> tuple[StagePrograms, ...]:
+        """Every stage's forward and backward programs for these shapes, compiled by the
+        pipeline's ``compile`` on first sight of the shapes and held while they are in use:
+        what :meth:`accumulate` runs and the hardware model profiles.
+
+        Args:
+            params: the parameters (values or ``jax.ShapeDtypeStruct`` leaves).
+            micro_batch: one micro-batch (values or shapes).
+        """
+        key = arguments_key((params, micro_batch))
+        if self._held is None or self._held[0] != key:
+            p, micro = jax.tree.map(shape_of, (params, micro_batch))
+            stage_params = [self.stage_params(p, s) for s in range(self.num_stages)]
+            programs = compile_stages(self.functions, stage_params, micro, self._compile)
+            self._held = (key, programs)
+        return self._held[1]
+
     def accumulate(
         self, params: Any, micro_batches: Sequence[Any], zeros: jax.Array
     ) -> tuple[jax.Array, bool]:
         """One replica's weight update: the flat gradient-and-loss sum, and finiteness.
 
-        Runs the passes in the strategy's schedule order; returns ``(acc, finite)`` shaped
-        as ``make_micro_step``'s accumulator (``zeros`` gives its dtype and size).
+        Runs the passes in the strategy's schedule order, each stage's programs of the
+        step's shapes (:meth:`compile`, looked up once per call, not once per pass); returns
+        ``(acc, finite)`` shaped as ``make_micro_step``'s accumulator (``zeros`` gives its
+        dtype and size).
         """
+        if not micro_batches:
+            raise PipelineError("Pipeline.accumulate: `micro_batches` is empty; pass at least one.")
         n, ga = self.num_stages, len(micro_batches)
+        programs = self.compile(params, micro_batches[0])
+        forward = [p.forward for p in programs]
+        backward = [p.backward for p in programs]
         ps = [self.stage_params(params, s) for s in range(n)]
         inputs: dict[tuple[int, int], Any] = {}
         outputs: dict[tuple[int, int], Any] = {}
@@ -358,27 +275,24 @@ class Pipeline:
         acc: list[Any] = [None] * n
         loss_sum = None
         for _, s, kind, m in hardware.program_order(n, ga, self.strategy.strategy):
-            prog = self.programs[s]
             if kind == "forward":
                 x = micro_batches[m] if s == 0 else outputs.pop((s - 1, m))
                 inputs[(s, m)] = x  # the stash: this stage's input of micro-batch m
-                y = prog.forward(ps[s], x)
+                y = forward[s](ps[s], x)
                 if s == n - 1:
                     loss = y.astype(zeros.dtype)
                     loss_sum = loss if loss_sum is None else loss_sum + loss
                 else:
                     outputs[(s, m)] = y
-                    prog.observe_output(y)
                 continue
             x = inputs.pop((s, m))
             dy = None if s == n - 1 else grads_in.pop((s, m))
-            dp, dx = prog.backward(ps[s], x, dy)
+            dp, dx = backward[s](ps[s], x, dy)
             acc[s] = dp if acc[s] is None else self._add(acc[s], dp)
             if s > 0:
                 grads_in[(s - 1, m)] = list(dx)
         assert not inputs and not outputs and not grads_in, "pipeline schedule left work behind"
-        if loss_sum is None:
-            raise PipelineError("Pipeline.accumulate: `micro_batches` is empty; pass at least one.")
+        assert loss_sum is not None, "the last stage ran no forward"
         grads: dict[str, Any] = {}
         for part in acc:  # a tied weight's gradients add up, in stage order
             for k, v in part.items():
@@ -389,12 +303,15 @@ class Pipeline:
         return total, bool(jnp.all(jnp.isfinite(total)))
 
 
-def make_pipeline(loss_fn: Any, options: Options, params: Any) -> Pipeline | None:
+def make_pipeline(
+    loss_fn: Any, options: Options, params: Any, *, compile: CompileFn | None = None
+) -> Pipeline | None:
     """The trainer's pipeline from ``Options.execution_strategy`` (None without one).
 
     The replica's IPUs come from ``options.layout`` (resolved once, from PopRun or given
     explicitly), so a pipeline built outside the launcher with an explicit layout checks its
-    stages against that layout rather than against the environment.
+    stages against that layout rather than against the environment. ``compile`` compiles
+    its stages' programs (see :class:`Pipeline`).
 
     Raises:
         PipelineError: a strategy that is not one of PopTorch's, or a pipeline PopTorch or
@@ -415,4 +332,5 @@ def make_pipeline(loss_fn: Any, options: Options, params: Any) -> Pipeline | Non
         ipus_per_replica=options.layout.ipus_per_replica,
         gradient_accumulation=options.gradient_accumulation,
         recomputation=options.recomputation,
+        compile=compile,
     )

@@ -2,25 +2,28 @@
 
 Every program of a data-parallel trainer's step (the optimiser's init, the micro-step, the
 micro-steps of several micro-batches together, the update, a layer-wise optimiser's sharded
-passes) and of ``profile_step`` goes through ``compile_program``, which looks it up here
-first, so such a program is kept for reuse in exactly one place. (A pipeline's stage
-programs do not yet: they run by ``jax.jit`` dispatch, and JAX's cache hands the steps the
-executables the pipeline's profile compiled.) A trainer keeps a strong reference to the
-programs of the step shape it runs (that is use, not a cache), so evicting one never breaks
-a live trainer: the bound only limits what is kept for a later trainer or step shape, which
-compiles it again (or loads it from JAX's persistent compilation cache, where ``poprun-emu``
-turns it on).
+passes), of a pipelined trainer's stages (each stage's forward and backward, which the
+trainer's pipeline compiles through the ``compile_program`` the trainer hands it) and of
+``profile_step`` goes through ``compile_program``, which looks it up here first, so such a
+program is kept for reuse in exactly one place. A trainer (or its pipeline) keeps a strong
+reference to the programs of the step shape it runs (that is use, not a cache), so evicting
+one never breaks a live trainer: the bound only limits what is kept for a later trainer or
+step shape, which compiles it again (or loads it from JAX's persistent compilation cache,
+where ``poprun-emu`` turns it on).
 
 Why the bound is :data:`MAX_PROGRAMS` (64): a data-parallel trainer compiles at most four
 programs per step shape (the optimiser's init, the micro-step, the micro-steps of several
 micro-batches together and the weight update), kept apart for functional and offline
 (analysis-only) compiles, so 64 holds the programs of 16 step shapes, as many as the
 runtime keeps jitted step functions to share them by (``JITTED_FUNCTIONS`` in
-``popdist_emu.runtime._replica_step``). A program's cost is its executable and the jaxpr
-the profile reads. Serialised (``jax.experimental.serialize_executable``, CPU backend), a
-small MLP's micro-step is about 30 kB, and ResNet-50's gradient (float32, micro-batch 4) or
-LARS update about 3 MB each; so even 64 programs of ResNet-50's size hold a few hundred MB,
-while a job, which compiles one trainer's few programs, never evicts.
+``popdist_emu.runtime._replica_step``); a pipeline stage has at most four too (its forward
+and backward, functional and analysis-only), and 16 is as many stages as the pipeline keeps
+jitted stage functions for (``STAGE_FUNCTIONS`` in ``popdist_emu.pipeline``). A program's
+cost is its executable and the jaxpr the profile reads. Serialised
+(``jax.experimental.serialize_executable``, CPU backend), a small MLP's micro-step is about
+30 kB, and ResNet-50's gradient (float32, micro-batch 4) or LARS update about 3 MB each; so
+even 64 programs of ResNet-50's size hold a few hundred MB, while a job, which compiles one
+trainer's few programs, never evicts.
 """
 
 from __future__ import annotations

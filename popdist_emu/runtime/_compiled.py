@@ -1,10 +1,11 @@
 """The compiled programs of a trainer's step: looked up in the process's program cache.
 
 A step runs up to three programs: a replica's micro-step (absent for a pipeline, whose
-stages' programs run instead), the micro-steps of several of its micro-batches together
-(where their gradients fit, functional only) and the weight update. :class:`StepPrograms`
-asks :func:`~popdist_emu.programs.compile_program` for them on first sight of a step shape,
-so each is compiled once per process and kept for reuse in one place, the bounded
+stages' programs run instead, compiled through the same cache by ``Pipeline.compile``), the
+micro-steps of several of its micro-batches together (where their gradients fit, functional
+only) and the weight update. :class:`StepPrograms` asks
+:func:`~popdist_emu.programs.compile_program` for them on first sight of a step shape, so
+each is compiled once per process and kept for reuse in one place, the bounded
 ``PROGRAM_CACHE``; the trainer holds only the programs of the step shape it runs
 (:class:`CompiledStep`) and calls those executables directly, so what runs is what was
 compiled and profiled, and an eviction from the cache never breaks a live trainer.

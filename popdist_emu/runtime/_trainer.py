@@ -13,7 +13,9 @@ The :class:`Trainer` coordinates smaller pieces, each with one job:
   several micro-batches together, the update) compiled once, by argument shapes, through
   the process's one bounded program cache, and called directly, so what runs is what was
   compiled; the trainer holds the programs of its step shape in use, and the stage holds
-  the compiled update itself (``UpdateProgram``);
+  the compiled update itself (``UpdateProgram``); a pipeline's stage programs go through
+  the same cache, by the ``compile_program`` the trainer hands its pipeline (which holds
+  the ones of its step shape in use);
 - ``_stage_choice``: the reduce-and-update stage the levers pick (all-reduce, RTS,
   offloading), its initial state, its per-replica cost and its collectives for any layout;
 - ``_step_loop``: the batch layout check and each replica's accumulation;
@@ -32,6 +34,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -45,7 +48,7 @@ from hardware import CollectiveRecord, StepProfile
 from popdist_emu._host_timeline import TIMELINE
 from popdist_emu._options import Options
 from popdist_emu.pipeline import make_pipeline
-from popdist_emu.programs import StepSettings, StepShapes, profile_step_programs
+from popdist_emu.programs import StepSettings, StepShapes, compile_program, profile_step_programs
 from popdist_emu.runtime._compiled import CompiledStep, StepPrograms
 from popdist_emu.runtime._diagnostics import check_replicas_identical, raise_non_finite
 from popdist_emu.runtime._reduce_update import ReduceUpdateStage
@@ -125,8 +128,14 @@ class Trainer:
                 "Trainer: has_aux=True returns outputs from the micro-step, which a pipeline "
                 "does not run; compute the outputs outside the trainer for a pipelined model."
             )
-        # Model parallelism over the replica's IPUs (None: the loss runs as one program).
-        self.pipeline = make_pipeline(self.loss_fn, opts, params)
+        # Model parallelism over the replica's IPUs (None: the loss runs as one program). Its
+        # stages' programs are compiled as the step's are (once, kept in the one cache).
+        self.pipeline = make_pipeline(
+            self.loss_fn,
+            opts,
+            params,
+            compile=functools.partial(compile_program, analysis_only=self.offline),
+        )
         self.update_fn = make_update(optimiser, scale)
         self.programs = StepPrograms(
             self.grad_fn,
@@ -217,7 +226,9 @@ class Trainer:
         shapes, and kept for reuse in the process's one bounded program cache (trainers of
         the same loss, optimiser and shapes share it, functional and offline alike); the
         trainer holds the programs of the shapes in use, so :meth:`step` calls exactly these
-        executables and :meth:`profile` analyses them, whatever the cache evicts.
+        executables and :meth:`profile` analyses them, whatever the cache evicts. A pipeline's
+        stage programs are compiled the same way by its first step or profile
+        (``Pipeline.compile``), not here: the weights-only memory check comes first.
 
         Args:
             batch: a call's input or its shapes (``jax.ShapeDtypeStruct`` leaves), laid out

@@ -77,12 +77,7 @@ def profile_replica(
         profile = dataclasses.replace(trainer.profile(batch, name=name), **figures)
         return hardware.ReplicaModel.data_parallel(profile)
     shapes = trainer.step_shapes(batch)
-    stages = profile_stages(
-        pipeline,
-        shapes,
-        partials_type=trainer.options.partials_type,
-        analysis_only=trainer.offline,
-    )
+    stages = profile_stages(pipeline, shapes, partials_type=trainer.options.partials_type)
     counts = ProgramCounts(
         grad=summed_counts(stages),
         update=xla_cost(trainer.compile(batch).update.compiled),

@@ -1,13 +1,15 @@
 """A pipelined replica's stages, from the compiled programs the stages run.
 
-Each stage's forward and backward programs (``StageProgram.forward`` and its backward) are
-lowered and compiled from shapes only, as offline mode needs; XLA's ``cost_analysis()`` of
-those compiled objects gives the stage's counts, its jaxprs its operations, largest
-temporary and matmuls, and its vjp residuals its activations. The bytes each stage holds
-come from the step's shapes: its weights (a tied weight with the first stage that stores it
-on its IPU), its share of the optimiser state, and its gradient and accumulator
-(``programs.gradient_nbytes``, the one definition the data-parallel profile uses too).
-The hardware model prices and schedules the stages (``hardware.simulate_step``).
+Each stage's forward and backward programs are the pipeline's own (``Pipeline.compile``):
+compiled once per step shape through the ``compile_program`` the trainer handed its
+pipeline, from shapes alone as offline mode needs, kept in the process's one program cache
+and run by the steps. XLA's ``cost_analysis()`` of those executables gives the stage's
+counts, their jaxprs its operations, largest temporary and matmuls, and its vjp residuals
+its activations. The bytes each stage holds come from the step's shapes: its weights (a
+tied weight with the first stage that stores it on its IPU), its share of the optimiser
+state, and its gradient and accumulator (``programs.gradient_nbytes``, the one definition
+the data-parallel profile uses too). The hardware model prices and schedules the stages
+(``hardware.simulate_step``).
 
 References:
     JAX documentation, "Ahead-of-time lowering and compilation" (``jit(f).lower(...)
@@ -18,6 +20,7 @@ References:
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import jax
@@ -26,7 +29,8 @@ import hardware
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.pipeline import Pipeline, stage_vjp
 from popdist_emu.programs import (
-    ANALYSIS_ONLY_OPTIONS,
+    JaxprSize,
+    Program,
     StepShapes,
     XlaCost,
     gradient_nbytes,
@@ -85,37 +89,52 @@ def stage_weights(pipeline: Pipeline, shapes: StepShapes) -> tuple[hardware.Stag
     return tuple(stages)
 
 
+def _program(program: Any, stage: int, direction: str) -> Program:
+    """The stage's compiled program, as ``compile_program`` returned it: a pipeline built
+    without the runtime's ``compile`` holds bare executables, without the jaxpr to read.
+
+    Raises:
+        TypeError: such a pipeline (build it with ``compile=compile_program``).
+    """
+    if not isinstance(program, Program):
+        raise TypeError(
+            f"profile_stages: stage {stage}'s {direction} is a {type(program).__name__}, not "
+            f"a popdist_emu.Program; build the Pipeline with compile=compile_program (the "
+            f"Trainer does) to profile the programs it runs."
+        )
+    return program
+
+
+def _size_as_called(program: Program) -> JaxprSize:
+    """:func:`jaxpr_size` of the program as its own call: its jaxpr's operations plus the
+    call, whose results are its outputs. The stage counts have always been read from
+    ``jax.make_jaxpr`` of the jitted stage function, which wraps the program in one such
+    call equation; counted the same way here, the stages' counts stay what they were."""
+    inner = jaxpr_size(program.jaxpr.jaxpr)
+    outputs = [math.prod(a.shape) * a.dtype.itemsize for a in program.jaxpr.out_avals]
+    return JaxprSize(inner.num_ops + 1, max([inner.largest_bytes, *outputs]))
+
+
 def profile_stages(
-    pipeline: Pipeline,
-    shapes: StepShapes,
-    *,
-    partials_type: str = "float",
-    analysis_only: bool = False,
+    pipeline: Pipeline, shapes: StepShapes, *, partials_type: str = "float"
 ) -> tuple[hardware.StageProfile, ...]:
-    """Compiles every stage's forward and backward on shapes and profiles them; reads their
+    """Profiles every stage's forward and backward programs, the ones the pipeline runs
+    (``Pipeline.compile``: compiled once through the pipeline's ``compile``, for analysis
+    only where the trainer is offline), from their XLA cost analyses and jaxprs; reads their
     matmuls and convolutions for the convolution planner (``partials_type`` is PopLibs').
 
-    A functional run compiles the programs its stages then run (JAX's compilation cache
-    hands the same executables to the calls); offline (``analysis_only``) they are compiled
-    for analysis only, as ``compile_program`` does.
+    Raises:
+        TypeError: a pipeline whose programs are not ``popdist_emu.Program`` s.
     """
-    options = ANALYSIS_ONLY_OPTIONS if analysis_only else None
     out = []
-    x = shapes.micro_batch
-    params = shapes.params
-    for s, (prog, weights) in enumerate(
-        zip(pipeline.programs, stage_weights(pipeline, shapes), strict=True)
+    programs = pipeline.compile(shapes.params, shapes.micro_batch)
+    for s, (stage, functions, weights) in enumerate(
+        zip(programs, pipeline.functions, stage_weights(pipeline, shapes), strict=True)
     ):
-        p = pipeline.stage_params(params, s)
-        y = jax.eval_shape(prog.forward, p, x)
-        prog.observe_output(y)
-        fwd = prog.forward.lower(p, x).compile(compiler_options=options)
-        backward = prog.backward_program(x)
-        args = prog.backward_arguments(p, x, y)
-        bwd = backward.lower(*args).compile(compiler_options=options)
-        fwd_jaxpr = jax.make_jaxpr(prog.forward)(p, x).jaxpr
-        bwd_jaxpr = jax.make_jaxpr(backward)(*args).jaxpr
-        fwd_size, bwd_size = jaxpr_size(fwd_jaxpr), jaxpr_size(bwd_jaxpr)
+        fwd = _program(stage.forward, s, "forward")
+        bwd = _program(stage.backward, s, "backward")
+        p, x, y = stage.params, stage.input, stage.output
+        fwd_size, bwd_size = _size_as_called(fwd), _size_as_called(bwd)
         where = f"stage {s} "
         # The stage's parameters come first in both programs: one key per weight.
         ops = functools.partial(
@@ -131,20 +150,23 @@ def profile_stages(
         out.append(
             weights._replace(
                 forward=_counts(
-                    xla_cost(fwd), fwd_size.num_ops, ops(fwd_jaxpr, prefix=f"{where}forward ")
+                    xla_cost(fwd.compiled),
+                    fwd_size.num_ops,
+                    ops(fwd.jaxpr, prefix=f"{where}forward "),
                 ),
-                backward=_counts(xla_cost(bwd), bwd_size.num_ops, ops(bwd_jaxpr, prefix=where)),
+                backward=_counts(
+                    xla_cost(bwd.compiled), bwd_size.num_ops, ops(bwd.jaxpr, prefix=where)
+                ),
                 # The compiled backward (a vjp) runs the forward again.
                 backward_reruns_forward=True,
                 input_bytes=tree_nbytes(x),
-                output_bytes=0 if prog.last else tree_nbytes(y),
-                activation_bytes=_stage_residual_bytes(prog.fn, p, x),
+                output_bytes=0 if functions.last else tree_nbytes(y),
+                activation_bytes=_stage_residual_bytes(functions.fn, p, x),
                 temporary_bytes=2 * bwd_size.largest_bytes,
                 checkpoint_bytes=_checkpoint_bytes(pipeline, s, p, x),
                 block_gradient_bytes=max(gradient_nbytes(b) for b in block_params),
             )
         )
-        x = y
     return tuple(out)
 
 

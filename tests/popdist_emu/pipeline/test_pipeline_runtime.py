@@ -80,9 +80,11 @@ def split(cuts, n_blocks=4):
 
 def run(stages, cls, ga, recomputation=False):
     m, p = model(), params()
+    # Compiled as the runtime compiles (kept in the process's cache): every example's
+    # pipelines of the model share its stages' programs.
     pipe = popdist.Pipeline(
         m, cls(*stages), p, ipus_per_replica=len(stages), gradient_accumulation=ga,
-        recomputation=recomputation,
+        recomputation=recomputation, compile=popdist.compile_program,
     )  # fmt: skip
     zeros = zero_accumulator(p, jnp.float32)
     acc, finite = pipe.accumulate(p, micro_batches(ga), zeros)

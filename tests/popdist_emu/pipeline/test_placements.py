@@ -69,7 +69,11 @@ def _micro_batches(ga):
 
 def _accumulate(stages, cls, ipus, ga):
     p = _params()
-    pipe = popdist.Pipeline(TIED, cls(*stages), p, ipus_per_replica=ipus, gradient_accumulation=ga)
+    # Compiled as the runtime compiles: every example's pipelines share the stage programs.
+    pipe = popdist.Pipeline(
+        TIED, cls(*stages), p, ipus_per_replica=ipus, gradient_accumulation=ga,
+        compile=popdist.compile_program,
+    )  # fmt: skip
     acc, finite = pipe.accumulate(p, _micro_batches(ga), zero_accumulator(p, jnp.float32))
     assert finite
     return pipe, np.asarray(acc)

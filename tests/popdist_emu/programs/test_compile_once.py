@@ -115,8 +115,8 @@ def test_an_offline_program_is_analysed_as_the_program_that_runs():
 
 
 def test_a_functional_pipeline_runs_the_stage_programs_it_profiled(compiles, monkeypatch):
-    """The stage programs the profile compiles are the ones the steps call (JAX's cache hands
-    them over): the steps after ``simulate`` compile no stage forward or backward again."""
+    """The stage programs the profile compiles are the ones the steps call (the pipeline holds
+    them): the steps after ``simulate`` compile no stage forward or backward again."""
     monkeypatch.setenv("POPDIST_NUM_IPUS_PER_REPLICA", "2")
     model = two_dense_blocks()
     params = {f"w{i}": np.full((6, 6), 0.1, np.float32) for i in range(2)}
