@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import jax
 import numpy as np
@@ -114,8 +114,11 @@ def module_function(
     use_pytorch_batch_norm()
     env = torchax.default_env()
     module = JittableModule(model)
-    weights = env.t2j_copy({**module.buffers, **module.params})
-    names = list(module.buffers)
+    # torchax's dicts of the module's tensors (their names shadow nn.Module's methods).
+    buffers: dict[str, Any] = cast(dict[str, Any], module.buffers)
+    params: dict[str, Any] = cast(dict[str, Any], module.params)
+    weights = env.t2j_copy({**buffers, **params})
+    names = list(buffers)
 
     def fn(states: dict[str, Any], args: tuple[Any, ...]) -> tuple[Any, Any]:
         params = {k: states[k] for k in module.params}

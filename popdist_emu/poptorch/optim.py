@@ -28,13 +28,14 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 import jax
 import optax
 import torch
 
-from popdist_emu.runtime import layerwise
+from popdist_emu.runtime import Optimiser, layerwise
 
 __all__ = ["LAMB", "SGD", "Adam", "AdamW", "optimiser_hyperparams", "to_optax"]
 
@@ -157,7 +158,7 @@ def _group_settings(optimizer: torch.optim.Optimizer, group: dict[str, Any]) -> 
 
 def to_optax(
     optimizer: torch.optim.Optimizer, names: dict[str, torch.Tensor] | None = None
-) -> optax.GradientTransformation:
+) -> Optimiser:
     """The optax transformation making ``optimizer``'s update, learning rate injected.
 
     Several parameter groups (PyTorch's per-parameter options, e.g. no weight decay on
@@ -207,11 +208,12 @@ def _group_labels(
     return {name: label_of.get(id(tensor), "frozen") for name, tensor in names.items()}
 
 
-def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> optax.GradientTransformation:
+def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> Optimiser:
     """LAMB as ``optax.chain(adam + weight decay, trust ratio, learning rate)`` with its parts
     kept (``popdist_emu.runtime.layerwise``); several groups are one ``multi_transform`` on
     each side of the trust ratio (a frozen weight's direction is zero, its ratio 1)."""
-    inners, tails = {}, {}
+    inners: dict[Hashable, optax.GradientTransformation] = {}
+    tails: dict[Hashable, optax.GradientTransformation] = {}
     for k, group in enumerate(optimizer.param_groups):
         settings = _group_settings(optimizer, group)
         b1, b2 = (float(b) for b in settings["betas"])
@@ -226,7 +228,7 @@ def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> optax.Gradi
     if len(inners) == 1:
         return layerwise(inners["0"], tails["0"])
     labels = _group_labels(optimizer, names)
-    frozen = {"frozen": optax.set_to_zero()}
+    frozen: dict[Hashable, optax.GradientTransformation] = {"frozen": optax.set_to_zero()}
     return layerwise(
         optax.multi_transform({**inners, **frozen}, labels),
         optax.multi_transform({**tails, **frozen}, labels),

@@ -118,7 +118,7 @@ def compile_program(
 
 def _compile(fn: Callable, structs: Any, label: str | None, analysis_only: bool) -> Program:
     """Compiles ``fn`` for ``structs`` and leaves nothing of it in JAX's in-memory caches."""
-    jitted = fn if hasattr(fn, "trace") else jax.jit(fn)
+    jitted: Any = fn if hasattr(fn, "trace") else jax.jit(fn)  # jitted already, or now
     label = label or getattr(fn, "__name__", "a program")
     with (
         phase(f"compiling {label}", f"compiled {label}"),

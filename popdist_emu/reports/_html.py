@@ -219,7 +219,7 @@ def _phase_two(entries: dict) -> str:
 def _host_section(sim: StepSimulation) -> str:
     """The host's part: its data preparation (when measured), the host link and the sync."""
     p = sim.profile
-    rows: list[list[object]] = []
+    rows: list[Sequence[object]] = []
     verdict = ""
     if sim.host_compute_seconds > 0:
         rows += [

@@ -23,6 +23,7 @@ from popdist_emu.runtime._reduce_update import AllReduceUpdate as AllReduceUpdat
 from popdist_emu.runtime._reduce_update import ReduceUpdateStage as ReduceUpdateStage
 from popdist_emu.runtime._reduce_update import StageResult as StageResult
 from popdist_emu.runtime._replica_step import NonScalarLossError as NonScalarLossError
+from popdist_emu.runtime._replica_step import Optimiser as Optimiser
 from popdist_emu.runtime._replica_step import TrainState as TrainState
 from popdist_emu.runtime._sharded_update import ShardedOptState as ShardedOptState
 from popdist_emu.runtime._sharded_update import ShardedReduceUpdate as ShardedReduceUpdate
@@ -42,6 +43,7 @@ __all__ = [
     "NonFiniteGradientError",
     "NonScalarLossError",
     "OffloadedUpdate",
+    "Optimiser",
     "ReduceUpdateStage",
     "ShardedOptState",
     "ShardedReduceUpdate",

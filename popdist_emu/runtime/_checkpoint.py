@@ -93,6 +93,7 @@ def full_opt_state(trainer: Trainer) -> Any:
         )
     offset = trainer.options.replica_offset
     parts = []
+    leaves: list[np.ndarray] = []  # each replica's whole copy has the same leaves
     for k in range(len(state.shards)):
         replica = offset + k
         full = unshard_state(plan, state, [replica], [k])
@@ -105,8 +106,7 @@ def full_opt_state(trainer: Trainer) -> Any:
         )
     summed = gcl.all_reduce(parts, "add", comm=trainer.comm, timeout=trainer.timeout)[0]
     leaves = [
-        np.asarray(s).view(x.dtype).reshape(x.shape)
-        for s, x in zip(summed, jax.tree_util.tree_leaves(full), strict=True)
+        np.asarray(s).view(x.dtype).reshape(x.shape) for s, x in zip(summed, leaves, strict=True)
     ]
     return state.treedef.unflatten(leaves)
 

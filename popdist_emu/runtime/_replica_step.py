@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -31,6 +31,10 @@ import numpy as np
 import optax
 
 from popdist_emu.programs import accumulator_struct, compile_program
+
+if TYPE_CHECKING:  # the stages' forms of the state, which import this module
+    from popdist_emu.runtime._offload import StreamingState
+    from popdist_emu.runtime._sharded_update import ShardedOptState
 
 Params = Any
 Batch = Any
@@ -54,11 +58,31 @@ Accumulator = jax.Array
 UpdateFn = Callable[[Params, Any, Any], tuple[Params, Any]]
 
 
+class Optimiser(Protocol):
+    """What the runtime takes as an optimiser: an optax ``GradientTransformation`` or
+    anything with its ``init`` and ``update`` (``popdist_emu.lamb``, ``lars``: a chain whose
+    parts replicated tensor sharding reads)."""
+
+    @property
+    def init(self) -> Callable[..., Any]: ...
+
+    @property
+    def update(self) -> Callable[..., Any]: ...
+
+    def __hash__(self) -> int: ...  # a key of the compiled programs (``make_update``)
+
+
 class TrainState(NamedTuple):
-    """What every replica holds between steps: identical on all replicas."""
+    """What every replica holds between steps: identical on all replicas.
+
+    Attributes:
+        params: the weights.
+        opt_state: the optimiser's state in the reduce-and-update stage's form: optax's own,
+            sharded under RTS (``ShardedOptState``) or streamed out (``StreamingState``).
+    """
 
     params: Params
-    opt_state: optax.OptState
+    opt_state: optax.OptState | ShardedOptState | StreamingState
 
 
 class NonScalarLossError(ValueError):
@@ -193,7 +217,7 @@ def update_scale(num_replicas: int, gradient_accumulation: int, reduction: str) 
 
 
 @functools.lru_cache(maxsize=JITTED_FUNCTIONS)
-def make_update(optimiser: optax.GradientTransformation, scale: float | None) -> Callable:
+def make_update(optimiser: Optimiser, scale: float | None) -> Callable:
     """The jitted update ``(params, opt_state, grad_flat) -> (params', opt_state')``.
 
     ``grad_flat`` is the reduced flat gradient sum (the accumulator without its loss).
@@ -220,7 +244,7 @@ def make_update(optimiser: optax.GradientTransformation, scale: float | None) ->
 
 
 @functools.lru_cache(maxsize=JITTED_FUNCTIONS)
-def make_init(optimiser: optax.GradientTransformation) -> Callable:
+def make_init(optimiser: Optimiser) -> Callable:
     """``optimiser.init`` as one jitted program: one compile instead of one per leaf op.
 
     Cached per optimiser, as :func:`make_update` (a key, not a program store).
@@ -228,7 +252,7 @@ def make_init(optimiser: optax.GradientTransformation) -> Callable:
     return jax.jit(optimiser.init)
 
 
-def init_state(optimiser: optax.GradientTransformation, params: Params) -> optax.OptState:
+def init_state(optimiser: Optimiser, params: Params) -> optax.OptState:
     """``optimiser.init(params)``, run by the compiled :func:`make_init` (compiled once per
     process while the program cache keeps it)."""
     program = compile_program(make_init(optimiser), params, label="the optimiser's init")

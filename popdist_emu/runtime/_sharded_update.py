@@ -182,10 +182,16 @@ class ShardedReduceUpdate:
         else:
             buffers = chunks
         # 3. One full-shape update per domain present here, owned elements filled in.
-        opt_state: ShardedOptState = state.opt_state
+        opt_state = state.opt_state
+        if not isinstance(opt_state, ShardedOptState):
+            raise TypeError(
+                f"ShardedReduceUpdate: the state holds a {type(opt_state).__name__}, not the "
+                "ShardedOptState this stage's init gives; start from the stage's own state."
+            )
         new_shards: list[Any] = [None] * len(replicas)
         owned_params: list[list[np.ndarray]] = [[] for _ in replicas]
         groups = _by_domain(replicas, k)
+        new_leaves: list[Any] = []  # every domain's update gives the same weights
         inputs = []
         for group in groups:
             grads = np.zeros(sum(plan.sizes), dtype)

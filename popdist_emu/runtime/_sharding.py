@@ -107,9 +107,9 @@ def unshard(shards: Sequence[Any], like: Any) -> Any:
 
     ``like`` gives each leaf's shape and dtype (arrays or ``jax.ShapeDtypeStruct``).
     """
-    # Annotated: jax's return annotation names PyTreeDef in a form mypy cannot resolve.
-    treedef: jax.tree_util.PyTreeDef
-    like_leaves, treedef = jax.tree_util.tree_flatten(like)
+    like_leaves = jax.tree_util.tree_leaves(like)
+    # jax's PyTreeDef is spelled in a form mypy cannot resolve, pyright can: an Any here.
+    treedef: Any = jax.tree_util.tree_structure(like)
     per_shard = [treedef.flatten_up_to(s) for s in shards]
     out = []
     for i, ref in enumerate(like_leaves):

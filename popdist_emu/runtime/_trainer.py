@@ -40,7 +40,6 @@ from typing import Any
 
 import jax
 import numpy as np
-import optax
 
 import gcl
 import hardware
@@ -54,6 +53,7 @@ from popdist_emu.runtime._diagnostics import check_replicas_identical, raise_non
 from popdist_emu.runtime._reduce_update import ReduceUpdateStage
 from popdist_emu.runtime._replica_step import (
     Accumulator,
+    Optimiser,
     TrainState,
     check_scalar_loss,
     make_batched_micro_steps,
@@ -98,7 +98,7 @@ class Trainer:
     def __init__(
         self,
         loss_fn: Callable[[Any, Any], Any],
-        optimiser: optax.GradientTransformation,
+        optimiser: Optimiser,
         params: Any,
         options: Options | None = None,
         *,

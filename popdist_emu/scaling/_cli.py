@@ -127,7 +127,7 @@ def _parser() -> _Parser:
         parents=[_series_parser()],
         allow_abbrev=False,
         usage=f"{PROG} --num-replicas N,N,... [options] --out DIR program [args]",
-        description=__doc__.split("\n\n")[0],
+        description=(__doc__ or "").split("\n\n")[0],
     )
     parser.add_argument(
         "--num-replicas", required=True, metavar="N,N,...", help="the replica counts"

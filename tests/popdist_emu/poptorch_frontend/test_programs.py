@@ -106,11 +106,15 @@ def test_context_blocks_with_dropout_train_alike_on_one_and_two_ipus(tmp_path: P
     and BatchNorm's running statistics are those of the whole model."""
     one = _run(tmp_path, "none", 1)
     assert len(one["losses"]) == 3 and all(np.isfinite(one["losses"]))
+    # The stages are separate programs, so XLA rounds their float32 sums in another order
+    # than the one-IPU program: after three SGD steps through BatchNorm the weights and
+    # running means differ in the fifth digit on some CPUs (5.4e-5 relative on an AMD EPYC),
+    # where a wrong dropout mask or batch statistic moves them in the second.
     for strategy in ("pipelined", "sharded"):
         run = _run(tmp_path, strategy, 2)
         np.testing.assert_allclose(run["losses"], one["losses"], rtol=1e-6, atol=1e-6)
-        np.testing.assert_allclose(run["weight"], one["weight"], rtol=1e-5, atol=1e-6)
-        np.testing.assert_allclose(run["running_mean"], one["running_mean"], rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(run["weight"], one["weight"], rtol=2e-4, atol=1e-6)
+        np.testing.assert_allclose(run["running_mean"], one["running_mean"], rtol=2e-4, atol=1e-6)
     assert any(abs(m) > 1e-3 for m in one["running_mean"])
 
 

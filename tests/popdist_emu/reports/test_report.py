@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+import hardware
 from popdist_emu.reports._summary import format_summary, summary, write_reports
 
 
@@ -26,7 +27,8 @@ def test_format_summary_is_short_and_says_what_matters(simulation):
     assert "pod128" in text and "128 replicas" in text and "samples/s" in text
     assert "memory per IPU" in text and "fits" in text
     # Every prediction with its band, and what it extrapolates (a toy model: not ResNet-50).
-    assert "uncertainty: +/-3.6 % (leave-one-out RMS relative error" in text
+    band = hardware.load_calibration().relative_spread  # calibration.json's, whatever the fit
+    assert f"uncertainty: +/-{100 * band:.1f} % (leave-one-out RMS relative error" in text
     assert "EXTRAPOLATED: model toy: the compute efficiency was fitted on ResNet-50" in text
 
 
