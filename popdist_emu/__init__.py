@@ -20,18 +20,8 @@ import importlib
 import pathlib
 from typing import TYPE_CHECKING, Any
 
-from popdist_emu.popdist import checkNumIpusPerReplica as checkNumIpusPerReplica
-from popdist_emu.popdist import execute_on_instances as execute_on_instances
-from popdist_emu.popdist import getDeviceId as getDeviceId
-from popdist_emu.popdist import getInstanceIndex as getInstanceIndex
-from popdist_emu.popdist import getLocalInstanceIndex as getLocalInstanceIndex
-from popdist_emu.popdist import getNumInstances as getNumInstances
-from popdist_emu.popdist import getNumIpusPerReplica as getNumIpusPerReplica
-from popdist_emu.popdist import getNumLocalReplicas as getNumLocalReplicas
-from popdist_emu.popdist import getNumTotalReplicas as getNumTotalReplicas
-from popdist_emu.popdist import getReplicaIndexOffset as getReplicaIndexOffset
-from popdist_emu.popdist import init as init
-from popdist_emu.popdist import isPopdistEnvSet as isPopdistEnvSet
+from popdist_emu.popdist import api as _popdist_api
+from popdist_emu.popdist.api import *  # noqa: F403 - the PopDist API, named once in its module
 
 if TYPE_CHECKING:
     from contract import atomic_write as atomic_write
@@ -122,23 +112,11 @@ __all__ = [
     "TrainState",
     "Trainer",
     "atomic_write",
-    "checkNumIpusPerReplica",
     "check_checkpoint",
     "claim_checkpoint_dir",
     "compile_program",
     "compress",
     "decompress",
-    "execute_on_instances",
-    "getDeviceId",
-    "getInstanceIndex",
-    "getLocalInstanceIndex",
-    "getNumInstances",
-    "getNumIpusPerReplica",
-    "getNumLocalReplicas",
-    "getNumTotalReplicas",
-    "getReplicaIndexOffset",
-    "init",
-    "isPopdistEnvSet",
     "is_offline_mode",
     "lamb",
     "lars",
@@ -159,6 +137,8 @@ __all__ = [
     "with_infeed_stats",
     "write_atomically",
 ]
+
+__all__ += _popdist_api.__all__
 
 
 @functools.cache

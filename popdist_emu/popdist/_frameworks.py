@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from popdist_emu.popdist import _api as popdist
+from popdist_emu.popdist import api as popdist
 
 
 def _check_ipus(ipus_per_replica: int, where: str) -> None:

@@ -34,7 +34,7 @@ import warnings
 from typing import Any
 
 from popdist_emu._options import Options as EmulatorOptions
-from popdist_emu.popdist import _api as popdist
+from popdist_emu.popdist import api as popdist
 
 _WARNED: set[str] = set()
 

@@ -19,7 +19,8 @@ except ImportError as _error:  # a program run with another interpreter than pop
 
 # Every name is looked up in popdist_emu.poptorch when first asked for, so the torch-backed
 # ones (trainingModel, DataLoader, optim) import torch only when a program uses them.
-__all__ = list(_emu.__all__)
+__all__: list[str] = []
+__all__ += _emu.__all__
 
 
 def __getattr__(name: str) -> object:

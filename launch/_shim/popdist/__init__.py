@@ -12,19 +12,8 @@ References:
 import sys as _sys
 
 try:
-    from popdist_emu.popdist import API_NAMES as _API_NAMES
-    from popdist_emu.popdist import checkNumIpusPerReplica as checkNumIpusPerReplica
-    from popdist_emu.popdist import execute_on_instances as execute_on_instances
-    from popdist_emu.popdist import getDeviceId as getDeviceId
-    from popdist_emu.popdist import getInstanceIndex as getInstanceIndex
-    from popdist_emu.popdist import getLocalInstanceIndex as getLocalInstanceIndex
-    from popdist_emu.popdist import getNumInstances as getNumInstances
-    from popdist_emu.popdist import getNumIpusPerReplica as getNumIpusPerReplica
-    from popdist_emu.popdist import getNumLocalReplicas as getNumLocalReplicas
-    from popdist_emu.popdist import getNumTotalReplicas as getNumTotalReplicas
-    from popdist_emu.popdist import getReplicaIndexOffset as getReplicaIndexOffset
-    from popdist_emu.popdist import init as init
-    from popdist_emu.popdist import isPopdistEnvSet as isPopdistEnvSet
+    from popdist_emu.popdist import api as _api
+    from popdist_emu.popdist.api import *  # noqa: F403 - the PopDist API, named once there
 except ImportError as _error:  # a program run with another interpreter than poprun-emu's
     raise ImportError(
         f"popdist (poprun-emu's shim) needs the popdist_emu package, which this interpreter "
@@ -35,7 +24,8 @@ except ImportError as _error:  # a program run with another interpreter than pop
 
 _SUBMODULES = ("poptorch", "tensorflow", "popart")
 
-__all__ = list(_API_NAMES)
+__all__: list[str] = []
+__all__ += _api.__all__
 
 
 def __getattr__(name: str) -> object:

@@ -12,7 +12,7 @@ import numpy as np
 from test_checkpoint import ADAMW, data, init_params, loss_fn  # the script's directory
 
 from popdist_emu import Options, ReplicaLoader, Trainer
-from popdist_emu.popdist._api import getInstanceIndex
+from popdist_emu.popdist.api import getInstanceIndex
 from popdist_emu.runtime._checkpoint import restore_checkpoint, save_checkpoint
 
 

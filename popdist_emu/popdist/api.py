@@ -19,9 +19,10 @@ from hardware import ReplicaLayout
 
 _T = TypeVar("_T")
 
-# The PopDist API's names, in one place: popdist_emu exports them, and so does the popdist shim
-# that instances import.
-API_NAMES = (
+# The PopDist API's names, in one place: popdist_emu.popdist, popdist_emu and the popdist
+# shim that instances import export them as ``from popdist_emu.popdist.api import *`` with
+# ``__all__ += api.__all__``.
+__all__ = [
     "checkNumIpusPerReplica",
     "execute_on_instances",
     "getDeviceId",
@@ -34,7 +35,8 @@ API_NAMES = (
     "getReplicaIndexOffset",
     "init",
     "isPopdistEnvSet",
-)
+]
+API_NAMES = tuple(__all__)
 
 
 def _view() -> InstanceEnvironment:
