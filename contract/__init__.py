@@ -2,7 +2,8 @@
 
 ``poprun-emu`` (``launch``) and the instances (``popdist_emu``, ``gcl``) share what is here and
 nothing else: every environment variable and the job configuration (``_environment``), files
-written so that a reader never sees a part of one and read with a bound (``_files``), and the
+written so that a reader never sees a part of one and read with a bound (``_files``), the
+machine's memory (``_machine``), and the
 request ``poprun-emu-scaling`` hands a program (``_sweep``). It imports only ``hardware`` (the
 layout and the systems), so the launcher starts without JAX, and both sides import it through
 this face.
@@ -60,6 +61,8 @@ from contract._files import pid_alive as pid_alive
 from contract._files import probe_problem as probe_problem
 from contract._files import read_bounded as read_bounded
 from contract._files import write_atomically as write_atomically
+from contract._machine import available_memory_bytes as available_memory_bytes
+from contract._machine import total_memory_bytes as total_memory_bytes
 from contract._sweep import COLLECTIVE_PHASES as COLLECTIVE_PHASES
 from contract._sweep import TIER_PHASES as TIER_PHASES
 from contract._sweep import SweepPoint as SweepPoint
@@ -104,6 +107,7 @@ __all__ = [
     "SweepPoint",
     "arg_max",
     "atomic_write",
+    "available_memory_bytes",
     "directory_problem",
     "layout_environment",
     "leaving_path",
@@ -119,6 +123,7 @@ __all__ = [
     "read_request",
     "status_path",
     "system_name",
+    "total_memory_bytes",
     "waiting_path",
     "write_atomically",
     "write_request",

@@ -23,7 +23,7 @@ import glob
 import os
 from collections.abc import Mapping, Sequence
 
-from contract import ENV_LIBMPI, ENV_MPI4PY_LIBMPI, ENV_MPIEXEC
+from contract import ENV_LIBMPI, ENV_MPI4PY_LIBMPI, ENV_MPIEXEC, available_memory_bytes
 from launch._errors import UsageError
 
 # One offline instance (Python, JAX, XLA compiling a small step) was measured at about
@@ -34,22 +34,11 @@ OFFLINE_INSTANCE_BYTES = 768 * 2**20
 OFFLINE_INSTANCES_PER_CPU = 4
 
 
-def _available_memory() -> int:
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 def offline_capacity() -> int:
     """How many offline instances this machine holds at once (at least 1)."""
     cpus = len(os.sched_getaffinity(0))
     return max(
-        1, min(cpus * OFFLINE_INSTANCES_PER_CPU, _available_memory() // OFFLINE_INSTANCE_BYTES)
+        1, min(cpus * OFFLINE_INSTANCES_PER_CPU, available_memory_bytes() // OFFLINE_INSTANCE_BYTES)
     )
 
 

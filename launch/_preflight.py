@@ -16,7 +16,7 @@ import glob
 import math
 import os
 
-from contract import DEFAULT_GCL_TIMEOUT_S, arg_max, output_problem
+from contract import DEFAULT_GCL_TIMEOUT_S, arg_max, output_problem, total_memory_bytes
 from launch._errors import UsageError
 
 # Peak resident memory of one instance of examples/train.py (JAX on the CPU, optax, the
@@ -88,18 +88,6 @@ def check_output_dir(flag: str, path: str) -> None:
         raise UsageError(
             f"{flag} {path!r}: {problem}: pick a directory of your own that you can write to."
         )
-
-
-def total_memory_bytes() -> int | None:
-    """``MemTotal`` from ``/proc/meminfo``, None where there is none."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemTotal:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def check_memory(num_processes: int, available: int | None = None) -> None:

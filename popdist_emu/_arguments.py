@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from contract import output_problem
+from contract import available_memory_bytes, output_problem
 
 # Seeds reach jax.random.PRNGKey (a 64-bit integer) and numpy's SeedSequence (non-negative).
 MAX_SEED = 2**63 - 1
@@ -39,14 +39,7 @@ def _integer(text: str) -> int:
 
 def available_host_memory() -> int:
     """Bytes this machine can still give a process: ``MemAvailable`` (``proc(5)``)."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return available_memory_bytes()
 
 
 def refuse_unless_it_fits(prog: str, what: str, need: int, have: int, where: str, fix: str) -> None:
