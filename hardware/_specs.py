@@ -216,16 +216,13 @@ IPU_M2000 = MachineSpec(
     ),
 )
 
-BOW_2000 = MachineSpec(
+# The Bow-2000 is the IPU-M2000's chassis, gateway and links with four Bow IPUs and up to
+# 256 GB of Streaming Memory (Bow-2000 datasheet).
+BOW_2000 = dataclasses.replace(
+    IPU_M2000,
     name="Bow-2000",
     ipu=BOW_IPU,
-    ipus=4,
     streaming_memory=256 * 10**9,
-    streaming_bandwidth=350 * GB,
-    host_links=2,
-    host_link_bandwidth=12.5 * GB,
-    gw_links=2,
-    gw_link_bandwidth=12.5 * GB,
     sources=types.MappingProxyType(
         {**_MACHINE_SOURCES, "streaming_memory": "up to 256 GB: Bow-2000 datasheet"}
     ),
