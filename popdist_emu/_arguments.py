@@ -82,12 +82,16 @@ def seed(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    """A finite number ``> 0`` (a learning rate, a size in seconds)."""
+def _number(text: str) -> float:
     try:
-        value = float(text)
+        return float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
+def positive_float(text: str) -> float:
+    """A finite number ``> 0`` (a learning rate, a size in seconds)."""
+    value = _number(text)
     if not (math.isfinite(value) and value > 0):
         raise argparse.ArgumentTypeError(f"{text} is not a finite number > 0: give e.g. 0.01")
     return value
@@ -95,10 +99,7 @@ def positive_float(text: str) -> float:
 
 def proportion(text: str) -> float:
     """An ``availableMemoryProportion``: a number in ``(0, 1]`` (PopLibs' default is 0.6)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = _number(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(
             f"{text} is outside (0, 1]: give the share of tile memory for temporary values, "
