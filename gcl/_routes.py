@@ -193,6 +193,28 @@ def _visit_order(members: tuple[int, ...], start: int, local: int) -> tuple[Hop,
     return tuple(hops)
 
 
+def _copies(
+    num_replicas: int,
+    num_instances: int,
+    group: Group,
+    root: int | None,
+    widths: tuple[int, ...],
+    piece_cols: tuple[int, ...],
+) -> tuple[Item, ...]:
+    """Pure copies, pipelined by pieces: the data of position ``root`` of every group (of
+    every position when None) travels clockwise from its instance to every other instance
+    holding a member."""
+    local = num_replicas // num_instances
+    items = []
+    for g, members in enumerate(groups_of(group, num_replicas)):
+        for p in range(len(members)) if root is None else (root,):
+            hops = _visit_order(members, p, local)
+            for d, width in enumerate(widths):
+                for q0, q1 in _pieces(0, width, piece_cols[d]):
+                    items.append(Item(g, p, d, q0, q1, hops, -1))
+    return tuple(items)
+
+
 @functools.lru_cache(maxsize=256)
 def all_gather_items(
     num_replicas: int,
@@ -202,16 +224,8 @@ def all_gather_items(
     piece_cols: tuple[int, ...],
 ) -> tuple[Item, ...]:
     """Shard p of every group travels clockwise from its owner's instance to every other
-    instance holding a member (pure copies, pipelined by pieces)."""
-    local = num_replicas // num_instances
-    items = []
-    for g, members in enumerate(groups_of(group, num_replicas)):
-        for p in range(len(members)):
-            hops = _visit_order(members, p, local)
-            for d, width in enumerate(widths):
-                for q0, q1 in _pieces(0, width, piece_cols[d]):
-                    items.append(Item(g, p, d, q0, q1, hops, -1))
-    return tuple(items)
+    instance holding a member."""
+    return _copies(num_replicas, num_instances, group, None, widths, piece_cols)
 
 
 @functools.lru_cache(maxsize=256)
@@ -224,11 +238,4 @@ def broadcast_items(
     piece_cols: tuple[int, ...],
 ) -> tuple[Item, ...]:
     """The root's data of every group travels clockwise through the group's instances."""
-    local = num_replicas // num_instances
-    items = []
-    for g, members in enumerate(groups_of(group, num_replicas)):
-        hops = _visit_order(members, root, local)
-        for d, width in enumerate(widths):
-            for q0, q1 in _pieces(0, width, piece_cols[d]):
-                items.append(Item(g, root, d, q0, q1, hops, -1))
-    return tuple(items)
+    return _copies(num_replicas, num_instances, group, root, widths, piece_cols)
