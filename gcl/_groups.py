@@ -37,45 +37,47 @@ class All:
 
 
 @dataclasses.dataclass(frozen=True)
-class Consecutive:
+class _Spaced:
+    """Groups of ``k`` replicas, the members of a group ``stride`` replicas apart."""
+
+    k: int
+
+    def _stride(self, num_replicas: int) -> int:
+        raise NotImplementedError
+
+    def size(self, num_replicas: int) -> int:
+        """Replicas per group."""
+        _check_size(type(self).__name__, self.k, num_replicas)
+        return self.k
+
+    def members(self, replica: int, num_replicas: int) -> tuple[int, ...]:
+        """Global indices of ``replica``'s group, in ring (position) order."""
+        self.size(num_replicas)
+        stride = self._stride(num_replicas)
+        first = replica - (replica // stride % self.k) * stride
+        return tuple(range(first, first + self.k * stride, stride))
+
+
+@dataclasses.dataclass(frozen=True)
+class Consecutive(_Spaced):
     """Groups of ``k`` consecutive replicas: ``{0..k-1}, {k..2k-1}, ...``.
 
     With ``k`` = replicas per POD, a collective stays inside each POD.
     """
 
-    k: int
-
-    def size(self, num_replicas: int) -> int:
-        """Replicas per group."""
-        _check_size("Consecutive", self.k, num_replicas)
-        return self.k
-
-    def members(self, replica: int, num_replicas: int) -> tuple[int, ...]:
-        """Global indices of ``replica``'s group, in ring (position) order."""
-        _check_size("Consecutive", self.k, num_replicas)
-        start = replica - replica % self.k
-        return tuple(range(start, start + self.k))
+    def _stride(self, num_replicas: int) -> int:
+        return 1
 
 
 @dataclasses.dataclass(frozen=True)
-class Orthogonal:
+class Orthogonal(_Spaced):
     """Groups of ``k`` replicas with stride ``num_replicas / k``: ``{0, s, 2s, ...}, ...``.
 
     With ``k`` = number of PODs, a collective joins the same replica of every POD.
     """
 
-    k: int
-
-    def size(self, num_replicas: int) -> int:
-        """Replicas per group."""
-        _check_size("Orthogonal", self.k, num_replicas)
-        return self.k
-
-    def members(self, replica: int, num_replicas: int) -> tuple[int, ...]:
-        """Global indices of ``replica``'s group, in ring (position) order."""
-        _check_size("Orthogonal", self.k, num_replicas)
-        stride = num_replicas // self.k
-        return tuple(range(replica % stride, num_replicas, stride))
+    def _stride(self, num_replicas: int) -> int:
+        return num_replicas // self.k
 
 
 Group = Union[All, Consecutive, Orthogonal]  # noqa: UP007 - readable alias on py3.10
