@@ -180,38 +180,29 @@ class LayerwisePrograms:
 
     def __init__(self, passes: LayerwiseUpdate) -> None:
         self.passes = passes
-        self._direction: Program | None = None
-        self._finish: Program | None = None
+        self._held: dict[str, Program] = {}
 
     @property
     def programs(self) -> tuple[Program | None, Program | None]:
         """The compiled ``(direction, finish)`` the stage holds; None for a pass not run yet."""
-        return self._direction, self._finish
+        return self._held.get("direction"), self._held.get("finish")
+
+    def _run(self, name: str, fn: Callable[..., Any], label: str, *args: Any) -> Any:
+        """Pass ``name`` on ``args``, compiled on its first call."""
+        program = self._held.get(name)
+        if program is None:
+            program = self._held[name] = compile_program(fn, *args, label=label)
+        return program(*args)
 
     def direction(self, params: Params, inner_state: Any, grad_flat: Any) -> tuple[Any, Any]:
         """:attr:`LayerwiseUpdate.direction`, compiled."""
-        if self._direction is None:
-            self._direction = compile_program(
-                self.passes.direction,
-                params,
-                inner_state,
-                grad_flat,
-                label="the layer-wise update's direction",
-            )
-        return self._direction(params, inner_state, grad_flat)
+        label = "the layer-wise update's direction"
+        return self._run("direction", self.passes.direction, label, params, inner_state, grad_flat)
 
     def finish(self, params: Params, u: Any, norms: Any, tail_state: Any) -> tuple[Params, Any]:
         """:attr:`LayerwiseUpdate.finish`, compiled."""
-        if self._finish is None:
-            self._finish = compile_program(
-                self.passes.finish,
-                params,
-                u,
-                norms,
-                tail_state,
-                label="the layer-wise update's trust ratio and tail",
-            )
-        return self._finish(params, u, norms, tail_state)
+        label = "the layer-wise update's trust ratio and tail"
+        return self._run("finish", self.passes.finish, label, params, u, norms, tail_state)
 
 
 def layerwise_programs(optimiser: Any, scale: float | None) -> LayerwisePrograms | None:
