@@ -54,23 +54,26 @@ def simulated_system(num_ipus: int, system: str = "") -> hardware.SystemSpec:
 
 
 def simulate_replica(
-    model: hardware.ReplicaModel,
+    replica: hardware.ReplicaModel | hardware.StepProfile,
     options: Options,
     *,
     system: str | None = None,
     relayout: Relayout | None = None,
 ) -> hardware.StepSimulation:
-    """A replica already profiled, simulated for the job ``options`` describe: the sweep
-    ``options.scaling_request`` names is answered from it first, then the checked path.
+    """A replica already profiled, simulated for the job ``options`` describe (for another
+    job, ``Options(layout=...)``): the sweep ``options.scaling_request`` names is answered
+    from it first, then the checked path. ``simulate_profile`` is the same function.
 
     Args:
-        model: the replica (``profile_replica``, or ``ReplicaModel.data_parallel`` of a
-            profile).
+        replica: the replica (``profile_replica``), or a step profile (``profile_step``,
+            ``profile_programs``, ``Trainer.profile``): the data-parallel replica of one
+            compiled micro-step.
         options: the job: its layout, system, prefetch depth and sweep request.
         system: a system name overriding ``options.system``.
         relayout: for ``poprun-emu-scaling``: the profile fields that depend on the layout
             (``trainer_relayout``); None when none do.
     """
+    model = hardware.as_replica(replica)
     depth = int(options.prefetch_depth)
     if options.scaling_request:  # every point of a sweep from this one replica
         answer_request(model, options.scaling_request, prefetch_depth=depth, relayout=relayout)
@@ -135,23 +138,7 @@ def simulate(
     return simulate_replica(model, opts, system=system, relayout=trainer_relayout(trainer, batch))
 
 
-def simulate_profile(
-    profile: hardware.StepProfile,
-    options: Options,
-    *,
-    system: str | None = None,
-    relayout: Relayout | None = None,
-) -> hardware.StepSimulation:
-    """``simulate`` for a data-parallel step already profiled (``profile_step``,
-    ``profile_programs``, ``Trainer.profile``), e.g. without a Trainer, for the job
-    ``options`` describe (``Options(layout=...)`` for another one).
-
-    Raises:
-        hardware.OutOfMemoryError: as ``simulate``.
-        hardware.SystemSelectionError: unknown system, or too small for the job.
-    """
-    model = hardware.ReplicaModel.data_parallel(profile)
-    return simulate_replica(model, options, system=system, relayout=relayout)
+simulate_profile = simulate_replica  # its name for a step profile (``profile_step``)
 
 
 def with_infeed_stats(
