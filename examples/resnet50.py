@@ -186,7 +186,7 @@ def profile(
     all-reduce is recorded with the method gcl runs for it under ``layout`` (the job's;
     None: one replica).
     """
-    from popdist_emu import profile_step
+    from popdist_emu import StepSettings, profile_step
 
     grad_fn, update_fn, _ = make_step_functions(recomputation=recomputation)
     params, opt_state, images, labels = example_shapes(micro_batch_size, dtype)
@@ -194,16 +194,18 @@ def profile(
         grad_fn,
         update_fn,
         loss_fn=lambda p, x, y: loss_fn(p, x, y, recomputation),
-        name="ResNet-50",
         params=params,
         opt_state=opt_state,
         batch=(images, labels),
-        micro_batch_size=micro_batch_size,
-        gradient_accumulation=gradient_accumulation,
-        device_iterations=device_iterations,
-        recomputation=recomputation,
-        available_memory_proportion=available_memory_proportion,
-        partials_type="half" if jnp.dtype(dtype).itemsize <= 2 else "float",
+        settings=StepSettings(
+            micro_batch_size=micro_batch_size,
+            gradient_accumulation=gradient_accumulation,
+            device_iterations=device_iterations,
+            recomputation=recomputation,
+            name="ResNet-50",
+            available_memory_proportion=available_memory_proportion,
+            partials_type="half" if jnp.dtype(dtype).itemsize <= 2 else "float",
+        ),
         layout=layout,
     )
 

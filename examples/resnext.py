@@ -120,7 +120,7 @@ def profile(
 
     ``precision`` defaults to float32, torchvision's (and the note's PyTorch demo's) weights.
     """
-    from popdist_emu import profile_step
+    from popdist_emu import StepSettings, profile_step
 
     dtype = jnp.dtype(precision)
     params = jax.eval_shape(lambda: init_params(jax.random.key(0), depth=depth, dtype=dtype))
@@ -130,10 +130,12 @@ def profile(
         None,
         params=params,
         batch=(images,),
-        micro_batch_size=micro_batch_size,
+        settings=StepSettings(
+            micro_batch_size=micro_batch_size,
+            name=f"ResNeXt-{depth} 32x8d inference",
+            available_memory_proportion=available_memory_proportion,
+        ),
         collectives=(),
-        name=f"ResNeXt-{depth} 32x8d inference",
-        available_memory_proportion=available_memory_proportion,
     )
     # Inference keeps nothing for a backward pass: what is live between operations is the
     # largest operation's input and output (the profile's temporaries) and the planner's

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from popdist_emu.pipeline import ShardedExecution as ShardedExecution
     from popdist_emu.pipeline import Stage as Stage
     from popdist_emu.programs import Program as Program
+    from popdist_emu.programs import StepSettings as StepSettings
     from popdist_emu.programs import compile_program as compile_program
     from popdist_emu.programs import profile_programs as profile_programs
     from popdist_emu.programs import profile_step as profile_step
@@ -108,6 +109,7 @@ __all__ = [
     "ShardingError",
     "Stage",
     "StageResult",
+    "StepSettings",
     "StreamingState",
     "TrainState",
     "Trainer",

@@ -20,7 +20,6 @@ from popdist_emu.programs._matmuls import set_available_memory as set_available_
 from popdist_emu.programs._matmuls import step_matmuls as step_matmuls
 from popdist_emu.programs._profile import profile_programs as profile_programs
 from popdist_emu.programs._profile import profile_step as profile_step
-from popdist_emu.programs._profile import profile_step_programs as profile_step_programs
 from popdist_emu.programs._profile import program_counts as program_counts
 from popdist_emu.programs._shapes import StepShapes as StepShapes
 from popdist_emu.programs._shapes import accumulator_struct as accumulator_struct
@@ -54,7 +53,6 @@ __all__ = [
     "precision_of",
     "profile_programs",
     "profile_step",
-    "profile_step_programs",
     "program_counts",
     "residual_bytes",
     "set_available_memory",

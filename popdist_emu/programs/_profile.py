@@ -1,10 +1,9 @@
-"""The profile of one replica's step from its compiled programs, in three forms.
+"""The profile of one replica's step from its compiled programs, in two forms.
 
-:func:`profile_step_programs` takes what a ``Trainer`` holds, as typed values (its
-:class:`StepShapes` and its Options as :class:`StepSettings`); :func:`profile_programs` is
-the same with keywords, for programs compiled without a ``Trainer``; :func:`profile_step`
-compiles a model's own step functions first. All three measure the programs with
-:func:`program_counts` and hand the counts to the one builder,
+:func:`profile_programs` profiles programs already compiled (a ``Trainer``'s, or any
+compiled with ``compile_program``); :func:`profile_step` compiles a model's own step
+functions first. Both take the run's settings as one :class:`StepSettings` value, measure
+the programs with :func:`program_counts` and hand the counts to the one builder,
 :func:`~popdist_emu.programs.build_step_profile`.
 
 The saved activations come from the forward pass's residuals (what the backward pass
@@ -27,7 +26,6 @@ import numpy as np
 
 import gcl
 from hardware import (
-    DEFAULT_AVAILABLE_MEMORY_PROPORTION,
     CollectiveRecord,
     ReplicaLayout,
     StepProfile,
@@ -43,7 +41,7 @@ from popdist_emu.programs._analysis import (
 )
 from popdist_emu.programs._compile import Program, compile_program
 from popdist_emu.programs._matmuls import matmul_ops
-from popdist_emu.programs._shapes import StepShapes, gradient_nbytes
+from popdist_emu.programs._shapes import gradient_nbytes
 from popdist_emu.programs._step_profile import ProgramCounts, StepSettings, build_step_profile
 
 
@@ -83,42 +81,6 @@ def program_counts(
     )
 
 
-def profile_step_programs(
-    micro_step: Program,
-    update: Program | None,
-    shapes: StepShapes,
-    settings: StepSettings,
-    *,
-    loss_fn: Callable[[Any, Any], Any] | None = None,
-) -> StepProfile:
-    """The profile of a trainer's data-parallel step from its compiled programs.
-
-    Args:
-        micro_step: the compiled micro-step ``(params, acc, micro_batch) -> (acc, finite)``.
-        update: the compiled weight update, or None when the update is not part of the step.
-        shapes: the step's shapes (``Trainer.step_shapes``): weights, optimiser state,
-            micro-batch, and the accumulator whose gradient part is the gradient's size.
-        settings: the run's settings (``StepSettings.from_options``).
-        loss_fn: the loss, for the saved activations (see :func:`program_counts`).
-    """
-    counts = program_counts(
-        micro_step,
-        update,
-        params=shapes.params,
-        micro_batch=shapes.micro_batch,
-        loss_fn=loss_fn,
-        partials_type=settings.partials_type,
-    )
-    return build_step_profile(
-        counts,
-        settings,
-        params=shapes.params,
-        opt_state=shapes.opt_state,
-        micro_batch=shapes.micro_batch,
-        gradient_bytes=shapes.gradient_bytes,
-    )
-
-
 def settled_collectives(
     sizes: Mapping[str, int], method: str, group: str, layout: ReplicaLayout
 ) -> tuple[CollectiveRecord, ...]:
@@ -136,7 +98,7 @@ def _leading_dimension(micro_batch: Any) -> int:
     if not leaves or not np.shape(leaves[0]):
         raise ValueError(
             "profile: could not infer `micro_batch_size`: the first leaf of the micro-batch "
-            "has no leading dimension; pass micro_batch_size=."
+            "has no leading dimension; pass settings=StepSettings(micro_batch_size=...)."
         )
     return int(np.shape(leaves[0])[0])
 
@@ -147,29 +109,18 @@ def profile_programs(
     *,
     params: Any,
     micro_batch: Any,
+    settings: StepSettings,
     opt_state: Any = None,
-    loss_fn: Callable[..., Any] | None = None,
+    loss_fn: Callable[[Any, Any], Any] | None = None,
     gradient_bytes: int | None = None,
-    micro_batch_size: int | None = None,
-    gradient_accumulation: int = 1,
-    device_iterations: int = 1,
-    collectives: Sequence[CollectiveRecord] = (),
-    replicated_tensor_sharding: bool = False,
-    offload_optimiser_state: bool = False,
-    sharding_domain: int = 0,
-    recomputation: bool = False,
-    name: str = "model",
-    available_memory_proportion: float | Mapping[str, float] = DEFAULT_AVAILABLE_MEMORY_PROPORTION,
-    partials_type: str = "float",
 ) -> StepProfile:
     """The ``hardware.StepProfile`` of one replica's step, from the programs that run it.
 
     Nothing is compiled here: the cost is XLA's ``cost_analysis()`` of the compiled
     ``micro_step`` (one micro-batch's forward, backward and accumulation) and ``update``
     (one weight update); the operation count and the largest intermediate come from the
-    micro-step's jaxpr. The keyword form of :func:`profile_step_programs` (which
-    ``Trainer.profile`` calls with typed values), for programs compiled without a
-    ``Trainer``; one profile can be simulated over many layouts (``simulate_profile``).
+    micro-step's jaxpr. One profile can be simulated over many layouts
+    (``simulate_profile``).
 
     Args:
         micro_step: the compiled micro-step (``compile_program``).
@@ -177,53 +128,26 @@ def profile_programs(
         params: the weights (arrays or ``jax.ShapeDtypeStruct``): their bytes and precision.
         micro_batch: one micro-batch of one replica (arrays or shapes): the bytes the host
             streams per micro-batch.
+        settings: what the run decides (:class:`StepSettings`: micro-batch, accumulation,
+            device iterations, collectives, RTS, offloading, the planner's settings).
         opt_state: the optimiser state (arrays or shapes), if any.
         loss_fn: ``loss_fn(params, micro_batch) -> scalar``; when given, the saved
             activations are measured from its vjp residuals by tracing (honouring
             ``jax.checkpoint``, as the IPU's recomputation does), otherwise XLA's temporary
             size of the micro-step stands for them (an upper bound on the CPU).
-        gradient_bytes: bytes of one replica's gradient (what the accumulator holds);
-            default: the bytes of ``params``.
-        micro_batch_size: samples per micro-batch; default: the leading dimension of the
-            first leaf of ``micro_batch``.
-        gradient_accumulation: micro-batches per weight update.
-        device_iterations: weight updates per step.
-        collectives: the collectives of one update, as the reduce-and-update stage records
-            them.
-        replicated_tensor_sharding: the optimiser state is sharded over ``sharding_domain``.
-        offload_optimiser_state: the optimiser state lives in Streaming Memory.
-        sharding_domain: replicas of the RTS domain (0 = all).
-        recomputation: whether the micro-step recomputes activations (for the OOM remedies).
-        name: the model's name in reports.
-        available_memory_proportion: PopLibs' availableMemoryProportion for the planner
-            model of the micro-step's matmuls and convolutions: a float or ``{"IPU0": 0.6}``.
-        partials_type: PopLibs' ``partialsType`` of those operations, "float" or "half".
+        gradient_bytes: bytes of one replica's gradient (``gradient_nbytes`` of its
+            gradient); default those of ``params``' gradient.
 
     Returns:
         The StepProfile, pure data for ``hardware.simulate_step``.
     """
-    if micro_batch_size is None:
-        micro_batch_size = _leading_dimension(micro_batch)
-    settings = StepSettings(
-        micro_batch_size=int(micro_batch_size),
-        gradient_accumulation=int(gradient_accumulation),
-        device_iterations=int(device_iterations),
-        collectives=tuple(collectives),
-        replicated_tensor_sharding=replicated_tensor_sharding,
-        offload_optimiser_state=offload_optimiser_state,
-        sharding_domain=sharding_domain,
-        recomputation=recomputation,
-        name=name,
-        available_memory_proportion=available_memory_proportion,
-        partials_type=partials_type,
-    )
     counts = program_counts(
         micro_step,
         update,
         params=params,
         micro_batch=micro_batch,
         loss_fn=loss_fn,
-        partials_type=partials_type,
+        partials_type=settings.partials_type,
     )
     return build_step_profile(
         counts,
@@ -236,27 +160,18 @@ def profile_programs(
 
 
 def profile_step(
-    grad_fn: Callable,
-    update_fn: Callable | None = None,
+    grad_fn: Callable[..., Any],
+    update_fn: Callable[..., Any] | None = None,
     *,
     params: Any,
     batch: Sequence[Any],
     opt_state: Any = None,
     loss_fn: Callable[..., Any] | None = None,
-    micro_batch_size: int | None = None,
-    gradient_accumulation: int = 1,
-    device_iterations: int = 1,
+    settings: StepSettings | None = None,
     collectives: Sequence[CollectiveRecord] | None = None,
     method: str = "auto",
     group: str = "all",
     layout: ReplicaLayout | None = None,
-    replicated_tensor_sharding: bool = False,
-    offload_optimiser_state: bool = False,
-    sharding_domain: int = 0,
-    recomputation: bool = False,
-    name: str = "model",
-    available_memory_proportion: float | Mapping[str, float] = DEFAULT_AVAILABLE_MEMORY_PROPORTION,
-    partials_type: str = "float",
 ) -> StepProfile:
     """Compiles (never runs) a model's own step functions once and profiles them.
 
@@ -274,10 +189,8 @@ def profile_step(
         opt_state: the optimiser state (arrays or shapes), if any.
         loss_fn: ``loss_fn(params, *batch) -> scalar``, for the saved activations (see
             :func:`profile_programs`).
-        micro_batch_size: samples per micro-batch; default: the leading dimension of the
-            first leaf of ``batch``.
-        gradient_accumulation: micro-batches per weight update.
-        device_iterations: weight updates per step.
+        settings: what the run decides (:class:`StepSettings`); default: one update of the
+            micro-batch's leading dimension. Its collectives are this function's.
         collectives: the collectives of one update; default: an all-reduce of the
             gradients, or under RTS a reduce-scatter of the gradients and an all-gather of
             the weights, with ``method`` and ``group``, each recorded with the method gcl
@@ -286,22 +199,14 @@ def profile_step(
         method: GCL method of the default collectives (``auto``: gcl's choice).
         group: GCL group of the default collectives ("all", "consecutive(k)", ...).
         layout: the job's layout, whose group size settles ``auto``; None: one replica.
-        replicated_tensor_sharding: the optimiser state is sharded over ``sharding_domain``.
-        offload_optimiser_state: the optimiser state lives in Streaming Memory.
-        sharding_domain: replicas of the RTS domain (0 = all).
-        recomputation: whether ``grad_fn`` recomputes activations (for the OOM remedies).
-        name: the model's name in reports.
-        available_memory_proportion: PopLibs' availableMemoryProportion for the planner
-            model of the step's matmuls and convolutions: a float or ``{"IPU0": 0.6}``.
-        partials_type: PopLibs' ``partialsType`` of those operations, "float" or "half".
 
     Returns:
         The StepProfile, pure data for ``hardware.simulate_step``.
     """
     batch = tuple(batch)
-    if micro_batch_size is None:
-        micro_batch_size = _leading_dimension(batch)
-    what = f"{name}'s step (micro-batch {micro_batch_size})"
+    if settings is None:
+        settings = StepSettings(micro_batch_size=_leading_dimension(batch))
+    what = f"{settings.name}'s step (micro-batch {settings.micro_batch_size})"
     micro = compile_program(
         grad_fn, params, *batch, label=f"{what}: forward and backward", analysis_only=True
     )
@@ -313,13 +218,13 @@ def profile_step(
             params,
             opt_state,
             grads,
-            label=f"{name}'s step: weight update",
+            label=f"{settings.name}'s step: weight update",
             analysis_only=True,
         )
     gradient_bytes = gradient_nbytes(grads)
     if collectives is None:
         sizes = {"all_reduce": gradient_bytes}
-        if replicated_tensor_sharding:
+        if settings.replicated_tensor_sharding:
             sizes = {"reduce_scatter": gradient_bytes, "all_gather": tree_nbytes(params)}
         collectives = settled_collectives(sizes, method, group, layout or ReplicaLayout())
     return profile_programs(
@@ -327,18 +232,8 @@ def profile_step(
         update,
         params=params,
         micro_batch=batch,
+        settings=settings._replace(collectives=tuple(collectives)),
         opt_state=opt_state,
         loss_fn=None if loss_fn is None else (lambda p, b: loss_fn(p, *b)),
         gradient_bytes=gradient_bytes,
-        micro_batch_size=micro_batch_size,
-        gradient_accumulation=gradient_accumulation,
-        device_iterations=device_iterations,
-        collectives=collectives,
-        replicated_tensor_sharding=replicated_tensor_sharding,
-        offload_optimiser_state=offload_optimiser_state,
-        sharding_domain=sharding_domain,
-        recomputation=recomputation,
-        name=name,
-        available_memory_proportion=available_memory_proportion,
-        partials_type=partials_type,
     )

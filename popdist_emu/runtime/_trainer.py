@@ -47,7 +47,7 @@ from hardware import CollectiveRecord, StepProfile
 from popdist_emu._host_timeline import TIMELINE
 from popdist_emu._options import Options
 from popdist_emu.pipeline import make_pipeline
-from popdist_emu.programs import StepSettings, StepShapes, compile_program, profile_step_programs
+from popdist_emu.programs import StepSettings, StepShapes, compile_program, profile_programs
 from popdist_emu.runtime._compiled import CompiledStep, StepPrograms
 from popdist_emu.runtime._diagnostics import check_replicas_identical, raise_non_finite
 from popdist_emu.runtime._reduce_update import ReduceUpdateStage
@@ -267,8 +267,15 @@ class Trainer:
             recomputation=False,
             name=name,
         )
-        return profile_step_programs(
-            step.micro_step, step.update, shapes, settings, loss_fn=self.loss_fn
+        return profile_programs(
+            step.micro_step,
+            step.update,
+            params=shapes.params,
+            micro_batch=shapes.micro_batch,
+            settings=settings,
+            opt_state=shapes.opt_state,
+            loss_fn=self.loss_fn,
+            gradient_bytes=shapes.gradient_bytes,
         )
 
     @property

@@ -113,12 +113,13 @@ def test_options_take_the_proportion_globally_and_per_ipu():
 
 
 def test_reports_list_phase_two_operations_and_the_worst_tile(capsys):
-    from popdist_emu.programs._profile import profile_step
+    from popdist_emu.programs import StepSettings, profile_step
 
     def grad_fn(p, x):
         return jax.grad(_loss)(p, x)
 
-    profile = profile_step(grad_fn, params=PARAMS, batch=(X,), available_memory_proportion=1e-6)
+    tiny = StepSettings(micro_batch_size=X.shape[0], available_memory_proportion=1e-6)
+    profile = profile_step(grad_fn, params=PARAMS, batch=(X,), settings=tiny)
     one = popdist_emu.Options(layout=hardware.ReplicaLayout(1), system="pod16")
     sim = popdist_emu.simulate_profile(profile, one)
     err = capsys.readouterr().err

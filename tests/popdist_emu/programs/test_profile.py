@@ -7,7 +7,7 @@ import optax
 import pytest
 
 import hardware
-from popdist_emu.programs._profile import profile_step
+from popdist_emu.programs import StepSettings, profile_step
 
 IN, HIDDEN, OUT = 16, 32, 4
 OPTIMISER = optax.sgd(0.1, momentum=0.9)
@@ -39,15 +39,25 @@ def shapes(batch):
     return params, jax.eval_shape(OPTIMISER.init, params), x, y
 
 
-def profile(batch, **kwargs):
+def profile(batch, *, loss=None, settings=None, **kwargs):
+    """``profile_step`` of the MLP at micro-batch ``batch``, ``settings`` (a dict) its
+    StepSettings' fields but the micro-batch."""
     params, opt_state, x, y = shapes(batch)
+    step = StepSettings(micro_batch_size=batch, **(settings or {}))
     return profile_step(
-        grad_fn, update_fn, params=params, opt_state=opt_state, batch=(x, y), **kwargs
+        grad_fn,
+        update_fn,
+        params=params,
+        opt_state=opt_state,
+        batch=(x, y),
+        loss_fn=loss,
+        settings=step,
+        **kwargs,
     )
 
 
 def test_profile_reads_xla_cost_and_the_tree_sizes():
-    p = profile(8, gradient_accumulation=3, loss_fn=loss_fn)
+    p = profile(8, loss=loss_fn, settings={"gradient_accumulation": 3})
     params, _, x, y = shapes(8)
     expected = grad_fn.lower(params, x, y).compile().cost_analysis()
     expected = expected[0] if isinstance(expected, list) else expected
@@ -108,7 +118,7 @@ def test_profile_works_on_arrays_too():
 def test_rts_profiles_a_reduce_scatter_and_an_all_gather():
     p = profile(
         4,
-        replicated_tensor_sharding=True,
+        settings={"replicated_tensor_sharding": True},
         method="clockwise_ring",
         group="consecutive(2)",
         layout=hardware.ReplicaLayout(4),
@@ -135,7 +145,7 @@ def test_micro_batch_must_be_inferable():
 def test_larger_micro_batch_never_less_memory_or_time():
     layout = hardware.ReplicaLayout(4, 2)
     pod16 = hardware.get_system("pod16")
-    sims = [hardware.simulate_step(profile(b, loss_fn=loss_fn), layout, pod16) for b in (2, 8, 32)]
+    sims = [hardware.simulate_step(profile(b, loss=loss_fn), layout, pod16) for b in (2, 8, 32)]
     totals = [s.memory.total for s in sims]
     assert totals == sorted(totals) and totals[0] < totals[-1]
     activations = [s.memory.categories["activations"] for s in sims]
