@@ -112,25 +112,25 @@ class TensorLocationSettings:
         self.min_elements_for_rts = 0
         self.io_tiles_to_load = False
 
-    def useOnChipStorage(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
-        self.on_chip = bool(use)
+    def _set(self, **values: Any) -> TensorLocationSettings:
+        """PopTorch's setters: set, then return the settings for the next call."""
+        vars(self).update(values)
         return self
+
+    def useOnChipStorage(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
+        return self._set(on_chip=bool(use))
 
     def useReplicatedTensorSharding(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
-        self.replicated_tensor_sharding = bool(use)
-        return self
+        return self._set(replicated_tensor_sharding=bool(use))
 
     def minElementsForOffChip(self, n: int) -> TensorLocationSettings:  # noqa: N802
-        self.min_elements_for_off_chip = int(n)
-        return self
+        return self._set(min_elements_for_off_chip=int(n))
 
     def minElementsForReplicatedTensorSharding(self, n: int) -> TensorLocationSettings:  # noqa: N802
-        self.min_elements_for_rts = int(n)
-        return self
+        return self._set(min_elements_for_rts=int(n))
 
     def useIOTilesToLoad(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
-        self.io_tiles_to_load = bool(use)
-        return self
+        return self._set(io_tiles_to_load=bool(use))
 
 
 def _read_settings(settings: Any, method: str) -> tuple[bool, bool]:
@@ -299,6 +299,11 @@ class Options:
         return self._method("Options", name)
 
     # -------------------------------------------------------- PopTorch's option methods
+    def _set(self, **values: Any) -> Options:
+        """PopTorch's setters: set, then return the options for the next call."""
+        vars(self).update(values)
+        return self
+
     def deviceIterations(self, n: int) -> Options:  # noqa: N802
         self._fields["device_iterations"] = int(n)
         return self
@@ -312,16 +317,13 @@ class Options:
         return copy.deepcopy(self)
 
     def broadcastBuffers(self, broadcast_buffers: bool = True) -> Options:  # noqa: N802
-        self.broadcast_buffers = bool(broadcast_buffers)
-        return self
+        return self._set(broadcast_buffers=bool(broadcast_buffers))
 
     def randomSeed(self, seed: int) -> Options:  # noqa: N802
-        self.random_seed = int(seed)
-        return self
+        return self._set(random_seed=int(seed))
 
     def enableExecutableCaching(self, path: str) -> Options:  # noqa: N802
-        self.executable_cache_dir = str(path)
-        return self
+        return self._set(executable_cache_dir=str(path))
 
     def outputMode(self, mode: Any, output_return_period: int | None = None) -> Options:  # noqa: N802
         name = _name(mode)
