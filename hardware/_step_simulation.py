@@ -6,7 +6,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hardware._layout import ReplicaLayout
 from hardware._memory import MemoryBreakdown
@@ -14,6 +14,9 @@ from hardware._parameters import ModelParameters
 from hardware._replica import ReplicaModel
 from hardware._specs import SystemSpec
 from hardware._step_profile import StepProfile
+
+if TYPE_CHECKING:  # made by hardware._step, which imports this module
+    from hardware._step import ReplicaReport
 
 PHASES = (
     "host_compute",
@@ -115,7 +118,7 @@ class StepSimulation:
     host_io_seconds: float
     events: tuple[TimelineEvent, ...]
     prefetch_depth: int
-    replica: Any
+    replica: ReplicaReport
     host_compute_seconds: float = 0.0
     run_events: tuple[TimelineEvent, ...] = ()
 
@@ -125,7 +128,7 @@ class StepSimulation:
         return self.model.profile
 
     @property
-    def pipeline(self) -> Any:
+    def pipeline(self) -> ReplicaReport | None:
         """The replica's report when it runs an execution strategy (pipelined or sharded
         over its IPUs); None for a data-parallel replica (one program)."""
         return self.replica if self.model.strategy is not None else None
