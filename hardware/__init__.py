@@ -21,6 +21,7 @@ from hardware._memory import OutOfMemoryError as OutOfMemoryError
 from hardware._memory import check_memory as check_memory
 from hardware._memory import memory_per_ipu as memory_per_ipu
 from hardware._memory import replica_memory as replica_memory
+from hardware._parameters import CALIBRATION_FILE as CALIBRATION_FILE
 from hardware._parameters import DEFAULT_PREFETCH_DEPTH as DEFAULT_PREFETCH_DEPTH
 from hardware._parameters import ModelParameters as ModelParameters
 from hardware._parameters import load_parameters as load_parameters
@@ -83,6 +84,7 @@ from hardware._uncertainty import load_calibration as load_calibration
 __all__ = [
     "BOW_2000",
     "BOW_IPU",
+    "CALIBRATION_FILE",
     "COLLECTIVE_METHODS",
     "DEFAULT_PREFETCH_DEPTH",
     "GC200",
