@@ -122,8 +122,7 @@ def write_digits_as_mnist(raw: Path) -> dict[str, int]:
 def _launcher(mode: str) -> list[str]:
     if mode == "scaling":
         script = shutil.which("poprun-emu-scaling")
-        module = "import sys, popdist_emu.scaling._cli as m; sys.exit(m.main())"
-        return [script] if script else [sys.executable, "-c", module]
+        return [script] if script else [sys.executable, "-m", "popdist_emu.scaling"]
     script = shutil.which("poprun-emu")
     return [script] if script else [sys.executable, "-m", "launch"]
 

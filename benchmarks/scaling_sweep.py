@@ -26,9 +26,7 @@ REPLICAS = "16,64,256,1024,4096,16384,32768,65536"
 
 def sweep(out: Path, warm: bool) -> dict:
     script = shutil.which("poprun-emu-scaling")
-    command = [script] if script else [
-        sys.executable, "-c", "import sys, popdist_emu.scaling._cli as m; sys.exit(m.main())"
-    ]  # fmt: skip
+    command = [script] if script else [sys.executable, "-m", "popdist_emu.scaling"]
     words = [
         "--num-replicas", REPLICAS, "--instances-per-replica", "0.5", "--weak",
         "--published", str(ROOT / "examples" / "mlperf_v1.1_resnet50.csv"),

@@ -34,12 +34,8 @@ def command(name: str) -> list[str]:
     script = shutil.which(name)
     if script:
         return [script]
-    module = "launch" if name == "poprun-emu" else "popdist_emu.scaling._cli"
-    return (
-        [sys.executable, "-c", f"import sys, {module} as m; sys.exit(m.main())"]
-        if (name != "poprun-emu")
-        else [sys.executable, "-m", "launch"]
-    )
+    module = "launch" if name == "poprun-emu" else "popdist_emu.scaling"
+    return [sys.executable, "-m", module]
 
 
 def run(cwd, name, *words, timeout=300):
