@@ -12,7 +12,8 @@ or train the tiny model for real on this machine::
 
     poprun-emu --num-replicas 2 --ipus-per-replica 2 examples/bert.py --model tiny
 
-The model is BERT (Devlin et al. 2019): token, position and segment embeddings with layer
+The model is BERT (Devlin et al. 2019; its blocks and synthetic data are in
+``pipelined_training``): token, position and segment embeddings with layer
 norm; encoder layers of multi-head self-attention and a GELU feed-forward network, each
 with a residual connection and post layer norm; a masked-LM head (dense, GELU, layer norm,
 then a decoder to the vocabulary, evaluated only at the masked positions, as MLPerf's
@@ -70,186 +71,37 @@ import sys
 import time
 from typing import Any
 
-import _transformer
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-from _transformer import attention, dense
+import pipelined_training
+import popdist
+from pipelined_training import (
+    BERT_CONFIGS,
+    BERT_TASKS,
+    DTYPES,
+    adamw_in_float32,
+    add_training_arguments,
+    bert_batch_shapes,
+    bert_block_model,
+    bert_param_shapes,
+    check_steps,
+    init_bert_params,
+    lamb_in_float32,
+    pipeline_options,
+    refuse,
+    synthetic_pretraining_data,
+    synthetic_squad_data,
+)
 
 import hardware
-import popdist_emu as popdist
+import popdist_emu
 from popdist_emu import arguments
 
-# (layers, hidden, heads, ffn, vocabulary)
-CONFIGS = {
-    "tiny": (2, 64, 2, 256, 512),
-    "base": (12, 768, 12, 3072, 30522),
-    "large": (24, 1024, 16, 4096, 30522),
-}
-DTYPES = {"fp16": jnp.float16, "fp32": jnp.float32}
-MASK_ID = 3
-ANSWER_ID = 2  # the synthetic SQuAD answers' first and last tokens
-# Graphcore's BERT ``task``: pre-training (masked-LM and next-sentence heads) or SQuAD
-# fine-tuning (a span head on every token).
-TASKS = ("pretraining", "squad")
 OPTIMISERS = ("lamb", "adam")
 
-
-def _shapes(
-    model: str, seq: int, dtype, *, vocab: int = 0, tied: bool = False, task: str = TASKS[0]
-) -> dict:
-    """Parameter shapes; ``vocab`` overrides the model's vocabulary (Graphcore pads it:
-    ``vocab_length`` 30,912 in the MLPerf v2.0 configurations), and a ``tied`` decoder has
-    no matrix of its own (it multiplies by the word embeddings), only its bias. SQuAD's head
-    is one dense layer to a start and an end logit per token."""
-    layers, h, _, f, v = CONFIGS[model]
-    v = vocab or v
-
-    def ln():
-        return {"scale": (h,), "bias": (h,)}
-
-    decoder = {"b": (v,)} if tied else {"w": (h, v), "b": (v,)}
-    pretraining = {
-        "transform": {"w": (h, h), "b": (h,)},
-        "ln": ln(),
-        "decoder": decoder,
-        "pooler": {"w": (h, h), "b": (h,)},
-        "nsp": {"w": (h, 2), "b": (2,)},
-    }
-    shapes = {
-        "embeddings": {"word": (v, h), "position": (seq, h), "segment": (2, h), "ln": ln()},
-        "heads": {"squad": {"w": (h, 2), "b": (2,)}} if task == "squad" else pretraining,
-    }
-    for i in range(layers):
-        shapes[f"attention{i:02d}"] = {
-            "qkv": {"w": (h, 3 * h), "b": (3 * h,)},
-            "out": {"w": (h, h), "b": (h,)},
-            "ln1": ln(),
-        }
-        shapes[f"ffn{i:02d}"] = {
-            "ffn1": {"w": (h, f), "b": (f,)},
-            "ffn2": {"w": (f, h), "b": (h,)},
-            "ln2": ln(),
-        }
-    return jax.tree.map(
-        lambda s: jax.ShapeDtypeStruct(s, dtype), shapes, is_leaf=lambda x: isinstance(x, tuple)
-    )
-
-
-def init_params(
-    model: str,
-    seq: int,
-    dtype,
-    key: jax.Array,
-    *,
-    vocab: int = 0,
-    tied: bool = False,
-    task: str = TASKS[0],
-) -> dict:
-    """Truncated-normal(0.02) weights, zero biases, unit layer-norm scales (BERT's init)."""
-    shapes = _shapes(model, seq, dtype, vocab=vocab, tied=tied, task=task)
-    return _transformer.init_params(shapes, key, lambda name, shape: 0.02)
-
-
-_layer_norm = functools.partial(_transformer.layer_norm, eps=1e-12)
-_refuse = functools.partial(_transformer.refuse, "bert.py")
-layers_per_ipu = functools.partial(_transformer.layers_per_ipu, "bert.py")
-
-
-def embeddings_block(p, batch):
-    """Token + position + segment embeddings, layer norm; passes the rest of the batch on
-    (the padding mask first, then the task's labels)."""
-    tokens, segments, mask, *labels = batch
-    e = p["embeddings"]
-    x = e["word"][tokens] + e["position"][None, : tokens.shape[1]] + e["segment"][segments]
-    return _layer_norm(e["ln"], x), (mask, *labels)
-
-
-def make_attention_block(i: int, heads: int):
-    """Self-attention of encoder layer ``i`` with its residual and post layer norm."""
-    name = f"attention{i:02d}"
-
-    def block(p, carry):
-        x, aux = carry
-        q = p[name]
-        bias = jnp.where(aux[0][:, None, None, :] > 0, 0.0, -1e4)  # the padding mask
-        return _layer_norm(q["ln1"], x + attention(q, x, heads, bias)), aux
-
-    return block
-
-
-def make_ffn_block(i: int):
-    """The GELU feed-forward network of encoder layer ``i``, residual and post layer norm."""
-    name = f"ffn{i:02d}"
-
-    def block(p, carry):
-        x, aux = carry
-        q = p[name]
-        ffn = dense(q["ffn2"], jax.nn.gelu(dense(q["ffn1"], x)))
-        return _layer_norm(q["ln2"], x + ffn), aux
-
-    return block
-
-
-def make_layer_block(i: int, heads: int):
-    """One encoder layer: self-attention, then the feed-forward network."""
-    attention, ffn = make_attention_block(i, heads), make_ffn_block(i)
-    return lambda p, carry: ffn(p, attention(p, carry))
-
-
-def make_heads_block(tied: bool):
-    """Masked-LM loss at the masked positions plus next-sentence loss; a ``tied`` decoder
-    multiplies by the word embeddings (Devlin et al.; Graphcore's BERT), so the block also
-    reads the ``embeddings`` entry and must run on the embeddings' IPU."""
-
-    def block(p, carry):
-        x, (_, positions, labels, weights, nsp) = carry
-        hp = p["heads"]
-        picked = jnp.take_along_axis(x, positions[..., None], axis=1)
-        t = _layer_norm(hp["ln"], jax.nn.gelu(dense(hp["transform"], picked)))
-        if tied:
-            logits = t @ p["embeddings"]["word"].T + hp["decoder"]["b"]
-        else:
-            logits = dense(hp["decoder"], t)
-        mlm = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), labels)
-        w = weights.astype(jnp.float32)
-        mlm_loss = (mlm * w).sum() / jnp.maximum(w.sum(), 1.0)
-        pooled = jnp.tanh(dense(hp["pooler"], x[:, 0]))
-        nsp_logits = dense(hp["nsp"], pooled).astype(jnp.float32)
-        nsp_loss = optax.softmax_cross_entropy_with_integer_labels(nsp_logits, nsp).mean()
-        return mlm_loss + nsp_loss
-
-    return block
-
-
-def squad_heads_block(p, carry):
-    """SQuAD's span loss: the mean of the start and end positions' cross-entropies over the
-    tokens (Devlin et al. 2019, section 4.2)."""
-    x, (_, start, end) = carry
-    logits = dense(p["heads"]["squad"], x).astype(jnp.float32)
-    ce = optax.softmax_cross_entropy_with_integer_labels
-    return (ce(logits[..., 0], start).mean() + ce(logits[..., 1], end).mean()) / 2
-
-
-def block_model(
-    model: str, *, split: bool = False, tied: bool = False, task: str = TASKS[0]
-) -> popdist.BlockModel:
-    """``embeddings``, then ``layer00`` ... (or, ``split``, ``attention00``, ``ffn00``, ...:
-    blocks finer than a layer, as Graphcore's ``att_ffn_placement`` places them), ``heads``."""
-    layers, _, heads, _, _ = CONFIGS[model]
-    blocks = [popdist.Block("embeddings", embeddings_block, ("embeddings",))]
-    for i in range(layers):
-        keys = (f"attention{i:02d}", f"ffn{i:02d}")
-        if split:
-            blocks.append(popdist.Block(keys[0], make_attention_block(i, heads), keys[:1]))
-            blocks.append(popdist.Block(keys[1], make_ffn_block(i), keys[1:]))
-        else:
-            blocks.append(popdist.Block(f"layer{i:02d}", make_layer_block(i, heads), keys))
-    owned = ("heads", "embeddings") if tied else ("heads",)
-    heads = squad_heads_block if task == "squad" else make_heads_block(tied)
-    blocks.append(popdist.Block("heads", heads, owned))
-    return popdist.BlockModel(blocks)
+_refuse = functools.partial(refuse, "bert.py")
+layers_per_ipu = functools.partial(pipelined_training.layers_per_ipu, "bert.py")
 
 
 def att_ffn_placement(text: str, layers: int, ipus: int) -> list[tuple[int, int, int]]:
@@ -327,46 +179,7 @@ def stages(
         placed.append((0, ["heads"]))
     else:
         placed[-1][1].append("heads")
-    return tuple(popdist.Stage(*names, ipu=ipu) for ipu, names in placed)
-
-
-def _zipf_tokens(model: str, seq: int, samples: int, rng, vocab: int = 0) -> np.ndarray:
-    """``samples`` sequences of Zipf-distributed tokens, the 4 special ids left out."""
-    vocab = vocab or CONFIGS[model][4]
-    ranks = np.arange(1, vocab - 4 + 1)
-    prob = 1.0 / ranks / np.sum(1.0 / ranks)
-    return (rng.choice(vocab - 4, size=(samples, seq), p=prob) + 4).astype(np.int32)
-
-
-def synthetic_data(
-    model: str, seq: int, predictions: int, samples: int, seed: int, vocab: int = 0
-) -> tuple:
-    """Seeded synthetic pre-training samples (NOT a corpus): Zipf tokens, 15 % masked."""
-    rng = np.random.default_rng(seed)
-    tokens = _zipf_tokens(model, seq, samples, rng, vocab)
-    segments = (np.arange(seq)[None, :] >= seq // 2).astype(np.int32).repeat(samples, 0)
-    mask = np.ones((samples, seq), np.int32)
-    positions = np.stack([rng.choice(seq, predictions, replace=False) for _ in range(samples)])
-    positions = positions.astype(np.int32)
-    labels = np.take_along_axis(tokens, positions, 1)
-    np.put_along_axis(tokens, positions, MASK_ID, 1)
-    weights = np.ones((samples, predictions), np.float32)
-    nsp = (labels[:, 0] % 2).astype(np.int32)
-    return tokens, segments, mask, positions, labels, weights, nsp
-
-
-def synthetic_squad(model: str, seq: int, samples: int, seed: int, vocab: int = 0) -> tuple:
-    """Seeded synthetic SQuAD samples (NOT SQuAD): Zipf tokens, a question in the first
-    quarter, an answer span of 1 to 4 tokens in the passage that starts and ends with
-    ``ANSWER_ID``, so a model can learn to find it."""
-    rng = np.random.default_rng(seed)
-    tokens = _zipf_tokens(model, seq, samples, rng, vocab)
-    start = rng.integers(seq // 4, seq - 4, samples).astype(np.int32)
-    end = (start + rng.integers(0, 4, samples)).astype(np.int32)
-    rows = np.arange(samples)
-    tokens[rows, start], tokens[rows, end] = ANSWER_ID, ANSWER_ID
-    segments = (np.arange(seq)[None, :] >= seq // 4).astype(np.int32).repeat(samples, 0)
-    return tokens, segments, np.ones((samples, seq), np.int32), start, end
+    return tuple(popdist_emu.Stage(*names, ipu=ipu) for ipu, names in placed)
 
 
 def check_sizes(args: argparse.Namespace, options, ipus: int, offline: bool) -> None:
@@ -376,9 +189,9 @@ def check_sizes(args: argparse.Namespace, options, ipus: int, offline: bool) -> 
     once on the IPU computing that layer, recomputation or not; training for real, the
     host also holds a call's batch times the calls in flight (--prefetch-depth).
     """
-    heads, seq, micro = CONFIGS[args.model][2], args.sequence_length, args.micro_batch_size
+    heads, seq, micro = BERT_CONFIGS[args.model][2], args.sequence_length, args.micro_batch_size
     try:
-        ipu = popdist.simulated_system(options.num_total_replicas * ipus, options.system).ipu
+        ipu = popdist_emu.simulated_system(options.num_total_replicas * ipus, options.system).ipu
     except hardware.SystemSelectionError:
         return  # refused with its own message by simulate()
     arguments.refuse_unless_it_fits(
@@ -394,33 +207,18 @@ def check_sizes(args: argparse.Namespace, options, ipus: int, offline: bool) -> 
         arguments.refuse_batch_unless_it_fits(
             "bert.py",
             f"--sequence-length {seq}",
-            batch_shapes(options, micro, seq, args.max_predictions, args.task),
+            bert_batch_shapes(options, micro, seq, args.max_predictions, args.task),
             args.prefetch_depth,
         )
 
 
-def batch_shapes(options, micro: int, seq: int, predictions: int, task: str = TASKS[0]) -> tuple:
-    lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
-    i32 = jnp.int32
-    tokens = tuple(jax.ShapeDtypeStruct((*lead, micro, seq), i32) for _ in range(3))
-    if task == "squad":  # the answers' start and end positions
-        return (*tokens, *(jax.ShapeDtypeStruct((*lead, micro), i32) for _ in range(2)))
-    return (
-        *tokens,
-        jax.ShapeDtypeStruct((*lead, micro, predictions), i32),
-        jax.ShapeDtypeStruct((*lead, micro, predictions), i32),
-        jax.ShapeDtypeStruct((*lead, micro, predictions), jnp.float32),
-        jax.ShapeDtypeStruct((*lead, micro), i32),
-    )
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     parser = arguments.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=tuple(CONFIGS), default="tiny")
+    parser.add_argument("--model", choices=tuple(BERT_CONFIGS), default="tiny")
     parser.add_argument(
         "--task",
-        choices=TASKS,
-        default=TASKS[0],
+        choices=BERT_TASKS,
+        default=BERT_TASKS[0],
         help="Graphcore's BERT task: pre-training's masked-LM and next-sentence heads, or "
         "SQuAD fine-tuning's span head",
     )
@@ -479,7 +277,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "and large)",
     )
     parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=2)
-    _transformer.add_training_arguments(
+    add_training_arguments(
         parser,
         steps=30,
         learning_rate=2e-3,
@@ -494,7 +292,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="packing factor (MLPerf: 2)",
     )
     args = parser.parse_args(argv)
-    _transformer.check_steps(parser, args)
+    check_steps(parser, args)
     if args.att_ffn_placement is not None and args.layers_per_ipu is not None:
         parser.error("give --att-ffn-placement or --layers-per-ipu, not both")
     if args.half_optimiser_state and args.half_first_order_momentum:
@@ -518,7 +316,7 @@ def make_optimiser(args: argparse.Namespace) -> Any:
     ``--half-first-order-momentum`` and ``--half-optimiser-state`` say (float32 without)."""
     state = jnp.float16 if args.half_optimiser_state else jnp.float32
     first = jnp.float16 if args.half_first_order_momentum else None
-    in_float32 = {"adam": _transformer.adamw_in_float32, "lamb": _transformer.lamb_in_float32}
+    in_float32 = {"adam": adamw_in_float32, "lamb": lamb_in_float32}
     return in_float32[args.optimiser](args.learning_rate, state, first)
 
 
@@ -526,7 +324,7 @@ def main(argv=None) -> dict:
     start = time.perf_counter()
     args = parse_args(argv)
     ipus = popdist.getNumIpusPerReplica()
-    layers, vocab, tied = CONFIGS[args.model][0], args.vocab_size or 0, args.tied_decoder
+    layers, vocab, tied = BERT_CONFIGS[args.model][0], args.vocab_size or 0, args.tied_decoder
     if args.encoder_start_ipu >= ipus:
         _refuse(f"--encoder-start-ipu {args.encoder_start_ipu} needs 2 IPUs per replica or more.")
     counts, att_ffn = None, None
@@ -537,7 +335,7 @@ def main(argv=None) -> dict:
     placement = stages(
         args.model, counts, att_ffn=att_ffn, encoder_start_ipu=args.encoder_start_ipu, tied=tied
     )
-    options = _transformer.pipeline_options(
+    options = pipeline_options(
         "bert.py",
         args,
         placement,
@@ -545,24 +343,24 @@ def main(argv=None) -> dict:
         prefetch_depth=args.prefetch_depth,
     )
     dtype, seq = DTYPES[args.precision], args.sequence_length
-    offline = popdist.is_offline_mode()
+    offline = popdist_emu.is_offline_mode()
     check_sizes(args, options, ipus, offline)
     task = args.task
     if offline:  # shapes only: nothing is allocated
-        params = _shapes(args.model, seq, dtype, vocab=vocab, tied=tied, task=task)
+        params = bert_param_shapes(args.model, seq, dtype, vocab=vocab, tied=tied, task=task)
     else:
         key = jax.random.PRNGKey(args.seed)
-        params = init_params(args.model, seq, dtype, key, vocab=vocab, tied=tied, task=task)
-    model = block_model(args.model, split=att_ffn is not None, tied=tied, task=task)
+        params = init_bert_params(args.model, seq, dtype, key, vocab=vocab, tied=tied, task=task)
+    model = bert_block_model(args.model, split=att_ffn is not None, tied=tied, task=task)
     optimiser = make_optimiser(args)
     try:
-        trainer = popdist.Trainer(model, optimiser, params, options)
-    except popdist.PipelineError as err:
+        trainer = popdist_emu.Trainer(model, optimiser, params, options)
+    except popdist_emu.PipelineError as err:
         print(f"bert.py: {err}", file=sys.stderr)
         raise SystemExit(2) from None
-    shapes = batch_shapes(options, args.micro_batch_size, seq, args.max_predictions, task)
+    shapes = bert_batch_shapes(options, args.micro_batch_size, seq, args.max_predictions, task)
     try:
-        simulation = popdist.simulate(trainer, shapes, name=f"BERT-{args.model}")
+        simulation = popdist_emu.simulate(trainer, shapes, name=f"BERT-{args.model}")
     except hardware.OutOfMemoryError as error:
         print(error, file=sys.stderr, flush=True)
         raise SystemExit(1) from None
@@ -593,15 +391,17 @@ def main(argv=None) -> dict:
     }
     if not offline:
         if task == "squad":
-            data = synthetic_squad(args.model, seq, 512, args.seed, vocab)
+            data = synthetic_squad_data(args.model, seq, 512, args.seed, vocab)
         else:
-            data = synthetic_data(args.model, seq, args.max_predictions, 512, args.seed, vocab)
-        loader = popdist.ReplicaLoader(data, args.micro_batch_size, options, seed=args.seed)
+            data = synthetic_pretraining_data(
+                args.model, seq, args.max_predictions, 512, args.seed, vocab
+            )
+        loader = popdist_emu.ReplicaLoader(data, args.micro_batch_size, options, seed=args.seed)
         losses = []
         for call in range(args.steps // options.device_iterations):
             losses.extend(np.atleast_1d(trainer.step(loader.batch(call))).tolist())
         report |= {"first_loss": losses[0], "final_loss": losses[-1], "synthetic_data": True}
-    popdist.report_simulation(simulation, options)
+    popdist_emu.report_simulation(simulation, options)
     pipe = simulation.pipeline
     report |= {
         "simulated_step_seconds": simulation.simulated_step_seconds,

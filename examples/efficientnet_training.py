@@ -54,13 +54,13 @@ import string
 import time
 from typing import NoReturn
 
-import _image_examples
-import _transformer
 import jax
 import jax.numpy as jnp
 import optax
+import pipelined_training
+import popdist
 
-import popdist_emu as popdist
+import popdist_emu
 from popdist_emu import arguments
 
 # The baseline's stages (Tan and Le 2019, Table 1): kernel, repeats, input and output
@@ -85,7 +85,7 @@ _DIMS = ("NHWC", "HWIO", "NHWC")
 
 
 def refuse(message: str) -> NoReturn:
-    _transformer.refuse("efficientnet_training.py", message)
+    pipelined_training.refuse("efficientnet_training.py", message)
 
 
 def round_filters(filters: int, width: float) -> int:
@@ -152,7 +152,7 @@ def init_params(model: str, group_dim: int, expand_ratio: int, dtype, key: jax.A
         return math.sqrt(2.0 / math.prod(shape[:3])) if len(shape) == 4 else 0.0
 
     shapes = _shapes(model, dtype, group_dim, expand_ratio)
-    return _transformer.init_params(shapes, key, std)
+    return pipelined_training.init_from_shapes(shapes, key, std)
 
 
 def _conv_norm(p, x, *, stride: int = 1, groups: int = 1, swish: bool = True):
@@ -216,7 +216,7 @@ def _top_logits(tp, x):
 def top_block(p, carry):
     """The 1x1 convolution to the top width, pooling, the classifier and the cross-entropy."""
     x, labels = carry
-    return _image_examples.cross_entropy(_top_logits(p["top"], x), labels)
+    return pipelined_training.cross_entropy(_top_logits(p["top"], x), labels)
 
 
 def _blocks(model: str, group_dim: int, expand_ratio: int) -> list:
@@ -228,14 +228,14 @@ def _blocks(model: str, group_dim: int, expand_ratio: int) -> list:
 
 def logits_fn(model: str, group_dim: int, expand_ratio: int):
     """The whole network's logits, for evaluating a trained model."""
-    return _image_examples.chain_logits(
+    return pipelined_training.chain_logits(
         _blocks(model, group_dim, expand_ratio), lambda params, x: _top_logits(params["top"], x)
     )
 
 
-def block_model(model: str, group_dim: int, expand_ratio: int) -> popdist.BlockModel:
-    blocks = [popdist.Block(n, fn, (n,)) for n, fn in _blocks(model, group_dim, expand_ratio)]
-    return popdist.BlockModel([*blocks, popdist.Block("top", top_block, ("top",))])
+def block_model(model: str, group_dim: int, expand_ratio: int) -> popdist_emu.BlockModel:
+    blocks = [popdist_emu.Block(n, fn, (n,)) for n, fn in _blocks(model, group_dim, expand_ratio)]
+    return popdist_emu.BlockModel([*blocks, popdist_emu.Block("top", top_block, ("top",))])
 
 
 def blocks_per_ipu(model: str, splits: list[str] | None, counts: str | None, ipus: int) -> list:
@@ -243,7 +243,9 @@ def blocks_per_ipu(model: str, splits: list[str] | None, counts: str | None, ipu
     with, in order), from ``--blocks-per-ipu``, or spread evenly."""
     names = block_names(model)
     if splits is None:
-        return _transformer.layers_per_ipu("efficientnet_training.py", counts, len(names), ipus)
+        return pipelined_training.layers_per_ipu(
+            "efficientnet_training.py", counts, len(names), ipus
+        )
     if counts is not None:
         refuse("give --pipeline-splits or --blocks-per-ipu, not both")
     if len(splits) != ipus - 1:
@@ -267,13 +269,13 @@ def blocks_per_ipu(model: str, splits: list[str] | None, counts: str | None, ipu
 
 def stages(model: str, counts: list[int]) -> tuple:
     """The stem with IPU 0's blocks, each IPU's blocks, the top with the last IPU's."""
-    return _image_examples.stages("stem", block_names(model), "top", counts)
+    return pipelined_training.stages_per_ipu("stem", block_names(model), "top", counts)
 
 
 OPTIMISERS = {
     "momentum": lambda lr: optax.sgd(lr, momentum=0.9),
     # Graphcore's large-batch configuration: LARS, momentum 0.885, weight decay 2.5e-6.
-    "lars": lambda lr: popdist.lars(lr, weight_decay=2.5e-6, momentum=0.885),
+    "lars": lambda lr: popdist_emu.lars(lr, weight_decay=2.5e-6, momentum=0.885),
 }
 
 
@@ -293,8 +295,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--blocks-per-ipu", help="MBConv blocks on each IPU, e.g. 10,22")
     parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=8)
     parser.add_argument("--optimiser", choices=tuple(OPTIMISERS), default="momentum")
-    _image_examples.add_convolution_arguments(parser, learning_rate=0.01)
-    return _image_examples.parse(parser, argv)
+    pipelined_training.add_convolution_arguments(parser, learning_rate=0.01)
+    return pipelined_training.parse_image_arguments(parser, argv)
 
 
 def main(argv=None) -> dict:
@@ -303,7 +305,7 @@ def main(argv=None) -> dict:
     ipus = popdist.getNumIpusPerReplica()
     counts = blocks_per_ipu(args.model, args.pipeline_splits, args.blocks_per_ipu, ipus)
     net = (args.model, args.group_dim, args.expand_ratio)
-    return _image_examples.build_and_run(
+    return pipelined_training.build_and_run(
         args,
         start,
         program="efficientnet_training.py",
@@ -316,7 +318,7 @@ def main(argv=None) -> dict:
         init=functools.partial(init_params, *net),
         image=CONFIGS[args.model][:2],
         logits=logits_fn(*net),
-        dtype=_image_examples.DTYPES[args.precision],
+        dtype=pipelined_training.DTYPES[args.precision],
     )
 
 

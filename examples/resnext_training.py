@@ -43,14 +43,14 @@ import math
 import time
 from typing import NoReturn
 
-import _image_examples
-import _transformer
 import jax
 import jax.numpy as jnp
 import optax
+import pipelined_training
+import popdist
 import resnext
 
-import popdist_emu as popdist
+import popdist_emu
 from popdist_emu import arguments
 
 # (image, channels, stem: kernel, stride, pool; units per stage, groups, group width,
@@ -63,7 +63,7 @@ _DIMS = ("NHWC", "HWIO", "NHWC")
 
 
 def refuse(message: str) -> NoReturn:
-    _transformer.refuse("resnext_training.py", message)
+    pipelined_training.refuse("resnext_training.py", message)
 
 
 def unit_names(model: str) -> list[str]:
@@ -114,7 +114,7 @@ def init_params(model: str, dtype, key: jax.Array) -> dict:
     def std(name: str, shape: tuple) -> float:
         return math.sqrt(2.0 / math.prod(shape[:3])) if len(shape) == 4 else 0.0
 
-    return _transformer.init_params(_shapes(model, dtype), key, std)
+    return pipelined_training.init_from_shapes(_shapes(model, dtype), key, std)
 
 
 def _conv_norm(p, x, norm_groups: int, *, stride: int = 1, groups: int = 1, relu: bool = True):
@@ -169,7 +169,7 @@ def _head_logits(hp, x):
 def head_block(p, carry):
     """Global average pooling, the classifier and the cross-entropy loss."""
     x, labels = carry
-    return _image_examples.cross_entropy(_head_logits(p["head"], x), labels)
+    return pipelined_training.cross_entropy(_head_logits(p["head"], x), labels)
 
 
 def _blocks(model: str) -> list:
@@ -180,14 +180,14 @@ def _blocks(model: str) -> list:
 
 def logits_fn(model: str):
     """The whole network's logits, for evaluating a trained model."""
-    return _image_examples.chain_logits(
+    return pipelined_training.chain_logits(
         _blocks(model), lambda params, x: _head_logits(params["head"], x)
     )
 
 
-def block_model(model: str) -> popdist.BlockModel:
-    blocks = [popdist.Block(name, fn, (name,)) for name, fn in _blocks(model)]
-    return popdist.BlockModel([*blocks, popdist.Block("head", head_block, ("head",))])
+def block_model(model: str) -> popdist_emu.BlockModel:
+    blocks = [popdist_emu.Block(name, fn, (name,)) for name, fn in _blocks(model)]
+    return popdist_emu.BlockModel([*blocks, popdist_emu.Block("head", head_block, ("head",))])
 
 
 def units_per_ipu(model: str, split_after: str | None, counts: str | None, ipus: int) -> list:
@@ -208,12 +208,12 @@ def units_per_ipu(model: str, split_after: str | None, counts: str | None, ipus:
             )
         first = names.index(split_after) + 1
         return [first, len(names) - first]
-    return _transformer.layers_per_ipu("resnext_training.py", counts, len(names), ipus)
+    return pipelined_training.layers_per_ipu("resnext_training.py", counts, len(names), ipus)
 
 
 def stages(model: str, counts: list[int]) -> tuple:
     """The stem with IPU 0's units, each IPU's units, the head with the last IPU's."""
-    return _image_examples.stages("stem", unit_names(model), "head", counts)
+    return pipelined_training.stages_per_ipu("stem", unit_names(model), "head", counts)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -224,8 +224,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     parser.add_argument("--units-per-ipu", help="bottleneck units on each IPU, e.g. 10,23")
     parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=8)
-    _image_examples.add_convolution_arguments(parser, learning_rate=0.1)
-    return _image_examples.parse(parser, argv)
+    pipelined_training.add_convolution_arguments(parser, learning_rate=0.1)
+    return pipelined_training.parse_image_arguments(parser, argv)
 
 
 def main(argv=None) -> dict:
@@ -233,7 +233,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     ipus = popdist.getNumIpusPerReplica()
     counts = units_per_ipu(args.model, args.split_after, args.units_per_ipu, ipus)
-    return _image_examples.build_and_run(
+    return pipelined_training.build_and_run(
         args,
         start,
         program="resnext_training.py",
@@ -246,7 +246,7 @@ def main(argv=None) -> dict:
         init=functools.partial(init_params, args.model),
         image=CONFIGS[args.model][:2],
         logits=logits_fn(args.model),
-        dtype=_image_examples.DTYPES[args.precision],
+        dtype=pipelined_training.DTYPES[args.precision],
     )
 
 

@@ -10,8 +10,9 @@ ConvLayer is a 5x5 convolution, a 2x2 max-pool and a ReLU. Adapted to scikit-lea
 digits (the tutorial uses 28x28 MNIST, where unpadded 5x5 convolutions give 20*4*4 = 320
 features): the convolutions use SAME padding, so 8x8 -> pool 4x4 -> pool 2x2 and the flatten
 has 20*2*2 = 80 features, making the first linear layer ``Linear(80, 256)``. Written in plain
-JAX (NHWC), trained with optax AdamW as the tutorial does. The last line printed (by
-instance 0) is a JSON object with the losses and the test accuracy.
+JAX (NHWC; ``pipelined_training``'s tutorial network), trained with optax AdamW as the
+tutorial does. The last line printed (by instance 0) is a JSON object with the losses and the
+test accuracy.
 
 With ``--ipus-per-replica 2`` or ``4`` (PopDist's ``getNumIpusPerReplica()``) the network
 runs as the tutorial's four blocks B1..B4 over the replica's IPUs (one block per IPU on 4,
@@ -29,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 
@@ -37,9 +37,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import popdist
+from pipelined_training import (
+    TUTORIAL_BLOCK_MODEL,
+    TUTORIAL_STAGES,
+    init_tutorial_params,
+    tutorial_loss,
+    tutorial_network,
+)
 
 import hardware
-import popdist_emu as popdist
+import popdist_emu
 from popdist_emu.arguments import (
     ArgumentParser,
     output_directory,
@@ -60,109 +68,28 @@ DEFAULT_MICRO_BATCH = 8
 DEFAULT_LEARNING_RATE = 1e-2
 
 
-def _uniform(rng: np.random.Generator, shape: tuple[int, ...], fan_in: int) -> np.ndarray:
-    # PyTorch's default Conv2d/Linear initialisation: U(-1/sqrt(fan_in), 1/sqrt(fan_in)).
-    bound = 1.0 / math.sqrt(fan_in)
-    return rng.uniform(-bound, bound, shape).astype(np.float32)
-
-
-def init_params(seed: int) -> dict:
-    """The network's parameters, named by layer as in the tutorial (``layer1/conv/w``...).
-
-    Drawn with NumPy from ``seed``: the same values on every instance, and no XLA compile
-    (an eager ``jax.random`` draw compiles once per leaf shape, seconds on a small machine).
-    """
-    rng = np.random.default_rng(seed)
-    return {
-        "layer1": {"conv": {"w": _uniform(rng, (5, 5, 1, 10), 25), "b": _uniform(rng, (10,), 25)}},
-        "layer2": {
-            "conv": {"w": _uniform(rng, (5, 5, 10, 20), 250), "b": _uniform(rng, (20,), 250)}
-        },
-        "layer3": {"w": _uniform(rng, (80, 256), 80), "b": _uniform(rng, (256,), 80)},
-        "layer4": {"w": _uniform(rng, (256, 10), 256), "b": _uniform(rng, (10,), 256)},
-    }
-
-
-def conv_layer(p: dict, x: jax.Array) -> jax.Array:
-    """The tutorial's ConvLayer: 5x5 convolution (SAME), 2x2 max-pool, ReLU."""
-    x = jax.lax.conv_general_dilated(
-        x, p["w"], (1, 1), "SAME", dimension_numbers=("NHWC", "HWIO", "NHWC")
-    )
-    x = x + p["b"]
-    x = jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
-    return jax.nn.relu(x)
-
-
-def network(params: dict, images: jax.Array) -> jax.Array:
-    """Logits ``[n, 10]`` of images ``[n, 8, 8, 1]``."""
-    x = conv_layer(params["layer1"]["conv"], images)
-    x = conv_layer(params["layer2"]["conv"], x)
-    x = x.reshape(x.shape[0], -1)
-    x = jax.nn.relu(x @ params["layer3"]["w"] + params["layer3"]["b"])
-    return x @ params["layer4"]["w"] + params["layer4"]["b"]
-
-
-def loss_fn(params: dict, batch: tuple) -> jax.Array:
-    """Mean cross-entropy of one micro-batch ``(images, labels)``."""
-    images, labels = batch
-    logits = network(params, images)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
-
-
-def _block1(p: dict, batch: tuple) -> tuple:
-    images, labels = batch
-    return conv_layer(p["layer1"]["conv"], images), labels
-
-
-def _block2(p: dict, x: tuple) -> tuple:
-    return conv_layer(p["layer2"]["conv"], x[0]), x[1]
-
-
-def _block3(p: dict, x: tuple) -> tuple:
-    h = x[0].reshape(x[0].shape[0], -1)
-    return jax.nn.relu(h @ p["layer3"]["w"] + p["layer3"]["b"]), x[1]
-
-
-def _block4(p: dict, x: tuple) -> jax.Array:
-    logits = x[0] @ p["layer4"]["w"] + p["layer4"]["b"]
-    return optax.softmax_cross_entropy_with_integer_labels(logits, x[1]).mean()
-
-
-# The tutorial's four blocks B1..B4 (its poptorch.BeginBlock annotations): the labels travel
-# with the activations to the block that computes the loss.
-BLOCK_MODEL = popdist.BlockModel(
-    [
-        popdist.Block("B1", _block1, ("layer1",)),
-        popdist.Block("B2", _block2, ("layer2",)),
-        popdist.Block("B3", _block3, ("layer3",)),
-        popdist.Block("B4", _block4, ("layer4",)),
-    ]
-)
-# Stages per IPUs per replica: the tutorial's one block per IPU on 4 IPUs, two on 2.
-STAGES = {
-    2: (popdist.Stage("B1", "B2"), popdist.Stage("B3", "B4")),
-    4: (popdist.Stage("B1"), popdist.Stage("B2"), popdist.Stage("B3"), popdist.Stage("B4")),
-}
-
-
 def execution_strategy(ipus_per_replica: int, strategy: str):
     """The tutorial's ``PipelinedExecution``/``ShardedExecution`` for 2 or 4 IPUs; None for 1."""
     if ipus_per_replica == 1:
         return None
-    if ipus_per_replica not in STAGES:
+    if ipus_per_replica not in TUTORIAL_STAGES:
         print(
             f"train.py: --ipus-per-replica {ipus_per_replica} is not supported: the network "
             "has four blocks, so use 1, 2 or 4.",
             file=sys.stderr,
         )
         raise SystemExit(2)
-    cls = popdist.PipelinedExecution if strategy == "pipelined" else popdist.ShardedExecution
-    return cls(*STAGES[ipus_per_replica])
+    cls = (
+        popdist_emu.PipelinedExecution if strategy == "pipelined" else popdist_emu.ShardedExecution
+    )
+    return cls(*TUTORIAL_STAGES[ipus_per_replica])
 
 
 def accuracy(params: dict, images: np.ndarray, labels: np.ndarray) -> float:
     """Share of ``images`` classified as ``labels`` (one compiled program)."""
-    predicted = np.asarray(jax.jit(lambda p, x: jnp.argmax(network(p, x), axis=-1))(params, images))
+    predicted = np.asarray(
+        jax.jit(lambda p, x: jnp.argmax(tutorial_network(p, x), axis=-1))(params, images)
+    )
     return float(np.mean(predicted == labels))
 
 
@@ -176,7 +103,7 @@ def save_params(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Writes ``arrays`` as ``.npz`` to exactly ``path`` (np.savez adds ``.npz`` only to a
     name, not to a file object), through a temporary file renamed into place: a failed or
     interrupted write keeps the previous file."""
-    with popdist.atomic_write(path, "wb") as f:
+    with popdist_emu.atomic_write(path, "wb") as f:
         np.savez(f, **arrays)
 
 
@@ -202,8 +129,8 @@ def check_resumable(parser: argparse.ArgumentParser, args: argparse.Namespace) -
     device iterations, seed) unless --allow-new-data-order; and ends a resume with nothing
     left to run in one line."""
     try:
-        meta = popdist.read_checkpoint_meta(args.checkpoint_dir)
-    except popdist.CheckpointError as error:
+        meta = popdist_emu.read_checkpoint_meta(args.checkpoint_dir)
+    except popdist_emu.CheckpointError as error:
         parser.error(str(error))
     now = _resume_values(args)
     for key in _RESUME_KEYS:
@@ -324,7 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     leader = popdist.getInstanceIndex() == 0
     # First, so the long phases (compiling the step) are named while they run.
-    progress = popdist.Progress(args.steps, enabled=leader)
+    progress = popdist_emu.Progress(args.steps, enabled=leader)
     ipus_per_replica = popdist.getNumIpusPerReplica()
     strategy = execution_strategy(ipus_per_replica, args.strategy)
     try:
@@ -332,7 +259,7 @@ def main(argv: list[str] | None = None) -> dict:
     except ValueError as error:
         print(f"train.py: {error}", file=sys.stderr)
         raise SystemExit(2) from None
-    options = popdist.Options(
+    options = popdist_emu.Options(
         gradient_accumulation=args.gradient_accumulation,
         device_iterations=args.device_iterations,
         output_mode="all",
@@ -350,19 +277,19 @@ def main(argv: list[str] | None = None) -> dict:
         batch_shapes(options, args.micro_batch_size),
         args.prefetch_depth,
     )
-    ckpt = args.checkpoint_dir if not popdist.is_offline_mode() else ""
+    ckpt = args.checkpoint_dir if not popdist_emu.is_offline_mode() else ""
     try:  # the checkpoint directory claimed (one job per directory) before any compile
         if ckpt:
-            popdist.claim_checkpoint_dir(ckpt, options.job_dir)
-        trainer = popdist.Trainer(
-            loss_fn if strategy is None else BLOCK_MODEL,
+            popdist_emu.claim_checkpoint_dir(ckpt, options.job_dir)
+        trainer = popdist_emu.Trainer(
+            tutorial_loss if strategy is None else TUTORIAL_BLOCK_MODEL,
             optax.adamw(args.learning_rate),
-            init_params(args.seed),
+            init_tutorial_params(args.seed),
             options,
         )
         if ckpt and args.resume:  # its shapes against the trainer's, before the step compiles
-            popdist.check_checkpoint(ckpt, trainer)
-    except (NotImplementedError, popdist.PipelineError, popdist.CheckpointError) as err:
+            popdist_emu.check_checkpoint(ckpt, trainer)
+    except (NotImplementedError, popdist_emu.PipelineError, popdist_emu.CheckpointError) as err:
         print(f"train.py: {err}", file=sys.stderr)
         raise SystemExit(2) from None
     report = {
@@ -385,7 +312,7 @@ def main(argv: list[str] | None = None) -> dict:
         # Before any step, as Poplar refuses at compile time a graph that does not fit.
         # Offline nothing trains, but the host's part is measured on a sample of batches.
         sample = sample_loader(options, args) if trainer.offline else None
-        simulation = popdist.simulate(trainer, shapes, name="digits-cnn", infeed_stats=sample)
+        simulation = popdist_emu.simulate(trainer, shapes, name="digits-cnn", infeed_stats=sample)
     except hardware.OutOfMemoryError as error:
         print(error, file=sys.stderr, flush=True)
         raise SystemExit(1) from None
@@ -394,8 +321,8 @@ def main(argv: list[str] | None = None) -> dict:
     else:
         result, stats = train(trainer, options, args, leader, progress)
         report |= result
-        simulation = popdist.with_infeed_stats(simulation, stats)
-    popdist.report_simulation(simulation, options)
+        simulation = popdist_emu.with_infeed_stats(simulation, stats)
+    popdist_emu.report_simulation(simulation, options)
     report["simulated_step_seconds"] = simulation.simulated_step_seconds
     report["samples_per_second"] = simulation.samples_per_second
     report["system"] = simulation.system.name
@@ -405,7 +332,7 @@ def main(argv: list[str] | None = None) -> dict:
     return report
 
 
-def batch_shapes(options: popdist.Options, micro: int) -> tuple:
+def batch_shapes(options: popdist_emu.Options, micro: int) -> tuple:
     """One call's batch as shapes, with the dtypes ``ReplicaLoader`` delivers the digits in."""
     lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
     return (
@@ -414,7 +341,7 @@ def batch_shapes(options: popdist.Options, micro: int) -> tuple:
     )
 
 
-def offline_report(trainer: popdist.Trainer, shapes: tuple, profile) -> dict:
+def offline_report(trainer: popdist_emu.Trainer, shapes: tuple, profile) -> dict:
     """The step's cost from shapes (no data, no collective): what simulate() compiled."""
     compiled = trainer.compile(shapes)  # compiled once: simulate() already compiled them
     return {
@@ -428,24 +355,24 @@ def offline_report(trainer: popdist.Trainer, shapes: tuple, profile) -> dict:
     }
 
 
-def sample_loader(options: popdist.Options, args: argparse.Namespace, calls: int = 3):
+def sample_loader(options: popdist_emu.Options, args: argparse.Namespace, calls: int = 3):
     """What the training's infeed would measure, from its first ``calls`` batches alone."""
-    data = popdist.load_digits_split(seed=0)
-    loader = popdist.ReplicaLoader(
+    data = popdist_emu.load_digits_split(seed=0)
+    loader = popdist_emu.ReplicaLoader(
         (data.train_images, data.train_labels), args.micro_batch_size, options, seed=args.seed
     )
-    with popdist.Infeed(loader.batch, calls, prefetch_depth=options.prefetch_depth) as feed:
+    with popdist_emu.Infeed(loader.batch, calls, prefetch_depth=options.prefetch_depth) as feed:
         for _ in feed:
             pass
     return feed.stats
 
 
 def train(
-    trainer: popdist.Trainer,
-    options: popdist.Options,
+    trainer: popdist_emu.Trainer,
+    options: popdist_emu.Options,
     args: argparse.Namespace,
     leader: bool,
-    progress: popdist.Progress,
+    progress: popdist_emu.Progress,
 ) -> tuple:
     """Trains for ``args.steps`` steps and evaluates on the held-out digits.
 
@@ -453,8 +380,8 @@ def train(
         ``(results, infeed_stats)``: the figures for the JSON line, and what the infeed
         delivered (host bytes for the hardware model).
     """
-    data = popdist.load_digits_split(seed=0)
-    loader = popdist.ReplicaLoader(
+    data = popdist_emu.load_digits_split(seed=0)
+    loader = popdist_emu.ReplicaLoader(
         (data.train_images, data.train_labels), args.micro_batch_size, options, seed=args.seed
     )
     calls = args.steps // options.device_iterations
@@ -463,7 +390,7 @@ def train(
     if args.resume:
         # The loader is a pure function of the call index: the step is its position.
         first = (
-            popdist.restore_checkpoint(args.checkpoint_dir, trainer)["step"]
+            popdist_emu.restore_checkpoint(args.checkpoint_dir, trainer)["step"]
             // args.device_iterations
         )
     losses = []
@@ -474,16 +401,16 @@ def train(
 
     # Batches are pure functions of the call index, prepared by an infeed thread while the
     # replicas compute (PopTorch's prefetch depth).
-    with popdist.Infeed(batch, calls - first, prefetch_depth=options.prefetch_depth) as feed:
+    with popdist_emu.Infeed(batch, calls - first, prefetch_depth=options.prefetch_depth) as feed:
         for one_call in feed:
             losses.extend(np.atleast_1d(trainer.step(one_call)).tolist())
             progress.update(trainer.steps_done, losses[-1])
             every = args.checkpoint_every
             if every and trainer.steps_done % every == 0 and trainer.steps_done < args.steps:
-                popdist.save_checkpoint(args.checkpoint_dir, trainer, meta)
+                popdist_emu.save_checkpoint(args.checkpoint_dir, trainer, meta)
         stats = feed.stats
     if args.checkpoint_dir:
-        popdist.save_checkpoint(args.checkpoint_dir, trainer, meta)
+        popdist_emu.save_checkpoint(args.checkpoint_dir, trainer, meta)
     progress.close()
     train_seconds = time.perf_counter() - t0
     params = trainer.params

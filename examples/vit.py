@@ -41,13 +41,13 @@ import functools
 import math
 import time
 
-import _image_examples
-import _transformer
 import jax
 import jax.numpy as jnp
-from _transformer import attention, dense
+import pipelined_training
+import popdist
+from pipelined_training import attention, dense
 
-import popdist_emu as popdist
+import popdist_emu
 from popdist_emu import arguments
 
 # (image, patch, channels, layers, hidden, heads, mlp, classes, representation)
@@ -98,11 +98,11 @@ def init_params(model: str, dtype, key: jax.Array) -> dict:
     def std(name: str, shape: tuple) -> float:
         return 1.0 / math.sqrt(shape[0]) if name.endswith("['w']") else 0.02
 
-    return _transformer.init_params(_shapes(model, dtype), key, std)
+    return pipelined_training.init_from_shapes(_shapes(model, dtype), key, std)
 
 
-_layer_norm = functools.partial(_transformer.layer_norm, eps=1e-6)
-layers_per_ipu = functools.partial(_transformer.layers_per_ipu, "vit.py")
+_layer_norm = functools.partial(pipelined_training.layer_norm, eps=1e-6)
+layers_per_ipu = functools.partial(pipelined_training.layers_per_ipu, "vit.py")
 
 
 def make_embeddings_block(model: str):
@@ -146,7 +146,7 @@ def _head_logits(hp, x):
 def head_block(p, carry):
     """The head's logits and the cross-entropy loss."""
     x, labels = carry
-    return _image_examples.cross_entropy(_head_logits(p["head"], x), labels)
+    return pipelined_training.cross_entropy(_head_logits(p["head"], x), labels)
 
 
 def logits_fn(model: str):
@@ -164,20 +164,20 @@ def logits_fn(model: str):
     return jax.jit(logits)
 
 
-def block_model(model: str) -> popdist.BlockModel:
+def block_model(model: str) -> popdist_emu.BlockModel:
     layers, heads = CONFIGS[model][3], CONFIGS[model][5]
-    blocks = [popdist.Block("embeddings", make_embeddings_block(model), ("embeddings",))]
+    blocks = [popdist_emu.Block("embeddings", make_embeddings_block(model), ("embeddings",))]
     for i in range(layers):
         name = f"layer{i:02d}"
-        blocks.append(popdist.Block(name, make_layer_block(name, heads), (name,)))
-    blocks.append(popdist.Block("head", head_block, ("head",)))
-    return popdist.BlockModel(blocks)
+        blocks.append(popdist_emu.Block(name, make_layer_block(name, heads), (name,)))
+    blocks.append(popdist_emu.Block("head", head_block, ("head",)))
+    return popdist_emu.BlockModel(blocks)
 
 
 def stages(model: str, counts: list[int]) -> tuple:
     """The embeddings with IPU 0's layers, each IPU's layers, the head with the last IPU's."""
     names = [f"layer{k:02d}" for k in range(CONFIGS[model][3])]
-    return _image_examples.stages("embeddings", names, "head", counts)
+    return pipelined_training.stages_per_ipu("embeddings", names, "head", counts)
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -185,13 +185,13 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--model", choices=tuple(CONFIGS), default="tiny")
     parser.add_argument("--layers-per-ipu", help="encoder layers on each IPU, e.g. 3,3,3,3")
     parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=8)
-    _transformer.add_training_arguments(
+    pipelined_training.add_training_arguments(
         parser,
         steps=150,
         learning_rate=3e-3,
         proportion_help="Graphcore's ViT sets matmul_proportion 0.3 on each",
     )
-    return _image_examples.parse(parser, argv)
+    return pipelined_training.parse_image_arguments(parser, argv)
 
 
 def main(argv=None) -> dict:
@@ -199,7 +199,7 @@ def main(argv=None) -> dict:
     args = parse_args(argv)
     ipus = popdist.getNumIpusPerReplica()
     counts = layers_per_ipu(args.layers_per_ipu, CONFIGS[args.model][3], ipus)
-    return _image_examples.build_and_run(
+    return pipelined_training.build_and_run(
         args,
         start,
         program="vit.py",
@@ -207,12 +207,12 @@ def main(argv=None) -> dict:
         stages=stages(args.model, counts),
         placement={"layers_per_ipu": counts},
         model=block_model(args.model),
-        optimiser=_transformer.lamb_in_float32(args.learning_rate),
+        optimiser=pipelined_training.lamb_in_float32(args.learning_rate),
         shapes=functools.partial(_shapes, args.model),
         init=functools.partial(init_params, args.model),
         image=(CONFIGS[args.model][0], CONFIGS[args.model][2]),
         logits=logits_fn(args.model),
-        dtype=_image_examples.DTYPES[args.precision],
+        dtype=pipelined_training.DTYPES[args.precision],
     )
 
 

@@ -33,8 +33,8 @@ def _load(folder: Path, name: str, module_name: str) -> ModuleType:
 
 
 def load_example(name: str) -> ModuleType:
-    """``examples/<name>.py`` as a module; ``tests/examples/conftest.py`` keeps the folder on
-    ``sys.path`` for the examples' shared ``_transformer``, which they import when called."""
+    """``examples/<name>.py`` as a module; it imports the examples' package
+    (``pipelined_training``) from the folder while it loads."""
     return _load(EXAMPLES, name, f"example_{name}")
 
 

@@ -1,5 +1,6 @@
-"""The examples import their shared module (``examples/_transformer.py``) as a sibling, as
-they do when run as scripts; the tests load them by path, so the folder goes on sys.path."""
+"""The examples import their package (``examples/pipelined_training``) from the folder they
+sit in, as Python puts a script's folder on ``sys.path``; the tests load them by path and
+import the package themselves, so the folder goes on ``sys.path``."""
 
 import sys
 from pathlib import Path

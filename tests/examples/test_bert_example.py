@@ -1,10 +1,12 @@
-"""examples/bert.py offline from shapes (tiny), its stage placement and its refusals."""
+"""examples/bert.py offline from shapes (tiny), its stage placement and its refusals; the
+BERT model, data and optimisers of the examples' package it runs (``pipelined_training``)."""
 
 import json
 import math
 import os
 from unittest import mock
 
+import pipelined_training
 import pytest
 from repo_scripts import load_example
 
@@ -144,18 +146,20 @@ def test_split_and_tied_models_compute_the_layer_models_loss(bert):
     import jax.numpy as jnp
 
     seq = 8
-    params = bert.init_params("tiny", seq, jnp.float32, jax.random.PRNGKey(0), tied=True)
-    data = bert.synthetic_data("tiny", seq, 2, 4, 0)
+    params = pipelined_training.init_bert_params(
+        "tiny", seq, jnp.float32, jax.random.PRNGKey(0), tied=True
+    )
+    data = pipelined_training.synthetic_pretraining_data("tiny", seq, 2, 4, 0)
     batch = tuple(jnp.asarray(x) for x in data)
-    layers = bert.block_model("tiny", tied=True)
-    split = bert.block_model("tiny", split=True, tied=True)
+    layers = pipelined_training.bert_block_model("tiny", tied=True)
+    split = pipelined_training.bert_block_model("tiny", split=True, tied=True)
     assert [b.name for b in split.blocks][1:5] == ["attention00", "ffn00", "attention01", "ffn01"]
     split_loss, grads = jax.jit(jax.value_and_grad(split))(params, batch)
     whole_loss, whole = jax.jit(jax.value_and_grad(layers))(params, batch)
     assert float(split_loss) == pytest.approx(float(whole_loss), rel=1e-6)
     for a, b in zip(jax.tree.leaves(grads), jax.tree.leaves(whole), strict=True):
         assert jnp.allclose(a, b, rtol=1e-5, atol=1e-7)
-    untied = bert._shapes("tiny", seq, jnp.float32)
+    untied = pipelined_training.bert_param_shapes("tiny", seq, jnp.float32)
     assert "w" not in params["heads"]["decoder"] and "w" in untied["heads"]["decoder"]
     # Tied, the masked-LM loss reaches the embedding rows of the labels' tokens directly.
     assert not jnp.allclose(grads["embeddings"]["word"], 0.0)
@@ -185,7 +189,7 @@ def test_a_wrapped_round_tied_pipeline_stores_the_embeddings_once(bert, capsys, 
     summary = json.loads((tmp_path / "summary.json").read_text())
     ipus = summary["pipeline"]["ipus"]
     assert [i["stages"] for i in ipus] == [[0, 4], [1], [2], [3]]
-    shapes = bert._shapes("tiny", 16, jnp.float32, tied=True)
+    shapes = pipelined_training.bert_param_shapes("tiny", 16, jnp.float32, tied=True)
 
     def nbytes(tree):
         return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(tree))
@@ -230,7 +234,6 @@ def test_squad_and_adam_flags_refused_in_one_line(bert, capsys, flags, match):
 
 
 def test_adamw_in_float32_is_adamw_and_stays_finite_in_float16():
-    import _transformer
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -238,7 +241,7 @@ def test_adamw_in_float32_is_adamw_and_stays_finite_in_float16():
 
     params = {"w": jnp.linspace(-1.0, 1.0, 8), "b": jnp.zeros(3)}
     grads = {"w": jnp.linspace(0.5, -0.5, 8), "b": jnp.zeros(3)}
-    ours, theirs = _transformer.adamw_in_float32(1e-2), optax.adamw(1e-2)
+    ours, theirs = pipelined_training.adamw_in_float32(1e-2), optax.adamw(1e-2)
     got, _ = ours.update(grads, ours.init(params), params)
     want, _ = theirs.update(grads, theirs.init(params), params)
     for name in params:
@@ -247,7 +250,7 @@ def test_adamw_in_float32_is_adamw_and_stays_finite_in_float16():
     half = jax.tree.map(lambda x: x.astype(jnp.float16), (params, grads))
     naive, _ = theirs.update(half[1], theirs.init(half[0]), half[0])
     assert not np.isfinite(np.asarray(naive["b"])).all()
-    stored = _transformer.adamw_in_float32(1e-2, jnp.float16)
+    stored = pipelined_training.adamw_in_float32(1e-2, jnp.float16)
     state = stored.init(half[0])
     updates, state = stored.update(half[1], state, half[0])
     assert all(np.isfinite(np.asarray(u)).all() for u in jax.tree.leaves(updates))
@@ -271,7 +274,6 @@ def test_half_first_order_momentum_stores_only_the_first_moment_in_float16():
     """PopTorch's ``first_order_momentum_accum_type=float16``: the first moment in float16,
     the second in float32, and the update the same AdamW as with both moments in float32
     to float16's precision."""
-    import _transformer
     import jax
     import jax.numpy as jnp
     import numpy as np
@@ -279,7 +281,7 @@ def test_half_first_order_momentum_stores_only_the_first_moment_in_float16():
 
     params = {"w": jnp.linspace(-1.0, 1.0, 8)}
     grads = {"w": jnp.linspace(0.5, -0.5, 8)}
-    half_first = _transformer.adamw_in_float32(1e-2, jnp.float32, jnp.float16)
+    half_first = pipelined_training.adamw_in_float32(1e-2, jnp.float32, jnp.float16)
     state = half_first.init(params)
     updates, state = half_first.update(grads, state, params)
     adam = _adam_state(state)

@@ -7,6 +7,7 @@ placement check with its launch's IPUs per replica.
 """
 
 import pytest
+from pipelined_training import BERT_CONFIGS
 from repo_scripts import load_benchmark, load_example
 
 validate = load_benchmark("validate")
@@ -21,7 +22,7 @@ def test_row_is_a_command_line_its_example_accepts(row):
     ipus = int(launch[launch.index("--ipus-per-replica") + 1])
     assert row.value("--micro-batch-size") == args.micro_batch_size
     if getattr(args, "att_ffn_placement", None):
-        layers = example.CONFIGS[args.model][0]
+        layers = BERT_CONFIGS[args.model][0]  # bert.py's flag
         placement = example.att_ffn_placement(args.att_ffn_placement, layers, ipus)
         assert max(ipu for ipu, _, _ in placement) < ipus
 

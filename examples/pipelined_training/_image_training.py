@@ -11,24 +11,29 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import _transformer
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import popdist
 
 import hardware
-import popdist_emu as popdist
+import popdist_emu
+from pipelined_training._flags import (
+    DTYPES,
+    add_training_arguments,
+    check_steps,
+    pipeline_options,
+    refuse,
+)
 
-DTYPES = {"fp16": jnp.float16, "fp32": jnp.float32}
 
-
-def parse(parser: Any, argv: Any) -> Any:
+def parse_image_arguments(parser: Any, argv: Any) -> Any:
     """The example's arguments with ``--precision`` (fp16, the tiny model fp32 by default)
     and the step count checked against the accumulation."""
     parser.add_argument("--precision", choices=tuple(DTYPES), help="default: fp16, tiny fp32")
     args = parser.parse_args(argv)
-    _transformer.check_steps(parser, args)
+    check_steps(parser, args)
     if args.precision is None:
         args.precision = "fp32" if args.model == "tiny" else "fp16"
     return args
@@ -45,7 +50,7 @@ def chain_logits(blocks: list, head_logits: Callable) -> Callable:
     """Jitted ``(params, images) -> logits`` for evaluation: ``blocks`` (name, block) in
     order, each ``(params, (x, labels)) -> (x, labels)``, then ``head_logits(params, x)``."""
 
-    def logits(params, images):
+    def logits(params: Any, images: jax.Array) -> jax.Array:
         carry = (images, jnp.zeros(images.shape[0], jnp.int32))
         for _, block in blocks:
             carry = block(params, carry)
@@ -57,7 +62,7 @@ def chain_logits(blocks: list, head_logits: Callable) -> Callable:
 def add_convolution_arguments(parser: Any, *, learning_rate: float) -> None:
     """The flags of the pipelined CNN examples beyond their placement: the shared training
     flags, 90 steps by default."""
-    _transformer.add_training_arguments(
+    add_training_arguments(
         parser,
         steps=90,
         learning_rate=learning_rate,
@@ -65,7 +70,7 @@ def add_convolution_arguments(parser: Any, *, learning_rate: float) -> None:
     )
 
 
-def batch_shapes(image: int, channels: int, options: Any, micro: int, dtype) -> tuple:
+def _batch_shapes(image: int, channels: int, options: Any, micro: int, dtype: Any) -> tuple:
     """Shapes of one call's images and labels for every replica: ``device_iterations x
     gradient_accumulation x replication_factor`` micro-batches of ``micro`` images."""
     lead = (options.device_iterations, options.gradient_accumulation, options.replication_factor)
@@ -75,16 +80,16 @@ def batch_shapes(image: int, channels: int, options: Any, micro: int, dtype) -> 
     )
 
 
-def stages(first: str, names: list[str], last: str, counts: list[int]) -> tuple:
-    """One ``popdist.Stage`` per IPU: ``first`` (the stem or embeddings) with IPU 0's share
-    of ``names``, each IPU's ``counts[i]`` blocks in order, ``last`` (the head) with the last
-    IPU's."""
+def stages_per_ipu(first: str, names: list[str], last: str, counts: list[int]) -> tuple:
+    """One ``popdist_emu.Stage`` per IPU: ``first`` (the stem or embeddings) with IPU 0's
+    share of ``names``, each IPU's ``counts[i]`` blocks in order, ``last`` (the head) with the
+    last IPU's."""
     out, i = [], 0
     for ipu, count in enumerate(counts):
         blocks = ([first] if ipu == 0 else []) + names[i : i + count]
         if ipu == len(counts) - 1:
             blocks.append(last)
-        out.append(popdist.Stage(*blocks, ipu=ipu))
+        out.append(popdist_emu.Stage(*blocks, ipu=ipu))
         i += count
     return tuple(out)
 
@@ -103,29 +108,29 @@ def build_and_run(
     init: Callable[[Any, jax.Array], Any],
     image: tuple[int, int],
     logits: Callable,
-    dtype,
+    dtype: Any,
     **options: Any,
 ) -> dict:
     """An example's ``main`` once its own arguments are read: the ``Options`` for its
     pipeline ``stages``, the weights (``shapes(dtype)`` offline, where nothing is allocated,
-    else ``init(dtype, key)``), the trainer of ``model``, the simulation and :func:`run`'s
-    report. A placement the pipeline refuses ends ``program`` with exit status 2.
+    else ``init(dtype, key)``), the trainer of ``model``, the simulation and the report. A
+    placement the pipeline refuses ends ``program`` with exit status 2.
 
     Args:
         image: the images' side and channels (``--micro-batch-size`` of them per micro-batch).
-        **options: further ``Options`` settings (``_transformer.pipeline_options``).
+        **options: further ``Options`` settings (of :func:`pipeline_options`).
     """
-    opts = _transformer.pipeline_options(program, args, stages, **options)
+    opts = pipeline_options(program, args, stages, **options)
     param_shapes = shapes(dtype)
-    offline = popdist.is_offline_mode()
+    offline = popdist_emu.is_offline_mode()
     params = param_shapes if offline else init(dtype, jax.random.PRNGKey(args.seed))
     try:
-        trainer = popdist.Trainer(model, optimiser, params, opts)
-    except popdist.PipelineError as err:
-        _transformer.refuse(program, str(err))
-    batch = batch_shapes(*image, opts, args.micro_batch_size, dtype)
-    simulation = simulate(trainer, batch, name)
-    return run(
+        trainer = popdist_emu.Trainer(model, optimiser, params, opts)
+    except popdist_emu.PipelineError as err:
+        refuse(program, str(err))
+    batch = _batch_shapes(*image, opts, args.micro_batch_size, dtype)
+    simulation = _simulate(trainer, batch, name)
+    return _run(
         args,
         trainer,
         simulation,
@@ -137,23 +142,29 @@ def build_and_run(
     )
 
 
-def simulate(trainer: Any, shapes: Any, name: str) -> hardware.StepSimulation:
+def _simulate(trainer: Any, shapes: Any, name: str) -> hardware.StepSimulation:
     """The configuration's simulated step; out of memory ends the program (exit 1) with
     Poplar's message."""
     try:
-        return popdist.simulate(trainer, shapes, name=name)
+        return popdist_emu.simulate(trainer, shapes, name=name)
     except hardware.OutOfMemoryError as error:
         print(error, file=sys.stderr, flush=True)
         raise SystemExit(1) from None
 
 
-def train_on_digits(
-    trainer: Any, options: Any, logits: Callable, micro_batch: int, steps: int, dtype, seed: int
+def _train_on_digits(
+    trainer: Any,
+    options: Any,
+    logits: Callable,
+    micro_batch: int,
+    steps: int,
+    dtype: Any,
+    seed: int,
 ) -> dict:
     """``steps`` steps on the digits shipped with scikit-learn, then the test accuracy of
     ``logits(params, images)``: the first and final loss and the accuracy."""
-    data = popdist.load_digits_split(seed=0)
-    loader = popdist.ReplicaLoader(
+    data = popdist_emu.load_digits_split(seed=0)
+    loader = popdist_emu.ReplicaLoader(
         (data.train_images.astype(dtype), data.train_labels), micro_batch, options, seed=seed
     )
     losses = []
@@ -164,7 +175,7 @@ def train_on_digits(
     return {"first_loss": losses[0], "final_loss": losses[-1], "accuracy": accuracy}
 
 
-def run(
+def _run(
     args: Any,
     trainer: Any,
     simulation: hardware.StepSimulation,
@@ -172,7 +183,7 @@ def run(
     placement: dict,
     param_shapes: Any,
     logits: Callable,
-    dtype,
+    dtype: Any,
     start: float,
 ) -> dict:
     """The example's report: its configuration (``placement`` names what runs on each IPU),
@@ -189,13 +200,13 @@ def run(
         "gradient_accumulation": options.gradient_accumulation,
         "precision": args.precision,
         "parameters": sum(math.prod(x.shape) for x in jax.tree.leaves(param_shapes)),
-        "offline": popdist.is_offline_mode(),
+        "offline": popdist_emu.is_offline_mode(),
     }
     if not report["offline"]:
-        report |= train_on_digits(
+        report |= _train_on_digits(
             trainer, options, logits, args.micro_batch_size, args.steps, dtype, args.seed
         )
-    popdist.report_simulation(simulation, options)
+    popdist_emu.report_simulation(simulation, options)
     report |= {
         "simulated_step_seconds": simulation.simulated_step_seconds,
         "samples_per_second": simulation.samples_per_second,
