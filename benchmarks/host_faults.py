@@ -1,6 +1,6 @@
 """How long a lost host takes to end a ``poprun-emu --real-hosts`` job, and what is said.
 
-Two hosts made of network namespaces (tests/launch/_netns.py: a bridge, veth pairs, an sshd
+Two hosts made of network namespaces (``namespace_hosts.py``: a bridge, veth pairs, an sshd
 and a host name each; needs root), 4 instances of tests/launch/host_program.py, 2 on each,
 ``--collective-timeout 5``. For each fault, ``--repeats`` jobs; the seconds run from the
 fault to the launcher's exit (for the faults at start, from the launch). Prints one JSON
@@ -21,16 +21,13 @@ import os
 import signal
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests" / "launch"))
-import _netns  # noqa: E402 - the tests' namespace hosts, shared with them
+import namespace_hosts  # this folder's, shared with the launcher's tests
 
-from contract import ENV_MPIEXEC  # noqa: E402
+from contract import ENV_MPIEXEC
 
 TIMEOUT_S = 5
 DESCRIPTION = {
@@ -41,16 +38,16 @@ DESCRIPTION = {
 }
 
 
-def run_case(hosts: _netns.Hosts, case: str) -> dict:
+def run_case(hosts: namespace_hosts.Hosts, case: str) -> dict:
     """One job with the fault ``case``: seconds from the fault to the launcher's exit."""
     listener = hosts.daemons[1].pid
     with tempfile.TemporaryDirectory(prefix="host-faults-") as marks:
         try:
             if case == "start-link":
-                _netns.ip("link", "set", hosts.link[1], "down")
+                namespace_hosts.ip("link", "set", hosts.link[1], "down")
             elif case == "start-sshd":
                 os.kill(listener, signal.SIGSTOP)
-            job = _netns.start_job(hosts, marks, 100_000, TIMEOUT_S, subprocess.DEVNULL)
+            job = namespace_hosts.start_job(hosts, marks, 100_000, TIMEOUT_S, subprocess.DEVNULL)
             fault = time.monotonic()
             if not case.startswith("start"):
                 while len([n for n in os.listdir(marks) if n.startswith("running-")]) < 4:
@@ -58,14 +55,14 @@ def run_case(hosts: _netns.Hosts, case: str) -> dict:
                         raise RuntimeError(f"the job ended before the fault: {job.stderr}")
                     time.sleep(0.05)
                 if case == "link":
-                    _netns.ip("link", "set", hosts.link[1], "down")
+                    namespace_hosts.ip("link", "set", hosts.link[1], "down")
                 else:
                     hosts.kill_all(1)
                 fault = time.monotonic()
             _, err = job.communicate(timeout=120)
             took = time.monotonic() - fault
         finally:
-            _netns.ip("link", "set", hosts.link[1], "up")
+            namespace_hosts.ip("link", "set", hosts.link[1], "up")
             os.kill(listener, signal.SIGCONT)
     said = next((line for line in err.splitlines() if "host 10." in line), "")
     return {"case": case, "exit_code": job.returncode, "seconds": round(took, 2), "said": said}
@@ -81,7 +78,10 @@ def main() -> None:
     if unknown or args.repeats < 1:
         parser.error(f"--cases {unknown} unknown (know {', '.join(DESCRIPTION)}) or --repeats < 1")
     rows = []
-    with tempfile.TemporaryDirectory() as directory, _netns.two_hosts(Path(directory)) as hosts:
+    with (
+        tempfile.TemporaryDirectory() as directory,
+        namespace_hosts.two_hosts(Path(directory)) as hosts,
+    ):
         for case in cases:
             for _ in range(args.repeats):
                 row = run_case(hosts, case)

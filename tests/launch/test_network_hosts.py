@@ -1,9 +1,9 @@
 """Real hosts that vanish: a job across network namespaces, and the faults real clusters have.
 
-The fixture makes two hosts out of Linux network namespaces (``_netns``: ``ip netns``,
-Debian's iproute2), each joined to a bridge on this machine by a veth pair, with its own
-address, its own host name (a UTS namespace, so the MPI does not take the two for one machine)
-and its own sshd.
+The fixture makes two hosts out of Linux network namespaces (``benchmarks/namespace_hosts.py``,
+which ``benchmarks/host_faults.py`` times: ``ip netns``, Debian's iproute2), each joined to a
+bridge on this machine by a veth pair, with its own address, its own host name (a UTS
+namespace, so the MPI does not take the two for one machine) and its own sshd.
 The launcher runs outside them, as on a login node, and reaches them through ssh with
 ``--real-hosts --host-subnet``. The faults are made for real: a host's link taken down in
 the middle of a run and before it starts, every process of a host killed, a host whose sshd
@@ -23,8 +23,10 @@ import signal
 import subprocess
 import time
 
-import _netns
 import pytest
+from repo_scripts import load_benchmark
+
+namespace_hosts = load_benchmark("namespace_hosts")
 
 TIMEOUT = 5  # --collective-timeout of every job here
 SLACK = 6  # seconds for the launcher's probe and the machine's load
@@ -33,16 +35,16 @@ SLACK = 6  # seconds for the launcher's probe and the machine's load
 @pytest.fixture(scope="module")
 def hosts(tmp_path_factory):
     try:
-        with _netns.two_hosts(tmp_path_factory.mktemp("hosts")) as made:
+        with namespace_hosts.two_hosts(tmp_path_factory.mktemp("hosts")) as made:
             yield made
-    except _netns.UnavailableError as why:
+    except namespace_hosts.UnavailableError as why:
         pytest.skip(str(why))
 
 
 def _start(tmp_path, hosts, steps=2000):
     marks = tmp_path / "marks"
     marks.mkdir(exist_ok=True)
-    return _netns.start_job(hosts, str(marks), steps, TIMEOUT, subprocess.PIPE), marks
+    return namespace_hosts.start_job(hosts, str(marks), steps, TIMEOUT, subprocess.PIPE), marks
 
 
 def _running(job, marks, count=4, timeout=60):
@@ -85,10 +87,10 @@ def test_a_host_whose_link_goes_down_is_named(tmp_path, hosts):
     job, marks = _start(tmp_path, hosts)
     try:
         _running(job, marks)
-        _netns.ip("link", "set", hosts.link[1], "down")
+        namespace_hosts.ip("link", "set", hosts.link[1], "down")
         code, err, took, _ = _end(job, TIMEOUT + SLACK)
     finally:
-        _netns.ip("link", "set", hosts.link[1], "up")
+        namespace_hosts.ip("link", "set", hosts.link[1], "up")
     assert code == 1, err
     assert f"host {hosts.address[1]} (instances 2, 3) stopped answering" in err, err
     assert took < TIMEOUT + SLACK, err
@@ -118,14 +120,14 @@ def test_a_host_whose_processes_are_all_killed_is_named(tmp_path, hosts):
 def test_a_host_that_never_answers_at_start_is_named(tmp_path, hosts, how):
     listener = hosts.daemons[1].pid
     if how == "link down":
-        _netns.ip("link", "set", hosts.link[1], "down")
+        namespace_hosts.ip("link", "set", hosts.link[1], "down")
     else:
         os.kill(listener, signal.SIGSTOP)
     try:
         job, _ = _start(tmp_path, hosts)
         code, err, took, _ = _end(job, TIMEOUT + SLACK)
     finally:
-        _netns.ip("link", "set", hosts.link[1], "up")
+        namespace_hosts.ip("link", "set", hosts.link[1], "up")
         os.kill(listener, signal.SIGCONT)
     assert code == 1, err
     assert f"host {hosts.address[1]} did not start instances 2, 3 within {TIMEOUT} s" in err

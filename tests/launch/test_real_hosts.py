@@ -17,10 +17,12 @@ import subprocess
 import sys
 import textwrap
 
-import _sshd
 import pytest
+from repo_scripts import load_benchmark
 
 from launch._mpi import find_mpiexec, mpi_flavour
+
+ssh_daemons = load_benchmark("ssh_daemons")
 
 HOSTS = "127.0.0.1,127.0.0.2"
 
@@ -62,24 +64,24 @@ def _free_port():
 @pytest.fixture(scope="module")
 def ssh_launcher(tmp_path_factory):
     """An sshd on 127.0.0.1 and 127.0.0.2; yields an ssh wrapper script that reaches it."""
-    sshd = _sshd.install("sshd", "openssh-server")
+    sshd = ssh_daemons.install("sshd", "openssh-server")
     if sshd is None or shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
         pytest.skip("no sshd/ssh here and openssh-server could not be installed (needs root)")
     d = tmp_path_factory.mktemp("sshd")
-    _sshd.keys(d)
+    ssh_daemons.keys(d)
     port = _free_port()
-    config = _sshd.config(d, "loopback", port, ["127.0.0.1", "127.0.0.2"])
+    config = ssh_daemons.config(d, "loopback", port, ["127.0.0.1", "127.0.0.2"])
     log = open(d / "sshd.log", "wb")  # noqa: SIM115 - closed at teardown
     daemon = subprocess.Popen([sshd, "-D", "-e", "-f", str(config)], stderr=log)
-    wrapper = _sshd.wrapper(d, port)
+    wrapper = ssh_daemons.wrapper(d, port)
     try:
         try:
-            _sshd.wait_until_reachable(wrapper, "127.0.0.2", daemon, d / "sshd.log")
+            ssh_daemons.wait_until_reachable(wrapper, "127.0.0.2", daemon, d / "sshd.log")
         except RuntimeError as why:
             pytest.skip(str(why))
         yield wrapper
     finally:
-        _sshd.stop(daemon)
+        ssh_daemons.stop(daemon)
         log.close()
 
 

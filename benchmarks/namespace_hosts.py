@@ -1,9 +1,11 @@
-"""Hosts made of Linux network namespaces, for the multi-host tests and benchmarks/host_faults.py.
+"""Hosts made of Linux network namespaces, for ``host_faults.py`` and the launcher's tests.
 
 Two namespaces (``ip netns``, Debian's iproute2) joined to a bridge on this machine by veth
 pairs, each with its own address, its own host name (a UTS namespace, so the MPI does not take
 the two for one machine) and its own sshd; this machine is the login node outside them.
 """
+
+from __future__ import annotations
 
 import contextlib
 import os
@@ -11,21 +13,24 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-import _sshd
+import ssh_daemons  # this folder's
 
-from launch._mpi import find_mpiexec, mpi_flavour
+from contract import ENV_MPIEXEC
 
-PROGRAM = str(Path(__file__).with_name("host_program.py"))
+# The program the jobs run (run, never imported): the launcher's tests' host program.
+PROGRAM = str(Path(__file__).resolve().parents[1] / "tests" / "launch" / "host_program.py")
 
 
 class UnavailableError(Exception):
     """Namespaces, iproute2 or sshd cannot be had here."""
 
 
-def ip(*words, check=True):
+def ip(*words: str, check: bool = True) -> subprocess.CompletedProcess:
+    """``ip WORDS`` (iproute2), its output captured."""
     return subprocess.run(["ip", *words], capture_output=True, text=True, timeout=30, check=check)
 
 
@@ -57,17 +62,17 @@ class Hosts:
             ip("-n", ns, "route", "add", "default", "via", self.subnet.replace(".0/24", ".1"))
 
     def start_daemons(self) -> str:
-        _sshd.keys(self.directory)
-        ssh = _sshd.wrapper(self.directory, 22)
+        ssh_daemons.keys(self.directory)
+        ssh = ssh_daemons.wrapper(self.directory, 22)
         for ns, address in zip(self.namespace, self.address, strict=True):
-            config = _sshd.config(self.directory, ns, 22, [address])
+            config = ssh_daemons.config(self.directory, ns, 22, [address])
             log = self.directory / f"{ns}.log"
             daemon = subprocess.Popen(
                 ["ip", "netns", "exec", ns, "unshare", "--uts", "sh", "-c",
                  f'hostname {ns}; exec {self.sshd} -D -e -f {config} 2>"{log}"'],
             )  # fmt: skip
             self.daemons.append(daemon)
-            _sshd.wait_until_reachable(ssh, address, daemon, log)
+            ssh_daemons.wait_until_reachable(ssh, address, daemon, log)
         return ssh
 
     def left_running(self, h: int) -> list[str]:
@@ -110,9 +115,9 @@ def two_hosts(directory: Path) -> Iterator[Hosts]:
     """
     if os.geteuid() != 0:
         raise UnavailableError("network namespaces need root")
-    if _sshd.install("ip", "iproute2") is None or shutil.which("unshare") is None:
+    if ssh_daemons.install("ip", "iproute2") is None or shutil.which("unshare") is None:
         raise UnavailableError("no ip (iproute2) or unshare here")
-    sshd = _sshd.install("sshd", "openssh-server")
+    sshd = ssh_daemons.install("sshd", "openssh-server")
     if sshd is None:
         raise UnavailableError("no sshd here and openssh-server could not be installed")
     made = Hosts(str(os.getpid() % 100000), 1 + os.getpid() % 250, directory, sshd)
@@ -140,7 +145,7 @@ def start_job(
     The namespaces share one kernel, so MPICH's UCX is told to use TCP (``UCX_TLS``): its
     shared-memory transports would join the two hosts, and a link taken down cut nothing.
     """
-    if mpi_flavour(find_mpiexec()) == "openmpi":
+    if _open_mpi():
         ssh = f"--mca plm_rsh_agent {hosts.ssh}"  # Open MPI's ssh launcher
     else:
         ssh = f"-launcher ssh -launcher-exec {hosts.ssh}"  # Hydra's
@@ -158,3 +163,20 @@ def start_job(
         text=True,
         env={**os.environ, "UCX_TLS": "tcp,self"},
     )
+
+
+def _open_mpi() -> bool:
+    """Whether the launcher's MPI is Open MPI, whose ssh agent is an MCA parameter (Hydra's
+    is a flag): the mpiexec poprun-emu picks (``POPDIST_EMU_MPIEXEC``, else the one beside
+    this interpreter, else PATH's), told apart by ``mpiexec --version``."""
+    named = os.environ.get(ENV_MPIEXEC, "")
+    folders = (Path(sys.executable).parent, Path(sysconfig.get_path("scripts")))
+    installed = [str(f / "mpiexec") for f in folders if (f / "mpiexec").is_file()]
+    mpiexec = shutil.which(named) if named else (installed or [shutil.which("mpiexec")])[0]
+    if mpiexec is None:
+        return False
+    out = subprocess.run(
+        [mpiexec, "--version"], capture_output=True, text=True, timeout=30, check=False
+    )
+    text = (out.stdout + out.stderr).lower()
+    return any(name in text for name in ("open mpi", "openrte", "open-mpi"))

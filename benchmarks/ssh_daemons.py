@@ -1,4 +1,5 @@
-"""Real ssh daemons for the multi-host tests: Debian's openssh-server with keys of the test's own.
+"""Real ssh daemons for multi-host jobs on one machine: Debian's openssh-server with keys of
+their own (``namespace_hosts.py``, ``host_faults.py``, and the launcher's tests).
 
 Each daemon gets its own host key, authorized key and config; MPI reaches it through an ssh
 wrapper script that names the client key (MPICH Hydra's ``-launcher-exec``, Open MPI's
@@ -61,7 +62,7 @@ def config(directory: Path, name: str, port: int, addresses: list[str]) -> Path:
 
 
 def wrapper(directory: Path, port: int) -> str:
-    """An ssh command that reaches the test's daemons without a prompt."""
+    """An ssh command that reaches the daemons of ``directory``'s keys without a prompt."""
     path = directory / "ssh"
     path.write_text(
         f"#!/bin/sh\nexec ssh -F /dev/null -p {port} -i {directory / 'client_key'} "
@@ -89,6 +90,7 @@ def wait_until_reachable(ssh: str, host: str, daemon: subprocess.Popen, log: Pat
 
 
 def stop(daemon: subprocess.Popen) -> None:
+    """Ends ``daemon``: SIGTERM, then SIGKILL after 10 s."""
     daemon.terminate()
     try:
         daemon.wait(timeout=10)
