@@ -1,0 +1,60 @@
+"""``calibration.json`` rewritten one part at a time: the other part is kept, and a family's
+trial parameters are there while a block runs and gone after it, whatever happens."""
+
+import json
+
+import pytest
+
+import hardware
+from popdist_emu import calibration
+
+SHARED = {"parameters": {"compute_efficiency": 0.3}, "rows": [{"system": "pod16"}]}
+FAMILY = {"parameters": {"compute_efficiency": 0.4, "host_sync_seconds": 0.1}, "rows": []}
+
+
+@pytest.fixture
+def path(tmp_path):
+    file = tmp_path / "calibration.json"
+    file.write_text(json.dumps({**SHARED, "families": {"BERT": FAMILY}}, indent=2) + "\n")
+    return file
+
+
+def test_the_shared_record_keeps_the_families(path):
+    calibration.write_shared_record({"parameters": {"compute_efficiency": 0.5}}, path)
+    stored = json.loads(path.read_text())
+    assert stored == {"parameters": {"compute_efficiency": 0.5}, "families": {"BERT": FAMILY}}
+
+
+def test_a_new_file_gets_the_shared_record_alone(tmp_path):
+    path = tmp_path / "calibration.json"
+    calibration.write_shared_record(SHARED, path)
+    assert json.loads(path.read_text()) == SHARED
+
+
+def test_a_family_record_keeps_the_shared_part_and_the_other_families(path):
+    calibration.write_family_record("ViT", {"parameters": {"compute_efficiency": 0.5}}, path)
+    stored = json.loads(path.read_text())
+    assert stored["parameters"] == SHARED["parameters"] and stored["rows"] == SHARED["rows"]
+    assert stored["families"]["BERT"] == FAMILY
+    assert stored["families"]["ViT"] == {"parameters": {"compute_efficiency": 0.5}}
+
+
+def test_trial_parameters_are_read_in_the_block_and_the_text_is_restored(path):
+    original = path.read_text()
+    trial = {"compute_efficiency": 0.45, "host_sync_seconds": 0.2}
+    with calibration.trial_family_parameters("BERT", trial, path):
+        assert hardware.load_parameters(path, model="BERT-large").compute_efficiency == 0.45
+    assert path.read_text() == original
+    with calibration.trial_family_parameters("BERT", None, path):
+        assert hardware.load_parameters(path, model="BERT-large").compute_efficiency == 0.3
+    assert path.read_text() == original
+
+
+def test_trial_parameters_are_gone_after_a_block_that_fails(path):
+    original = path.read_text()
+    with (
+        pytest.raises(RuntimeError, match="a run failed"),
+        calibration.trial_family_parameters("BERT", {"compute_efficiency": 0.9}, path),
+    ):
+        raise RuntimeError("a run failed")
+    assert path.read_text() == original
