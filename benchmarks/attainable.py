@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
-import validate  # this folder's: the rows and their published figures
+import published_rows  # this folder's: the rows and their published figures
 from scipy.optimize import linprog
 
 import hardware
@@ -70,17 +70,17 @@ class Bounds(NamedTuple):
         return 0.0
 
 
-def _pod(row: validate.Row) -> tuple[str, int]:
+def _pod(row: published_rows.Row) -> tuple[str, int]:
     return row.system, row.replicas
 
 
-def _items(row: validate.Row) -> float:
+def _items(row: published_rows.Row) -> float:
     """Items one step of the whole job processes."""
     return row.replicas * row.micro_batch * row.gradient_accumulation
 
 
 def attainable(
-    check: validate.Row, calibration: Sequence[validate.Row], tolerance: float
+    check: published_rows.Row, calibration: Sequence[published_rows.Row], tolerance: float
 ) -> Bounds:
     """The range of ``check``'s throughput over every model ``T = GA x u + F_pod`` (``u`` > 0,
     ``F_pod`` >= 0, non-decreasing with the replicas) that predicts each of ``calibration``
@@ -122,7 +122,7 @@ def attainable(
     return Bounds(_items(check) / longest, high, check.published)
 
 
-def bounded_rows(rows: Sequence[validate.Row], tolerance: float) -> list[dict]:
+def bounded_rows(rows: Sequence[published_rows.Row], tolerance: float) -> list[dict]:
     """Each check row's bounds from the calibration rows on its IPU with its micro-batch."""
     ipu = {row.system: hardware.get_system(row.system).ipu.name for row in rows}
     out = []
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 <= args.tolerance < 1:
         parser.error(f"--tolerance {args.tolerance}: give a fraction in [0, 1), e.g. 0.02")
     try:
-        rows = bounded_rows(validate.ROWS, args.tolerance)
+        rows = bounded_rows(published_rows.ROWS, args.tolerance)
     except ValueError as error:
         print(f"attainable.py: {error}", file=sys.stderr)
         return 2

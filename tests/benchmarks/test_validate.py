@@ -28,7 +28,7 @@ def profile():
 
 
 def test_the_stored_calibration_rows_are_what_the_model_predicts_with_their_parameters(profile):
-    stored = json.loads(hardware._parameters.CALIBRATION_FILE.read_text())["rows"]
+    stored = json.loads(hardware.CALIBRATION_FILE.read_text())["rows"]
     fitted = [row for row in validate.ROWS if row.fitted]
     assert [(r["system"], r["gradient_accumulation"]) for r in stored] == [
         (row.system, row.gradient_accumulation) for row in fitted
