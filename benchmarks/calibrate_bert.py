@@ -15,7 +15,7 @@ popart/bert.py``, ``bert_process_data``). The two parameters are the family's
 ``compute_efficiency`` and ``host_sync_seconds`` (the fixed cost of the host call that ends a
 step); every other parameter stays the ResNet-50 fit's (``benchmarks/calibrate.py``).
 
-Rows: the Mk2 MLPerf BERT-Large rows on one Pod, ``validate.BERT_CALIBRATION_ROWS`` (v1.0
+Rows: the Mk2 MLPerf BERT-Large rows on one Pod, ``bert_rows.BERT_CALIBRATION_ROWS`` (v1.0
 POD16 and POD64 on SDK 2.1, v1.1 POD16 and POD64 on SDK 2.3), each an offline run of
 ``examples/bert.py`` as Graphcore's configuration file sets it. The rows across Pods are left
 to the shared fit's GW-Link model, which they check: v1.1's POD128 row (with it in the fit,
@@ -29,9 +29,11 @@ proportional to ``1 / eta``; its compute-set and memory time, the collectives an
 update do not depend on either), so each row is run at two trial efficiencies to solve for
 its ``a`` and ``b``; the parameters then minimise the squared relative throughput error
 (``scipy.optimize.least_squares``), and each row is predicted again by a fit without it
-(leave-one-out). A last run at the fitted values checks the closed form against the model.
-The trial values are written to ``hardware/calibration.json`` while the runs read it (the
-file is restored afterwards unless ``--write`` stores the fit).
+(leave-one-out): ``popdist_emu.calibration``'s family fit, which this command feeds with the
+runs only the example can give. A last run at the fitted values checks the closed form
+against the model. The trial values are written to ``hardware/calibration.json`` while the
+runs read it (the file is restored afterwards unless ``--write`` stores the fit, with each
+row's ``a`` and ``b``, from which the fit can be made again without a run).
 
 Run::
 
@@ -47,73 +49,33 @@ References:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import sys
-from collections.abc import Iterator
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-import numpy as np
-from scipy.optimize import least_squares
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import validate
+import validate  # this folder's: an offline run of a row's example
+from bert_rows import BERT_CALIBRATION_ROWS
+from published_rows import ExampleRow
 
 import hardware
-import popdist_emu as popdist
-from hardware._parameters import CALIBRATION_FILE
+from popdist_emu import calibration
 
 FAMILY = "BERT"
 DATA = "MLPerf Training v1.0 and v1.1 Graphcore BERT-Large, Mk2 POD16 and POD64 (sequences/s)"
-TRIAL_SCALE = 1.25  # the second trial efficiency, relative to the shared one
 
 
-@contextlib.contextmanager
-def _family_parameters(values: dict[str, float] | None) -> Iterator[None]:
-    """``hardware/calibration.json`` with the family's parameters set to ``values`` (none:
-    the shared ones apply) while the block runs; the file's text is restored afterwards."""
-    original = CALIBRATION_FILE.read_text()
-    record = json.loads(original)
-    families = dict(record.get("families", {}))
-    families.pop(FAMILY, None)
-    if values is not None:
-        families[FAMILY] = {"parameters": values}
-    record["families"] = families
-    popdist.write_atomically(CALIBRATION_FILE, json.dumps(record, indent=2) + "\n")
-    try:
-        yield
-    finally:
-        popdist.write_atomically(CALIBRATION_FILE, original)
-
-
-def _reports(rows, values: dict[str, float] | None) -> list[dict]:
-    """Each row's example report with the family's parameters at ``values``."""
-    with _family_parameters(values), ThreadPoolExecutor(max_workers=2) as pool:
-        return list(pool.map(validate.run_example, rows))
-
-
-def _steps(rows, reports: list[dict]) -> list[tuple[float, float]]:
-    """Each row's simulated (step seconds, samples per step)."""
+def _steps(rows: Sequence[ExampleRow], values: dict[str, float] | None) -> list[tuple]:
+    """Each row's simulated (step seconds, samples per step) and its example's report, with
+    the family's parameters at ``values`` (None: the shared ones)."""
+    with (
+        calibration.trial_family_parameters(FAMILY, values),
+        ThreadPoolExecutor(max_workers=2) as pool,
+    ):
+        reports = list(pool.map(validate.run_example, rows))
     return [
-        (r["simulated_step_seconds"], r[row.figure] * r["simulated_step_seconds"])
+        (r["simulated_step_seconds"], r[row.figure] * r["simulated_step_seconds"], r)
         for r, row in zip(reports, rows, strict=True)
     ]
-
-
-def _predict(terms: np.ndarray, eta: float, sync: float) -> np.ndarray:
-    """Steps of the rows from their ``(a, b, samples)`` terms."""
-    return terms[:, 2] / (terms[:, 0] / eta + terms[:, 1] + sync)
-
-
-def _fit(terms: np.ndarray, published: np.ndarray, start: tuple[float, float]):
-    def residuals(x):
-        return _predict(terms, *np.exp(x)) / published - 1.0
-
-    lower, upper = np.log([1e-3, 1e-6]), np.log([1.0, 10.0])
-    result = least_squares(residuals, np.log(start), bounds=(lower, upper), method="trf")
-    return tuple(float(v) for v in np.exp(result.x))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -121,50 +83,36 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="store the fit in calibration.json")
     args = parser.parse_args(argv)
 
-    rows = validate.BERT_CALIBRATION_ROWS
+    rows = BERT_CALIBRATION_ROWS
     shared = hardware.load_parameters()
-    eta1, sync = shared.compute_efficiency, shared.host_sync_seconds
-    eta2 = min(eta1 * TRIAL_SCALE, 1.0)
-    first = _steps(rows, _reports(rows, None))
-    second = _steps(rows, _reports(rows, {"compute_efficiency": eta2, "host_sync_seconds": sync}))
-    terms = []
-    for (t1, samples), (t2, _) in zip(first, second, strict=True):
-        a = (t1 - t2) / (1 / eta1 - 1 / eta2)
-        terms.append((a, t1 - a / eta1 - sync, samples))
-    terms_array = np.array(terms)
-    published = np.array([row.published for row in rows])
-    eta, host_sync = _fit(terms_array, published, (eta1, 0.05))
-    predicted = _predict(terms_array, eta, host_sync)
-    loo = []
-    for i in range(len(rows)):
-        keep = [j for j in range(len(rows)) if j != i]
-        held = _fit(terms_array[keep], published[keep], (eta, host_sync))
-        loo.append(float(_predict(terms_array[[i]], *held)[0]))
-    fitted = {"compute_efficiency": eta, "host_sync_seconds": host_sync}
-    final = _reports(rows, fitted)
-    checked = _steps(rows, final)
-    share = max(r["fixed_cost_share"] for r in final)  # hardware._uncertainty
-    records = []
-    for i, row in enumerate(rows):
+    eta1, eta2 = calibration.trial_efficiencies(shared.compute_efficiency)
+    sync = shared.host_sync_seconds
+    first = _steps(rows, None)
+    second = _steps(rows, {"compute_efficiency": eta2, "host_sync_seconds": sync})
+    fitted_rows = []
+    for row, (t1, samples, _), (t2, _, _) in zip(rows, first, second, strict=True):
         launch = row.launch.split()
-        model = checked[i][1] / checked[i][0]
-        record = {
-            "row": row.key,
-            "system": launch[1],
-            "replicas": int(launch[3]),
-            "gradient_accumulation": row.value("--gradient-accumulation"),
-            "published_samples_per_second": row.published,
-            "predicted_samples_per_second": round(model, 1),
-            "error": round(model / row.published - 1.0, 4),
-            "closed_form_predicted": round(float(predicted[i]), 1),
-            "leave_one_out_predicted": round(loo[i], 1),
-            "leave_one_out_error": round(loo[i] / row.published - 1.0, 4),
-        }
-        records.append(record)
-        print(json.dumps(record), flush=True)
+        terms = calibration.solve_step_terms((t1, t2), (eta1, eta2), sync, samples)
+        fitted_rows.append(
+            calibration.FamilyRow(
+                row.key,
+                launch[1],
+                int(launch[3]),
+                row.value("--gradient-accumulation"),
+                row.published,
+                terms,
+            )
+        )
+    fit = calibration.calibrate_family(fitted_rows, eta1)
+    final = _steps(rows, fit.parameters)
+    model = [samples / seconds for seconds, samples, _ in final]
+    share = max(report["fixed_cost_share"] for _, _, report in final)  # hardware's
+    records = fit.row_records(model)
+    for record in records:
+        print(json.dumps({k: v for k, v in record.items() if k != "closed_form_terms"}), flush=True)
     summary = {
         "family": FAMILY,
-        "parameters": fitted,
+        "parameters": fit.parameters,
         "shared_compute_efficiency": eta1,
         "fixed_cost_share": round(share, 4),
         "max_abs_error": max(abs(r["error"]) for r in records),
@@ -172,15 +120,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(json.dumps(summary), flush=True)
     if args.write:
-        record = json.loads(CALIBRATION_FILE.read_text())
-        record.setdefault("families", {})[FAMILY] = {
-            "parameters": fitted,
-            "fitted_by": "python benchmarks/calibrate_bert.py --write",
-            "data": DATA,
-            "fixed_cost_share": round(share, 4),
-            "rows": [{k: v for k, v in r.items() if k != "closed_form_predicted"} for r in records],
-        }
-        popdist.write_atomically(CALIBRATION_FILE, json.dumps(record, indent=2) + "\n")
+        record = calibration.family_record(
+            fit,
+            model,
+            fitted_by="python benchmarks/calibrate_bert.py --write",
+            data=DATA,
+            fixed_cost_share=share,
+        )
+        calibration.write_family_record(FAMILY, record)
     return 0
 
 
