@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from source_imports import imports, literal_all
 
 import popdist_emu
 
@@ -36,38 +37,6 @@ ALLOWED = {
 MAX_LINES = 450
 
 
-def _literal_all(path: pathlib.Path) -> list[str]:
-    """A face's ``__all__`` as a type checker reads it: a literal list, extended only by
-    ``__all__ += module.__all__`` of a module the face imports (one list of names, written
-    once, as the PopDist API's)."""
-    tree = ast.parse(path.read_text())
-    modules = {
-        alias.asname or alias.name: f"{node.module}.{alias.name}"
-        for node in tree.body
-        if isinstance(node, ast.ImportFrom) and node.module
-        for alias in node.names
-    }
-    names: list[str] | None = None
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(
-            isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets
-        ):
-            names = list(ast.literal_eval(node.value))
-        elif (
-            isinstance(node, ast.AugAssign)
-            and isinstance(node.target, ast.Name)
-            and node.target.id == "__all__"
-            and names is not None
-        ):
-            value = node.value
-            assert isinstance(value, ast.Attribute) and value.attr == "__all__", ast.dump(node)
-            assert isinstance(value.value, ast.Name), ast.dump(node)
-            names += importlib.import_module(modules[value.value.id]).__all__
-    if names is None:
-        raise AssertionError(f"{path} has no literal __all__")
-    return names
-
-
 def _lazy_homes() -> dict[str, str]:
     """Each name of ``popdist_emu``'s face -> the module that defines it (a star import's
     names -> that module)."""
@@ -84,35 +53,11 @@ def _lazy_homes() -> dict[str, str]:
 
 
 def _imports(path: pathlib.Path) -> list[tuple[int, str, list[str]]]:
-    """Every module ``path`` takes names from, as ``(line, module, names)``.
-
-    ``from X import a`` gives ``X`` with ``a``; ``import X`` (or ``import X.Y as z``) gives the
-    module and every attribute the file reads from it (``X.a`` gives ``a``), so a layer is
-    also crossed through attribute access. A name of ``popdist_emu``'s face counts as an
-    import of the sub-package that defines it.
-    """
-    tree = ast.parse(path.read_text())
-    found: list[tuple[int, str, list[str]]] = []
-    bound: dict[str, str] = {}  # a name bound by ``import X`` -> X
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.append((node.lineno, node.module, [a.name for a in node.names]))
-        elif isinstance(node, ast.Import):
-            for alias in node.names:
-                found.append((node.lineno, alias.name, []))
-                bound[alias.asname or alias.name.split(".")[0]] = (
-                    alias.name if alias.asname else alias.name.split(".")[0]
-                )
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Attribute)
-            and isinstance(node.value, ast.Name)
-            and node.value.id in bound
-        ):
-            found.append((node.lineno, bound[node.value.id], [node.attr]))
+    """Every module ``path`` takes names from (``source_imports.imports``), where a name of
+    ``popdist_emu``'s face counts as an import of the sub-package that defines it."""
     homes = _lazy_homes()
     resolved = []
-    for line, module, names in found:
+    for line, module, names in imports(path):
         if module == "popdist_emu":
             for name in names:
                 resolved.append((line, homes.get(name, f"popdist_emu.{name}"), [name]))
@@ -126,7 +71,7 @@ def test_the_sub_packages_are_the_layered_ones():
 
 
 def test_top_level_all_is_static_and_every_name_imports():
-    names = _literal_all(PACKAGE / "__init__.py")
+    names = literal_all(PACKAGE / "__init__.py")
     assert names == popdist_emu.__all__
     assert len(names) == len(set(names))
     for name in names:
@@ -149,7 +94,7 @@ def test_type_checkers_see_every_lazy_name_and_all_names_each():
 @pytest.mark.parametrize("name", SUBPACKAGES)
 def test_each_sub_package_exports_what_its_all_names(name):
     module = importlib.import_module(f"popdist_emu.{name}")
-    names = _literal_all(PACKAGE / name / "__init__.py")
+    names = literal_all(PACKAGE / name / "__init__.py")
     assert names == module.__all__
     for exported in names:
         try:
