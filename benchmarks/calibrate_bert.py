@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     fit = calibration.calibrate_family(fitted_rows, eta1)
     final = _steps(rows, fit.parameters)
     model = [samples / seconds for seconds, samples, _ in final]
-    share = max(report["fixed_cost_share"] for _, _, report in final)  # hardware's
+    share = max(report["fixed_cost_share"] for _, _, report in final)  # hardware.fixed_cost_share
     records = fit.row_records(model)
     for record in records:
         print(json.dumps({k: v for k, v in record.items() if k != "closed_form_terms"}), flush=True)
