@@ -15,7 +15,6 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import subprocess
@@ -27,11 +26,13 @@ ROOT = Path(__file__).resolve().parents[1]
 NUM_REPLICAS, NUM_INSTANCES = 16, 4
 
 
-def _example():
-    spec = importlib.util.spec_from_file_location("example_train", ROOT / "examples" / "train.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _network():
+    """The network examples/train.py trains, from the examples' package."""
+    if str(ROOT / "examples") not in sys.path:
+        sys.path.insert(0, str(ROOT / "examples"))
+    import pipelined_training
+
+    return pipelined_training
 
 
 def _time_steps(run_step, args: argparse.Namespace) -> float:
@@ -55,13 +56,14 @@ def run_emulator(args: argparse.Namespace) -> dict:
     """Inside poprun-emu: the Trainer on this instance's replicas."""
     import optax
 
-    import popdist_emu as popdist
+    import popdist_emu
 
-    train = _example()
-    options = popdist.Options()
-    trainer = popdist.Trainer(train.loss_fn, optax.adamw(1e-3), train.init_params(0), options)
-    data = popdist.load_digits_split()
-    loader = popdist.ReplicaLoader(
+    net = _network()
+    options = popdist_emu.Options()
+    params = net.init_tutorial_params(0)
+    trainer = popdist_emu.Trainer(net.tutorial_loss, optax.adamw(1e-3), params, options)
+    data = popdist_emu.load_digits_split()
+    loader = popdist_emu.ReplicaLoader(
         (data.train_images, data.train_labels), args.micro_batch_size, options
     )
     seconds = _time_steps(lambda c: trainer.step(loader.batch(c)), args)
@@ -79,23 +81,24 @@ def run_plain(args: argparse.Namespace) -> dict:
     import jax
     import optax
 
-    import popdist_emu as popdist
+    import popdist_emu
 
-    train = _example()
+    net = _network()
     optimiser = optax.adamw(1e-3)
-    params = train.init_params(0)
+    params = net.init_tutorial_params(0)
     state = [params, optimiser.init(params)]
 
     @jax.jit
     def step(params, opt_state, images, labels):
-        loss, grads = jax.value_and_grad(train.loss_fn)(params, (images, labels))
+        loss, grads = jax.value_and_grad(net.tutorial_loss)(params, (images, labels))
         updates, opt_state = optimiser.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
     global_batch = args.micro_batch_size * NUM_REPLICAS
-    options = popdist.Options(replication_factor=1)
-    data = popdist.load_digits_split()
-    loader = popdist.ReplicaLoader((data.train_images, data.train_labels), global_batch, options)
+    options = popdist_emu.Options(replication_factor=1)
+    data = popdist_emu.load_digits_split()
+    batches = (data.train_images, data.train_labels)
+    loader = popdist_emu.ReplicaLoader(batches, global_batch, options)
 
     def run_step(call: int) -> None:
         images, labels = loader.batch(call)

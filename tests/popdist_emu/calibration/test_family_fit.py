@@ -1,11 +1,14 @@
-"""A family's closed-form fit: two trial runs give a row's terms, and the fit recovers the
-parameters that made the rows."""
+"""A family's closed-form fit: its algebra, and the shipped BERT family's record, whose stored
+terms give the stored parameters, errors and leave-one-out errors again without a run."""
+
+import json
 
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import hardware
 from popdist_emu import calibration
 
 PARAMETER_RELATIVE = 1e-6
@@ -46,3 +49,73 @@ def test_the_fit_finds_the_parameters_that_made_the_rows_and_predicts_them_exact
     assert fit.parameters == pytest.approx({"compute_efficiency": 0.42, "host_sync_seconds": 0.11})
     np.testing.assert_allclose(fit.predicted, published, rtol=1e-9)
     np.testing.assert_allclose(fit.leave_one_out, published, rtol=1e-6)
+
+
+def _stored_family(name="BERT"):
+    stored = json.loads(hardware.CALIBRATION_FILE.read_text())
+    return stored, stored["families"][name]
+
+
+def mismatches(fit: calibration.FamilyCalibration, record: dict) -> list[str]:
+    """What of the family's ``record`` its fit ``fit`` does not give again."""
+    found = []
+    for name, value in fit.parameters.items():
+        if value != pytest.approx(record["parameters"][name], rel=PARAMETER_RELATIVE):
+            found.append(f"{name}: fitted {value!r}, stored {record['parameters'][name]!r}")
+    for row, predicted, loo, kept in zip(
+        fit.rows, fit.predicted, fit.leave_one_out, record["rows"], strict=True
+    ):
+        figures = {
+            "predicted_samples_per_second": predicted,
+            "error": predicted / row.published - 1.0,
+            "leave_one_out_predicted": loo,
+            "leave_one_out_error": loo / row.published - 1.0,
+        }
+        for key, value in figures.items():
+            if abs(value - kept[key]) > ROUNDING[key] * (1 + 1e-6):
+                found.append(f"{row.row} {key}: fitted {value!r}, stored {kept[key]!r}")
+    return found
+
+
+def _refit(stored, family):
+    rows = [calibration.FamilyRow.from_record(r) for r in family["rows"]]
+    return calibration.calibrate_family(rows, stored["parameters"]["compute_efficiency"])
+
+
+def test_the_shipped_bert_fit_is_what_its_stored_terms_give_again():
+    """The closed form is exact, so the stored terms give the model's predictions at the
+    fitted parameters (stored from runs) to their rounding."""
+    stored, family = _stored_family()
+    assert mismatches(_refit(stored, family), family) == [], (
+        "run python benchmarks/calibrate_bert.py --write"
+    )
+
+
+@pytest.mark.parametrize(
+    ("key", "change"),
+    [("host_sync_seconds", 1 + 1e-5), ("error", 1.01), ("leave_one_out_predicted", 1.0001)],
+)
+def test_the_comparison_sees_one_stored_value_changed(key, change):
+    stored, family = _stored_family()
+    fit = _refit(stored, family)
+    edited = json.loads(json.dumps(family))
+    target = edited["parameters"] if key in edited["parameters"] else edited["rows"][1]
+    target[key] = target[key] * change
+    assert mismatches(fit, edited) != []
+
+
+def test_the_record_keeps_the_terms_and_leaves_the_closed_form_prediction_to_the_output():
+    stored, family = _stored_family()
+    fit = _refit(stored, family)
+    model = [r["predicted_samples_per_second"] for r in family["rows"]]
+    record = calibration.family_record(
+        fit,
+        model,
+        fitted_by=family["fitted_by"],
+        data=family["data"],
+        fixed_cost_share=family["fixed_cost_share"],
+    )
+    assert set(record) == set(family)
+    assert [calibration.FamilyRow.from_record(r) for r in record["rows"]] == list(fit.rows)
+    assert all("closed_form_predicted" not in r for r in record["rows"])
+    assert all("closed_form_predicted" in r for r in fit.row_records(model))
