@@ -210,10 +210,10 @@ def _run(
     report |= {
         "simulated_step_seconds": simulation.simulated_step_seconds,
         "samples_per_second": simulation.samples_per_second,
-        "bubble_fraction": simulation.pipeline.bubble_fraction,
-        "balance": simulation.pipeline.balance,
+        "bubble_fraction": simulation.replica.bubble_fraction,
+        "balance": simulation.replica.balance,
         "fixed_cost_share": hardware.fixed_cost_share(simulation),
-        "memory_per_ipu": [m.total for m in simulation.pipeline.ipu_memory],
+        "memory_per_ipu": [m.total for m in simulation.replica.ipu_memory],
         "system": simulation.system.name,
         "wall_seconds": round(time.perf_counter() - start, 3),
     }

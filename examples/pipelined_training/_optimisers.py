@@ -47,11 +47,13 @@ def in_float32(
     def init(params: Any) -> Any:
         return store(inner.init(cast(params, jnp.float32)))
 
-    def update(grads: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+    # The names are optax's TransformUpdateFn's: (updates, state, params).
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
         weights = None if params is None else cast(params, jnp.float32)
-        updates, state = inner.update(cast(grads, jnp.float32), cast(state, jnp.float32), weights)
-        updates = jax.tree.map(lambda u, g: u.astype(g.dtype), updates, grads)
-        return updates, store(state)
+        grads = updates
+        steps, state = inner.update(cast(grads, jnp.float32), cast(state, jnp.float32), weights)
+        steps = jax.tree.map(lambda u, g: u.astype(g.dtype), steps, grads)
+        return steps, store(state)
 
     return optax.GradientTransformation(init, update)
 

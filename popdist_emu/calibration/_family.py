@@ -152,7 +152,7 @@ def calibrate_family(rows: Sequence[FamilyRow], shared_efficiency: float) -> Fam
         held = fit_family([terms[j] for j in keep], [published[j] for j in keep], (eta, sync))
         loo.append(float(predict_family(terms[i : i + 1], *held)[0]))
     predicted = tuple(float(p) for p in predict_family(terms, eta, sync))
-    parameters = dict(zip(FAMILY_PARAMETERS, (eta, sync), strict=True))
+    parameters: dict[str, float] = dict(zip(FAMILY_PARAMETERS, (eta, sync), strict=True))
     return FamilyCalibration(rows, parameters, predicted, tuple(loo))
 
 
