@@ -13,20 +13,24 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Protocol, cast
 
 import numpy as np
+import numpy.typing as npt
 
 from gcl._buffers import POOL
 from gcl._dataflow import run_items
 from gcl._gathered import gather_if_small
 from gcl._groups import Group, as_group, groups_of
-from gcl._pytree import Layout, flatten, layout_of, pack_rows, unflatten, unpack
+from gcl._pytree import Layout, TreeDef, flatten, layout_of, pack_rows, unflatten, unpack
 from gcl._recording import record
 from gcl._reduce_scatter import group_index, piece_cols
-from gcl._routes import all_gather_items, collective_method
-from gcl._transport import deadline_of, transport_for
+from gcl._routes import Item, all_gather_items, collective_method
+from gcl._transport import Transport, deadline_of, transport_for
 from gcl._validation import Call, validate
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 
 def all_gather_packed(
@@ -34,7 +38,7 @@ def all_gather_packed(
     rows: list[list[np.ndarray]],
     layout: Layout,
     group: Group,
-    transport: Any,
+    transport: Transport | None,
     deadline: float,
     what: str,
 ) -> dict[int, list[np.ndarray]]:
@@ -53,7 +57,7 @@ def all_gather_packed(
         for g in local_groups(call, group)
     }
 
-    def source(it: Any) -> np.ndarray:
+    def source(it: Item) -> np.ndarray:
         owner = groups[it.group][it.position] - offset
         return rows[owner][it.dtype][it.col0 : it.col1]
 
@@ -69,12 +73,12 @@ def local_groups(call: Call, group: Group) -> list[int]:
 
 
 def run_copy_items(
-    transport: Any,
-    items: Sequence[Any],
+    transport: Transport | None,
+    items: Sequence[Item],
     call: Call,
     out: dict[int, list[np.ndarray]],
-    row_of: Callable[[Any], int],
-    source: Callable[[Any], np.ndarray],
+    row_of: Callable[[Item], int],
+    source: Callable[[Item], np.ndarray],
     deadline: float,
     what: str,
 ) -> None:
@@ -104,30 +108,42 @@ def run_copy_items(
     )
 
 
-def _like_shapes(like: Any) -> tuple[list[tuple[tuple[int, ...], np.dtype]], Any]:
+class _ShapeDtype(Protocol):
+    """What ``like`` may give instead of an array (``jax.ShapeDtypeStruct``)."""
+
+    @property
+    def shape(self) -> tuple[int, ...]: ...
+
+    @property
+    def dtype(self) -> npt.DTypeLike: ...
+
+
+def _like_shapes(like: object) -> tuple[list[tuple[tuple[int, ...], np.dtype]], TreeDef]:
     specs, treedef = flatten(_map_specs(like))
     return [(tuple(s.shape), s.dtype) for s in specs], treedef
 
 
-def _map_specs(like: Any) -> Any:
+def _map_specs(like: object) -> object:
     """Replace ShapeDtypeStruct-like leaves by zero-stride arrays (no memory) for flattening."""
     if isinstance(like, dict):
         return {k: _map_specs(v) for k, v in like.items()}
     if isinstance(like, tuple) and hasattr(type(like), "_fields"):
-        return type(like)(*(_map_specs(v) for v in like))
+        make = cast("Callable[..., object]", type(like))  # a NamedTuple: fields by position
+        return make(*(_map_specs(v) for v in like))
     if isinstance(like, list | tuple):
         return type(like)(_map_specs(v) for v in like)
     if hasattr(like, "shape") and hasattr(like, "dtype") and not hasattr(like, "__array__"):
-        return np.broadcast_to(np.zeros((), np.dtype(like.dtype)), tuple(like.shape))
+        spec = cast("_ShapeDtype", like)
+        return np.broadcast_to(np.zeros((), np.dtype(spec.dtype)), tuple(spec.shape))
     return like
 
 
 def all_gather(
-    shards: Sequence[Any],
+    shards: Sequence[object],
     *,
-    like: Any,
+    like: object,
     group: Group | None = None,
-    comm: Any = None,
+    comm: MPI.Comm | None = None,
     timeout: float | None = None,
 ) -> list:
     """Rebuild full leaves from the shards of every member of each group.
@@ -177,18 +193,18 @@ def all_gather(
             f"{[leaf.dtype.name for leaf in call.leaves[0]]}; pass the output of "
             f"gcl.reduce_scatter with the same group."
         )
-    call, transport, mine = gather_if_small(
+    call, messaging, mine = gather_if_small(
         call, None if single else transport, deadline, "all_gather"
     )
     rows = [pack_rows(leaves, layout) for leaves in call.leaves]
-    out = all_gather_packed(call, rows, layout, group, transport, deadline, "all_gather")
+    out = all_gather_packed(call, rows, layout, group, messaging, deadline, "all_gather")
     result = finish_replicas(call, out, layout, group, like_tree)[mine]
     gathered = sum(math.prod(shape) * np.dtype(d).itemsize for shape, d in like_specs)
     record("all_gather", collective_method("all_gather", 0, size), group, gathered, started=started)
     return result
 
 
-def finish_replicas(call: Call, out: dict, layout: Layout, group: Group, treedef: Any) -> list:
+def finish_replicas(call: Call, out: dict, layout: Layout, group: Group, treedef: TreeDef) -> list:
     """Per local replica, its group's full leaves as a read-only pytree (shared per group)."""
     index = group_index(group, call.num_replicas)
     trees = {}

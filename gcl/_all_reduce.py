@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from gcl._all_gather import all_gather_packed, finish_replicas
 from gcl._groups import Group
@@ -17,14 +17,17 @@ from gcl._operators import Operator
 from gcl._recording import record
 from gcl._reduce_scatter import reduce_scatter_replicas
 
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 
 def all_reduce(
-    values: Sequence[Any],
+    values: Sequence[object],
     op: str | Operator = "add",
     *,
     method: str = "auto",
     group: Group | None = None,
-    comm: Any = None,
+    comm: MPI.Comm | None = None,
     timeout: float | None = None,
 ) -> list:
     """Reduce every leaf over each group of replicas; every member gets the full result.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -19,17 +19,20 @@ from gcl._groups import Group, as_group, groups_of
 from gcl._pytree import layout_of, pack
 from gcl._recording import record
 from gcl._reduce_scatter import piece_cols
-from gcl._routes import broadcast_items, collective_method
+from gcl._routes import Item, broadcast_items, collective_method
 from gcl._transport import deadline_of, transport_for
 from gcl._validation import validate
 
+if TYPE_CHECKING:
+    from mpi4py import MPI
+
 
 def broadcast(
-    values: Sequence[Any],
+    values: Sequence[object],
     *,
     root: int = 0,
     group: Group | None = None,
-    comm: Any = None,
+    comm: MPI.Comm | None = None,
     timeout: float | None = None,
 ) -> list:
     """Give every replica the value of the replica at position ``root`` of its group.
@@ -61,7 +64,7 @@ def broadcast(
             f"gcl.broadcast: `root` is a position within the group, expected an integer in "
             f"[0, {size}), got {root!r}; pass e.g. root=0."
         )
-    call, transport, mine = gather_if_small(
+    call, messaging, mine = gather_if_small(
         call, None if single else transport, deadline, "broadcast"
     )
     layout = layout_of([(leaf.shape, leaf.dtype) for leaf in call.leaves[0]], 1)
@@ -77,13 +80,13 @@ def broadcast(
 
     packed: dict[int, list[np.ndarray]] = {}
 
-    def source(it: Any) -> np.ndarray:
+    def source(it: Item) -> np.ndarray:
         root_replica = groups[it.group][root] - offset
         if root_replica not in packed:
             packed[root_replica] = pack(call.leaves[root_replica], layout)
         return packed[root_replica][it.dtype][0, it.col0 : it.col1]
 
-    run_copy_items(transport, items, call, out, lambda it: 0, source, deadline, "broadcast")
+    run_copy_items(messaging, items, call, out, lambda it: 0, source, deadline, "broadcast")
     result = finish_replicas(call, out, layout, group, call.treedef)[mine]
     nbytes = sum(leaf.nbytes for leaf in call.leaves[0])
     record(

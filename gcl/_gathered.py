@@ -11,10 +11,10 @@ so the shortcut changes the speed, never the result.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 import numpy as np
 
+from gcl._transport import Transport
 from gcl._validation import Call
 
 # Gather when every replica's data together is at most this many bytes.
@@ -31,8 +31,8 @@ def _offsets(leaves: list[np.ndarray]) -> tuple[list[int], int]:
 
 
 def gather_if_small(
-    call: Call, transport: Any, deadline: float, what: str
-) -> tuple[Call, Any, slice]:
+    call: Call, transport: Transport | None, deadline: float, what: str
+) -> tuple[Call, Transport | None, slice]:
     """The call to run, its transport, and which of its replicas' results are this instance's.
 
     Returns ``call`` unchanged when there is one instance or the data is large; otherwise a

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any, NamedTuple
+from collections.abc import Iterator
+from typing import Any, NamedTuple, TypeGuard
 
 import numpy as np
 
@@ -57,15 +58,15 @@ class TreeDef(NamedTuple):
         return str(self.meta)
 
 
-def _is_namedtuple(x: Any) -> bool:
+def _is_namedtuple(x: object) -> TypeGuard[tuple[object, ...]]:
     return isinstance(x, tuple) and hasattr(type(x), "_fields")
 
 
-def _as_leaf(x: Any) -> np.ndarray:
+def _as_leaf(x: object) -> np.ndarray:
     return np.asarray(x)
 
 
-def _walk(x: Any, leaves: list[np.ndarray]) -> TreeDef:
+def _walk(x: object, leaves: list[np.ndarray]) -> TreeDef:
     if x is None:
         return TreeDef("none", None, ())
     if isinstance(x, dict):
@@ -87,7 +88,7 @@ def _walk(x: Any, leaves: list[np.ndarray]) -> TreeDef:
     return TreeDef("leaf", None, ())
 
 
-def flatten(tree: Any) -> tuple[list[np.ndarray], TreeDef]:
+def flatten(tree: object) -> tuple[list[np.ndarray], TreeDef]:
     """Leaves (as numpy arrays, in a deterministic order) and the structure of ``tree``."""
     # Module-level recursion, not a recursive closure: a closure that refers to itself is a
     # reference cycle that would keep the leaves (and pooled buffers) alive until gc runs.
@@ -96,7 +97,7 @@ def flatten(tree: Any) -> tuple[list[np.ndarray], TreeDef]:
     return leaves, treedef
 
 
-def _build(t: TreeDef, it: Any) -> Any:
+def _build(t: TreeDef, it: Iterator[np.ndarray]) -> Any:
     if t.kind == "leaf":
         return next(it)
     if t.kind == "none":
@@ -113,7 +114,7 @@ def _build(t: TreeDef, it: Any) -> Any:
     return t.meta.unflatten(children)
 
 
-def unflatten(treedef: TreeDef, leaves: list[Any]) -> Any:
+def unflatten(treedef: TreeDef, leaves: list[np.ndarray]) -> Any:
     """Rebuild a tree of ``treedef``'s structure from ``leaves`` (in flatten order)."""
     return _build(treedef, iter(leaves))
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
@@ -22,8 +22,11 @@ from gcl._operators import Operator, as_operator, check_dtype, combine_into, fin
 from gcl._pytree import Layout, layout_of, pack, unflatten, unpack_rows
 from gcl._recording import record
 from gcl._routes import Item, as_method, collective_method, reduce_scatter_items
-from gcl._transport import deadline_of, transport_for
+from gcl._transport import Transport, deadline_of, transport_for
 from gcl._validation import Call, validate
+
+if TYPE_CHECKING:
+    from mpi4py import MPI
 
 # Pieces of this many bytes are pipelined: one is combined while the next is in flight.
 PIECE_BYTES = int(os.environ.get("GCL_EMU_PIECE_BYTES", str(1 << 20)))
@@ -65,7 +68,7 @@ def reduce_scatter_packed(
     op: Operator,
     method: str,
     group: Group,
-    transport: Any,
+    transport: Transport | None,
     deadline: float,
     what: str,
 ) -> list[list[np.ndarray]]:
@@ -134,15 +137,15 @@ def reduce_scatter_packed(
 
 
 def prepare(
-    values: Sequence[Any],
+    values: Sequence[object],
     what: str,
     arg: str,
     options: str,
     op: Operator,
     group: Group,
-    comm: Any,
+    comm: MPI.Comm | None,
     timeout: float | None,
-) -> tuple[Call, Layout, Any, float]:
+) -> tuple[Call, Layout, Transport | None, float]:
     """Validate a reducing collective's call.
 
     Returns:
@@ -162,12 +165,12 @@ def prepare(
 
 
 def reduce_scatter(
-    values: Sequence[Any],
+    values: Sequence[object],
     op: str | Operator = "add",
     *,
     method: str = "auto",
     group: Group | None = None,
-    comm: Any = None,
+    comm: MPI.Comm | None = None,
     timeout: float | None = None,
 ) -> list:
     """Reduce over each group and give every replica its shard of the result.
@@ -201,7 +204,7 @@ class Scattered(NamedTuple):
     call: Call
     layout: Layout
     group: Group
-    transport: Any
+    transport: Transport | None
     deadline: float
     rows: list  # per replica of the (possibly gathered) call: its reduced shard rows
     mine: slice  # which of ``rows`` belong to this instance's replicas
@@ -210,12 +213,12 @@ class Scattered(NamedTuple):
 
 
 def reduce_scatter_replicas(
-    values: Sequence[Any],
+    values: Sequence[object],
     what: str,
     op: str | Operator,
     method: str,
     group: Group | None,
-    comm: Any,
+    comm: MPI.Comm | None,
     timeout: float | None,
 ) -> Scattered:
     """Validates a call, then ring reduce-scatters it: the first half of an all-reduce too."""

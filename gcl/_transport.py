@@ -26,13 +26,17 @@ import contextlib
 import os
 import sys
 import time
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from contract import DEFAULT_GCL_TIMEOUT_S as _UNSET_TIMEOUT_S
 from contract import ENV_GCL_ON_FAILURE, ENV_GCL_TIMEOUT
 from gcl._waiting import ANNOUNCE_WAIT_S, WAITING_FILE, done_waiting, record_waiting
+
+if TYPE_CHECKING:  # mpi4py.MPI initializes MPI when imported: only on first use
+    from mpi4py import MPI
 
 # The launcher's --collective-timeout sets GCL_EMU_TIMEOUT for every instance.
 DEFAULT_TIMEOUT_S = float(os.environ.get(ENV_GCL_TIMEOUT, _UNSET_TIMEOUT_S))
@@ -109,7 +113,9 @@ def _install_abort_hook() -> None:
     if getattr(previous, "_gcl_aborts", False):
         return
 
-    def abort_on_uncaught(kind: type, value: BaseException, traceback: Any) -> None:
+    def abort_on_uncaught(
+        kind: type[BaseException], value: BaseException, traceback: TracebackType | None
+    ) -> None:
         previous(kind, value, traceback)
         if _in_parallel_job():
             _abort(1)
@@ -130,10 +136,11 @@ class Transport:
             (on first use) so the collectives' messages never mix with the user's.
     """
 
-    def __init__(self, comm: Any = None) -> None:
+    def __init__(self, comm: MPI.Comm | None = None) -> None:
         self._user_comm = comm
-        self._comm: Any = None
-        self._control: Any = None  # leaving notices and the final barrier (default only)
+        self._comm: MPI.Comm | None = None
+        # Leaving notices and the final barrier (default only).
+        self._control: MPI.Comm | None = None
         self._owned = False
         self.broken = False  # a wait timed out: requests may still be pending
         # Collectives this instance has begun; its leaving notice carries the count, so a
@@ -143,27 +150,28 @@ class Transport:
         self._gone: dict[int, int] = {}  # peer -> collectives it had begun when it left
 
     @property
-    def _base(self) -> Any:
+    def _base(self) -> MPI.Comm:
         if self._user_comm is not None:
             return self._user_comm
         from mpi4py import MPI
 
         return MPI.COMM_WORLD
 
-    def connect(self, deadline: float, what: str) -> None:
-        """Duplicate COMM_WORLD on first use, with a bounded wait (Idup, not Dup: a blocking
-        Dup would hang if a peer never arrives)."""
+    def connect(self, deadline: float, what: str) -> MPI.Comm:
+        """The communicator in use: COMM_WORLD duplicated on first use, with a bounded wait
+        (Idup, not Dup: a blocking Dup would hang if a peer never arrives)."""
         if self._comm is not None:
-            return
+            return self._comm
         if self._user_comm is not None:
             self._comm = self._user_comm
-            return
+            return self._comm
         comm, request = self._base.Idup()
         control, control_request = self._base.Idup()
         self.wait_all([request, control_request], [-1, -1], deadline, what)
         self._comm = comm
         self._control = control
         self._owned = True
+        return comm
 
     def begin(self, deadline: float, what: str) -> None:
         """One collective begins: connect (first time) and count it."""
@@ -217,10 +225,10 @@ class Transport:
         self.close()
 
     @property
-    def comm(self) -> Any:
+    def comm(self) -> MPI.Comm:
         """The communicator in use (the private duplicate once connected)."""
         if self._comm is None:
-            self.connect(deadline_of(None), "connect")
+            return self.connect(deadline_of(None), "connect")
         return self._comm
 
     @property
@@ -235,7 +243,8 @@ class Transport:
 
     def close(self) -> None:
         """Free the private duplicate (the user's communicator is left alone)."""
-        if self._owned and self._comm is not None:
+        # Owned: both duplicates exist.
+        if self._owned and self._comm is not None and self._control is not None:
             from mpi4py import MPI
 
             if not MPI.Is_finalized():
@@ -245,14 +254,14 @@ class Transport:
         self._control = None
         self._owned = False
 
-    def isend(self, buf: np.ndarray, dest: int, tag: int) -> Any:
+    def isend(self, buf: np.ndarray, dest: int, tag: int) -> MPI.Request:
         """Start sending a contiguous array (zero copy).
 
         Sent as raw bytes, so dtypes MPI has no name for (bfloat16) travel too.
         """
         return self.comm.Isend(_as_bytes(buf), dest=dest, tag=tag)
 
-    def irecv(self, buf: np.ndarray, source: int, tag: int) -> Any:
+    def irecv(self, buf: np.ndarray, source: int, tag: int) -> MPI.Request:
         """Start receiving into a contiguous array (zero copy), as raw bytes."""
         return self.comm.Irecv(_as_bytes(buf), source=source, tag=tag)
 
@@ -283,7 +292,7 @@ class Transport:
 
     def wait_some(
         self,
-        requests: list[Any],
+        requests: list[MPI.Request],
         peers: list[int],
         deadline: float,
         what: str,
@@ -361,7 +370,12 @@ class Transport:
                 os.sched_yield()
 
     def wait_all(
-        self, requests: list[Any], peers: list[int], deadline: float, what: str, probe: bool = True
+        self,
+        requests: list[MPI.Request],
+        peers: list[int],
+        deadline: float,
+        what: str,
+        probe: bool = True,
     ) -> None:
         """Wait for every request, bounded by ``deadline``."""
         from mpi4py import MPI
@@ -406,7 +420,7 @@ _DEFAULT: Transport | None = None
 _BY_COMM: dict[int, Transport] = {}
 
 
-def transport_for(comm: Any = None) -> Transport:
+def transport_for(comm: MPI.Comm | None = None) -> Transport:
     """The transport of ``comm``; ``None`` gives the shared private duplicate of COMM_WORLD."""
     global _DEFAULT
     if comm is None:

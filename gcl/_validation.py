@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -36,7 +36,7 @@ def signature(treedef: TreeDef, leaves: Sequence[np.ndarray]) -> str:
 
 
 def _flatten_replicas(
-    values: Sequence[Any], what: str, arg: str
+    values: Sequence[object], what: str, arg: str
 ) -> tuple[list, TreeDef, list[str]]:
     if (
         isinstance(values, dict)
@@ -58,7 +58,7 @@ def _flatten_replicas(
 
 
 def validate(
-    values: Sequence[Any],
+    values: Sequence[object],
     transport: Transport | None,
     what: str,
     options: str,
