@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from hardware._layout import ReplicaLayout
 from hardware._parameters import (
@@ -28,10 +28,13 @@ from hardware._parameters import (
 )
 from hardware._pipeline import stash_depth, stash_entry_bytes
 from hardware._planner import ConvOp
-from hardware._planner_step import plan_profile
+from hardware._planner_step import PlannerReport, plan_profile
 from hardware._replica import ReplicaModel, as_replica
 from hardware._specs import IpuSpec, SystemSpec
 from hardware._step_profile import StepProfile
+
+if TYPE_CHECKING:  # it imports this module
+    from hardware._step_simulation import StepSimulation
 
 ALWAYS_LIVE = (
     "weights",
@@ -64,7 +67,7 @@ class MemoryBreakdown(NamedTuple):
     tiles: int
     tile_capacity: int
     worst_tile_bytes: int = 0
-    planner: Any = None
+    planner: PlannerReport | None = None
 
     @property
     def always_live(self) -> int:
@@ -373,7 +376,7 @@ def out_of_memory_message(
 
 
 def check_memory(
-    simulation_or_replica: Any,
+    simulation_or_replica: StepSimulation | ReplicaModel | StepProfile,
     layout: ReplicaLayout | None = None,
     system: SystemSpec | None = None,
 ) -> MemoryBreakdown:
@@ -387,13 +390,18 @@ def check_memory(
         OutOfMemoryError: the message starts with Poplar's ``Out of memory:`` and lists the
             categories and the remedies that apply.
     """
-    if layout is None and system is None and hasattr(simulation_or_replica, "replica"):
-        sim = simulation_or_replica
-        model, on, pod = sim.model, sim.layout, sim.system
-        memories = sim.replica.ipu_memory
-    elif layout is not None and system is not None:
-        model, on, pod = as_replica(simulation_or_replica), layout, system
+    given = simulation_or_replica
+    if isinstance(given, ReplicaModel | StepProfile) and layout is not None and system is not None:
+        model, on, pod = as_replica(given), layout, system
         memories = replica_memory(model, on, pod)
+    elif (
+        not isinstance(given, ReplicaModel | StepProfile)
+        and layout is None
+        and system is None
+        and hasattr(given, "replica")
+    ):
+        model, on, pod = given.model, given.layout, given.system
+        memories = given.replica.ipu_memory
     else:
         raise TypeError(
             "check_memory takes a StepSimulation, or a ReplicaModel or StepProfile with "

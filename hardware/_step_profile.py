@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Any, Literal, NamedTuple
+from typing import Literal, NamedTuple
 
 from hardware._planner import DEFAULT_AVAILABLE_MEMORY_PROPORTION, proportion_for_ipu
 
@@ -210,6 +210,6 @@ class StepProfile:
         """Samples one replica processes per weight update."""
         return self.micro_batch_size * self.gradient_accumulation
 
-    def replace(self, **changes: Any) -> StepProfile:
+    def replace(self, **changes: object) -> StepProfile:
         """A copy with ``changes`` applied (for what-if studies)."""
-        return dataclasses.replace(self, **changes)
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
