@@ -17,10 +17,21 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import SupportsIndex, SupportsInt
 
 import hardware
 from contract._files import write_atomically
+
+
+def _as_int(value: object) -> int:
+    """``int(value)`` for a JSON number or numeric string (``int``'s own error otherwise)."""
+    if isinstance(value, str | bytes | bytearray | SupportsInt | SupportsIndex):
+        return int(value)
+    raise TypeError(
+        "int() argument must be a string, a bytes-like object or a real number, not "
+        f"'{type(value).__name__}'"
+    )
+
 
 # The phases (``hardware.PHASES`` names) that are collectives, split by link tier per point.
 COLLECTIVE_PHASES = ("allreduce", "reduce_scatter", "all_gather", "broadcast")
@@ -61,15 +72,15 @@ class SweepPoint:
         )
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> SweepPoint:
+    def from_json(cls, data: Mapping[str, object]) -> SweepPoint:
         """The point a request holds (the fields of :func:`dataclasses.asdict`)."""
         batch = data.get("global_batch")
         return cls(
-            replicas=int(data["replicas"]),
-            instances=int(data["instances"]),
-            ipus_per_replica=int(data["ipus_per_replica"]),
+            replicas=_as_int(data["replicas"]),
+            instances=_as_int(data["instances"]),
+            ipus_per_replica=_as_int(data["ipus_per_replica"]),
             system=str(data.get("system") or ""),
-            global_batch=None if batch is None else int(batch),
+            global_batch=None if batch is None else _as_int(batch),
         )
 
 
