@@ -31,7 +31,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 from popdist_emu._options import Options as EmulatorOptions
 from popdist_emu.popdist import api as popdist
@@ -82,7 +83,7 @@ _REFUSED = {
 }
 
 
-def _name(value: Any) -> str:
+def _name(value: object) -> str:
     """The enumeration member's name, lower case: ``OutputMode.All`` -> ``"all"``."""
     return str(getattr(value, "name", value)).rsplit(".", 1)[-1].lower()
 
@@ -95,6 +96,16 @@ def _warn_once(method: str) -> None:
             f"changes neither its numbers nor its simulated time)",
             stacklevel=3,
         )
+
+
+class _Placement(Protocol):
+    """What the setters read of a TensorLocationSettings (ours, or any with these)."""
+
+    @property
+    def on_chip(self) -> bool: ...
+
+    @property
+    def replicated_tensor_sharding(self) -> bool: ...
 
 
 class TensorLocationSettings:
@@ -112,7 +123,7 @@ class TensorLocationSettings:
         self.min_elements_for_rts = 0
         self.io_tiles_to_load = False
 
-    def _set(self, **values: Any) -> TensorLocationSettings:
+    def _set(self, **values: object) -> TensorLocationSettings:
         """PopTorch's setters: set, then return the settings for the next call."""
         vars(self).update(values)
         return self
@@ -133,7 +144,7 @@ class TensorLocationSettings:
         return self._set(io_tiles_to_load=bool(use))
 
 
-def _read_settings(settings: Any, method: str) -> tuple[bool, bool]:
+def _read_settings(settings: _Placement, method: str) -> tuple[bool, bool]:
     """``(on_chip, rts)`` of a TensorLocationSettings (ours, or any with those attributes)."""
     try:
         return bool(settings.on_chip), bool(settings.replicated_tensor_sharding)
@@ -153,7 +164,7 @@ class _Group:
     def __init__(self, owner: Options) -> None:
         self._owner = owner
 
-    def __getattr__(self, method: str) -> Any:
+    def __getattr__(self, method: str) -> Callable[..., Options]:
         if method.startswith("__"):
             raise AttributeError(method)
         return self._owner._method(self._group, method)
@@ -166,7 +177,7 @@ class _Training(_Group):
         self._owner._fields["gradient_accumulation"] = int(n)
         return self._owner
 
-    def accumulationAndReplicationReductionType(self, reduction: Any) -> Options:  # noqa: N802
+    def accumulationAndReplicationReductionType(self, reduction: object) -> Options:  # noqa: N802
         name = _name(reduction)
         if name not in ("mean", "sum"):
             raise ValueError(
@@ -181,7 +192,7 @@ class _Training(_Group):
 class _Precision(_Group):
     _group = "Precision"
 
-    def setPartialsType(self, dtype: Any) -> Options:  # noqa: N802
+    def setPartialsType(self, dtype: object) -> Options:  # noqa: N802
         name = str(getattr(dtype, "name", dtype)).removeprefix("torch.")
         partials = {"half": "half", "float16": "half", "float": "float", "float32": "float"}
         if name not in partials:
@@ -195,13 +206,13 @@ class _Precision(_Group):
 class _TensorLocations(_Group):
     _group = "TensorLocations"
 
-    def setOptimizerLocation(self, settings: Any) -> Options:  # noqa: N802
+    def setOptimizerLocation(self, settings: _Placement) -> Options:  # noqa: N802
         on_chip, rts = _read_settings(settings, "setOptimizerLocation")
         self._owner._fields["offload_optimiser"] = not on_chip
         self._owner._fields["replicated_tensor_sharding"] = rts
         return self._owner
 
-    def _only_default(self, settings: Any, method: str, what: str) -> Options:
+    def _only_default(self, settings: _Placement, method: str, what: str) -> Options:
         on_chip, rts = _read_settings(settings, method)
         if not on_chip or rts:
             raise ValueError(
@@ -211,13 +222,13 @@ class _TensorLocations(_Group):
             )
         return self._owner
 
-    def setWeightLocation(self, settings: Any) -> Options:  # noqa: N802
+    def setWeightLocation(self, settings: _Placement) -> Options:  # noqa: N802
         return self._only_default(settings, "setWeightLocation", "weights")
 
-    def setAccumulatorLocation(self, settings: Any) -> Options:  # noqa: N802
+    def setAccumulatorLocation(self, settings: _Placement) -> Options:  # noqa: N802
         return self._only_default(settings, "setAccumulatorLocation", "gradient accumulators")
 
-    def setActivationLocation(self, settings: Any) -> Options:  # noqa: N802
+    def setActivationLocation(self, settings: _Placement) -> Options:  # noqa: N802
         return self._only_default(settings, "setActivationLocation", "activations")
 
 
@@ -261,13 +272,13 @@ class Options:
         self._Popart = type("_PopartGroup", (_Group,), {"_group": "_Popart"})(self)
         self.Distributed = type("_Distributed", (_Group,), {"_group": "Distributed"})(self)
 
-    def _method(self, group: str, method: str) -> Any:
+    def _method(self, group: str, method: str) -> Callable[..., Options]:
         """A PopTorch method this class does not define: no-effect (warn) or refused."""
         reason = _REFUSED.get((group, method))
         qualified = method if group == "Options" else f"{group}.{method}"
         if reason is not None:
 
-            def refuse(*_args: Any, **_kwargs: Any) -> Options:
+            def refuse(*_args: object, **_kwargs: object) -> Options:
                 raise ValueError(
                     f"popdist.poptorch.Options.{qualified}: not supported by the emulator "
                     f"({reason}); remove the call."
@@ -276,7 +287,7 @@ class Options:
             return refuse
         if method in _NO_EFFECT.get(group, ()):
 
-            def accept(*_args: Any, **_kwargs: Any) -> Options:
+            def accept(*_args: object, **_kwargs: object) -> Options:
                 _warn_once(qualified)
                 return self
 
@@ -299,7 +310,7 @@ class Options:
         return self._method("Options", name)
 
     # -------------------------------------------------------- PopTorch's option methods
-    def _set(self, **values: Any) -> Options:
+    def _set(self, **values: object) -> Options:
         """PopTorch's setters: set, then return the options for the next call."""
         vars(self).update(values)
         return self
@@ -325,7 +336,7 @@ class Options:
     def enableExecutableCaching(self, path: str) -> Options:  # noqa: N802
         return self._set(executable_cache_dir=str(path))
 
-    def outputMode(self, mode: Any, output_return_period: int | None = None) -> Options:  # noqa: N802
+    def outputMode(self, mode: object, output_return_period: int | None = None) -> Options:  # noqa: N802
         name = _name(mode)
         if name not in ("all", "final"):
             raise ValueError(
@@ -348,7 +359,7 @@ class Options:
         self._fields["available_memory_proportion"] = proportion
         return self
 
-    def setExecutionStrategy(self, strategy: Any) -> Options:  # noqa: N802
+    def setExecutionStrategy(self, strategy: object) -> Options:  # noqa: N802
         self._fields["execution_strategy"] = strategy
         return self
 
@@ -358,7 +369,7 @@ class Options:
         return self._fields.get("available_memory_proportion")
 
     @property
-    def execution_strategy(self) -> Any:
+    def execution_strategy(self) -> object:
         """What ``setExecutionStrategy`` set (None: not set)."""
         return self._fields.get("execution_strategy")
 
@@ -379,5 +390,5 @@ class Options:
         return EmulatorOptions(**self._fields)
 
 
-def _emulator_fields() -> tuple[dataclasses.Field[Any], ...]:
+def _emulator_fields() -> tuple[dataclasses.Field[object], ...]:
     return dataclasses.fields(EmulatorOptions)

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import ParamSpec, TypeVar
 
 from contract import InstanceEnvironment
 from hardware import ReplicaLayout
 
 _T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 # The PopDist API's names, in one place: popdist_emu.popdist, popdist_emu and the popdist
 # shim that instances import export them as ``from popdist_emu.popdist.api import *`` with
@@ -133,9 +134,9 @@ def init() -> None:
 
 def execute_on_instances(
     instances: set[int] | list[int] | tuple[int, ...] | range,
-    func: Callable[..., _T],
-    *args: Any,
-    **kwargs: Any,
+    func: Callable[_P, _T],
+    *args: _P.args,
+    **kwargs: _P.kwargs,
 ) -> _T | None:
     """Runs ``func(*args, **kwargs)`` on the given instances only; returns None elsewhere.
 
