@@ -22,12 +22,21 @@ import os
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import TypedDict
 
 from contract import pid_path, write_atomically
 
 MAX_SPANS = 5000  # per instance: a long run's first calls say what its steps look like
 WAIT_SECONDS = 5.0  # how long instance 0 waits for the others' timelines
+
+
+class HostSpan(TypedDict):
+    """One span of a host timeline, as kept and as written to JSON."""
+
+    name: str
+    start: float  # epoch seconds
+    seconds: float
+    args: dict[str, object]  # the caller's keywords (step, collective, ...)
 
 
 class HostTimeline:
@@ -36,14 +45,14 @@ class HostTimeline:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._spans: list[dict[str, Any]] = []
+        self._spans: list[HostSpan] = []
         self.dropped = 0
         # perf_counter -> epoch: one offset, taken once (perf_counter is monotonic).
         self._epoch = time.time() - time.perf_counter()
 
-    def add(self, name: str, started: float, finished: float, **args: Any) -> None:
+    def add(self, name: str, started: float, finished: float, **args: object) -> None:
         """A span from ``time.perf_counter`` readings."""
-        span = {
+        span: HostSpan = {
             "name": name,
             "start": self._epoch + started,
             "seconds": max(finished - started, 0.0),
@@ -56,7 +65,7 @@ class HostTimeline:
                 self.dropped += 1
 
     @contextlib.contextmanager
-    def span(self, name: str, **args: Any) -> Iterator[None]:
+    def span(self, name: str, **args: object) -> Iterator[None]:
         """Records the ``with`` block as a span called ``name``."""
         started = time.perf_counter()
         try:
@@ -64,7 +73,7 @@ class HostTimeline:
         finally:
             self.add(name, started, time.perf_counter(), **args)
 
-    def spans(self) -> list[dict[str, Any]]:
+    def spans(self) -> list[HostSpan]:
         """A copy of the spans so far."""
         with self._lock:
             return list(self._spans)
@@ -99,14 +108,14 @@ def started_instances(job_dir: str) -> list[int]:
 
 def collect(
     job_dir: str, instance: int, wait_seconds: float = WAIT_SECONDS
-) -> tuple[dict[int, list[dict[str, Any]]], list[int]]:
+) -> tuple[dict[int, list[HostSpan]], list[int]]:
     """This instance's spans and those the other started instances left, waiting at most
     ``wait_seconds`` for them.
 
     Returns:
         ``(spans by instance, instances whose timeline did not arrive in time)``.
     """
-    out: dict[int, list[dict[str, Any]]] = {instance: TIMELINE.spans()}
+    out: dict[int, list[HostSpan]] = {instance: TIMELINE.spans()}
     others = [i for i in started_instances(job_dir) if i != instance] if job_dir else []
     deadline = time.monotonic() + wait_seconds
     missing = list(others)

@@ -8,7 +8,7 @@ import math
 import os
 import pathlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from contract import write_atomically
 from hardware import StepSimulation
@@ -18,6 +18,9 @@ from popdist_emu.reports._pipeline import pipeline_lines, pipeline_summary
 from popdist_emu.reports._planner import available_memory_summary, planner_lines
 from popdist_emu.reports._run_info import RunInfo
 from popdist_emu.reports._trace import chrome_trace
+
+if TYPE_CHECKING:
+    from popdist_emu._host_timeline import HostSpan
 
 SUMMARY_FILE = "summary.json"
 TRACE_FILE = "trace.json"
@@ -76,7 +79,7 @@ def write_reports(
     simulation: StepSimulation,
     report_dir: str | os.PathLike,
     run: RunInfo | None = None,
-    host: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
+    host: Mapping[int, Sequence[HostSpan]] | None = None,
     missing: Sequence[int] = (),
 ) -> pathlib.Path:
     """Writes ``summary.json``, ``trace.json`` and ``report.html`` into ``report_dir``

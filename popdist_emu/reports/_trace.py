@@ -22,20 +22,23 @@ References:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
-from hardware import TRACKS, StepSimulation
+from hardware import TRACKS, StepSimulation, TimelineEvent
 from popdist_emu.reports._pipeline import memory_counter_events, pipeline_tracks
+
+if TYPE_CHECKING:
+    from popdist_emu._host_timeline import HostSpan
 
 SIMULATED_PID = 1
 HOST_PID_BASE = 100  # + the instance
 
 
-def _metadata(name: str, pid: int, tid: int, value: Any, key: str = "name") -> dict:
+def _metadata(name: str, pid: int, tid: int, value: object, key: str = "name") -> dict:
     return {"name": name, "ph": "M", "pid": pid, "tid": tid, "args": {key: value}}
 
 
-def _tracks(sim: StepSimulation, events: Sequence[Any]) -> list[str]:
+def _tracks(sim: StepSimulation, events: Sequence[TimelineEvent]) -> list[str]:
     """Each track once, in order: the host, the IPUs of replica 0, then the links."""
     used = {e.track for e in events}
     ipus = sorted(
@@ -81,7 +84,7 @@ def simulated_events(sim: StepSimulation) -> list[dict]:
     return out
 
 
-def host_events(timelines: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[dict]:
+def host_events(timelines: Mapping[int, Sequence[HostSpan]]) -> list[dict]:
     """One process per instance: its host spans on the wall clock, from the earliest."""
     starts = [span["start"] for spans in timelines.values() for span in spans]
     origin = min(starts, default=0.0)
@@ -111,7 +114,7 @@ def host_events(timelines: Mapping[int, Sequence[Mapping[str, Any]]]) -> list[di
 
 def chrome_trace(
     simulation: StepSimulation,
-    host: Mapping[int, Sequence[Mapping[str, Any]]] | None = None,
+    host: Mapping[int, Sequence[HostSpan]] | None = None,
     missing: Sequence[int] = (),
 ) -> dict:
     """The trace: the simulated POD, and each instance's host timeline when given.
@@ -121,7 +124,7 @@ def chrome_trace(
         host: per instance, its host spans (``popdist_emu._host_timeline``).
         missing: instances whose host timeline did not arrive (named in ``otherData``).
     """
-    trace: dict[str, Any] = {
+    trace: dict[str, object] = {
         "traceEvents": [*simulated_events(simulation), *host_events(host or {})],
         "displayTimeUnit": "ms",
     }
