@@ -7,13 +7,12 @@ never by the JAX-free PopDist path.
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import jax
 import numpy as np
 
 
-def tree_nbytes(tree: Any) -> int:
+def tree_nbytes(tree: object) -> int:
     """Bytes of the array leaves of a pytree.
 
     A leaf counts when it has a shape and a dtype: arrays of any framework and

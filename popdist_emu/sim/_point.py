@@ -44,7 +44,8 @@ from popdist_emu.sim._checked import check_step
 
 TIER_TRACKS = {"ipu_links": "IPU-Links", "gw_links": "GW-Links"}
 
-Relayout = Callable[[hardware.ReplicaLayout], dict[str, Any]]
+# Layout -> the StepProfile fields that depend on it (``StepProfile.replace``'s changes).
+Relayout = Callable[[hardware.ReplicaLayout], dict[str, object]]
 
 
 def trainer_relayout(trainer: Trainer, batch: Any) -> Relayout:
@@ -61,7 +62,7 @@ def trainer_relayout(trainer: Trainer, batch: Any) -> Relayout:
         ``popdist_emu.ShardingError`` for a layout the plan refuses.
     """
 
-    def relayout(layout: hardware.ReplicaLayout) -> dict[str, Any]:
+    def relayout(layout: hardware.ReplicaLayout) -> dict[str, object]:
         step = trainer.layout_collectives(batch, layout)
         return {"collectives": step.collectives, "sharding_domain": step.sharding_domain}
 
@@ -97,7 +98,7 @@ def evaluate_point(
     *,
     prefetch_depth: int | None = None,
     relayout: Relayout | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """One point of the sweep: ``summary.json``'s content for that layout, or why not.
 
     Args:
@@ -125,7 +126,7 @@ def evaluate_point(
         simulation = hardware.simulate_step(point_model, layout, spec, prefetch_depth=depth)
     except (ValueError, hardware.SystemSelectionError) as error:
         return {"status": "invalid", "reason": str(error).splitlines()[0]}
-    result = {
+    result: dict[str, object] = {
         "status": "ok",
         "reason": "",
         "summary": summary(simulation),

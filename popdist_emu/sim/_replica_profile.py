@@ -13,7 +13,6 @@ refused before XLA compiles anything.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,7 +60,7 @@ def profile_replica(
     batch: Any,
     *,
     name: str = "model",
-    host: Mapping[str, Any] | None = None,
+    host: Mapping[str, float] | None = None,
 ) -> hardware.ReplicaModel:
     """The replica ``trainer`` runs, profiled from the programs it compiles for ``batch``.
 
@@ -74,7 +73,7 @@ def profile_replica(
     figures = dict(host or {})
     pipeline = trainer.pipeline
     if pipeline is None:
-        profile = dataclasses.replace(trainer.profile(batch, name=name), **figures)
+        profile = trainer.profile(batch, name=name).replace(**figures)
         return hardware.ReplicaModel.data_parallel(profile)
     shapes = trainer.step_shapes(batch)
     stages = profile_stages(pipeline, shapes, partials_type=trainer.options.partials_type)
@@ -93,7 +92,7 @@ def profile_replica(
         micro_batch=shapes.micro_batch,
         gradient_bytes=shapes.gradient_bytes,
     )
-    return _model(trainer, dataclasses.replace(profile, **figures), stages)
+    return _model(trainer, profile.replace(**figures), stages)
 
 
 def weights_bound(trainer: Trainer, batch: Any, *, name: str = "model") -> hardware.ReplicaModel:

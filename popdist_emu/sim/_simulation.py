@@ -23,7 +23,6 @@ References:
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 from collections.abc import Mapping
 from typing import IO, Any
@@ -86,7 +85,7 @@ def simulate(
     batch: Any,
     *,
     infeed_stats: InfeedStats | None = None,
-    host: Mapping[str, Any] | None = None,
+    host: Mapping[str, float] | None = None,
     system: str | None = None,
     name: str = "model",
 ) -> hardware.StepSimulation:
@@ -168,7 +167,7 @@ def infeed_figures(
     gradient_accumulation: int,
     micro_batch_size: int,
     local_replicas: int,
-) -> dict[str, Any]:
+) -> dict[str, float]:
     """``hardware.StepProfile``'s host fields from what an infeed measured: the host bytes
     per micro-batch of one replica it delivered, and its workers' CPU per sample (they
     prepare items ahead of the consumer; the first item is left out when there are others).
@@ -177,7 +176,7 @@ def infeed_figures(
     if stats.items <= 0:
         return {}
     per_item = device_iterations * gradient_accumulation * local_replicas  # micro-batches
-    figures: dict[str, Any] = {}
+    figures: dict[str, float] = {}
     if stats.bytes > 0:
         figures["host_bytes_per_micro_batch"] = round(stats.bytes / (stats.items * per_item))
     # The first item pays one-time costs (first calls, caches): left out when others exist.
@@ -192,7 +191,7 @@ def infeed_figures(
 
 
 def with_host_figures(
-    simulation: hardware.StepSimulation, **figures: Any
+    simulation: hardware.StepSimulation, **figures: float
 ) -> hardware.StepSimulation:
     """The same step with the host's measured figures (``hardware.StepProfile``'s
     ``host_bytes_per_micro_batch``, ``host_cpu_seconds_per_sample``, ``host_workers``,
@@ -201,7 +200,7 @@ def with_host_figures(
     Raises:
         hardware.OutOfMemoryError: as ``simulate``.
     """
-    profile = dataclasses.replace(simulation.profile, **figures)
+    profile = simulation.profile.replace(**figures)
     if profile == simulation.profile:
         return simulation
     return checked_step(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -41,7 +42,7 @@ from popdist_emu.programs import (
 )
 
 
-def _stage_residual_bytes(fn: Any, p: Any, x: Any) -> int:
+def _stage_residual_bytes(fn: Callable[..., object], p: Any, x: Any) -> int:
     """Bytes a stage's forward saves for its backward (vjp residuals, weights excluded)."""
     return residual_bytes(functools.partial(stage_vjp, fn), p, x)
 
@@ -61,7 +62,9 @@ def _checkpoint_bytes(pipeline: Pipeline, s: int, p: Any, x: Any) -> int:
     return checkpoints + largest
 
 
-def _counts(cost: XlaCost, num_ops: int, matmuls: tuple[Any, ...]) -> hardware.PassCounts:
+def _counts(
+    cost: XlaCost, num_ops: int, matmuls: tuple[hardware.ConvOp, ...]
+) -> hardware.PassCounts:
     return hardware.PassCounts(
         cost.flops, cost.bytes_accessed, cost.transcendentals, num_ops, matmuls
     )
@@ -89,7 +92,7 @@ def stage_weights(pipeline: Pipeline, shapes: StepShapes) -> tuple[hardware.Stag
     return tuple(stages)
 
 
-def _program(program: Any, stage: int, direction: str) -> Program:
+def _program(program: object, stage: int, direction: str) -> Program:
     """The stage's compiled program, as ``compile_program`` returned it: a pipeline built
     without the runtime's ``compile`` holds bare executables, without the jaxpr to read.
 
