@@ -26,7 +26,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Generic, NamedTuple, TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 import jax
 import numpy as np
@@ -131,7 +131,7 @@ class Infeed(Generic[T]):
         self._next_claim = start  # next index a worker will take
         self._next_deliver = start  # next index the consumer gets
         # index -> (item or _Failure, seconds, CPU seconds)
-        self._ready: dict[int, tuple[Any, float, float]] = {}
+        self._ready: dict[int, tuple[T | _Failure, float, float]] = {}
         self._stopping = False
         self._failed = False
         self._closed = False
@@ -167,7 +167,7 @@ class Infeed(Generic[T]):
         while (index := self._claim()) is not None:
             began, cpu = time.perf_counter(), time.thread_time()
             try:
-                result: Any = self._produce(index)
+                result: T | _Failure = self._produce(index)
             except BaseException as error:  # handed to the consumer, never lost
                 result = _Failure(error)
             seconds = time.perf_counter() - began
@@ -322,10 +322,12 @@ def compress(
     return y.astype(np.float16)
 
 
-_DECOMPRESS_JIT: dict[str, Callable[..., Any]] = {}
+_DECOMPRESS_JIT: dict[str, Callable[..., jax.Array]] = {}
 
 
-def decompress(q: Any, *, scale: float = 1.0, offset: float = 0.0, dtype: str = "float32") -> Any:
+def decompress(
+    q: jax.Array | np.ndarray, *, scale: float = 1.0, offset: float = 0.0, dtype: str = "float32"
+) -> jax.Array:
     """Replica side of the data-size reduction: ``q * scale + offset`` in ``dtype``, jitted.
 
     Compiled once per (input shape, dtype, scale, offset); runs on the replica's device, so the
@@ -334,7 +336,7 @@ def decompress(q: Any, *, scale: float = 1.0, offset: float = 0.0, dtype: str = 
     fn = _DECOMPRESS_JIT.get("fn")
     if fn is None:
 
-        def _decompress(q: Any, scale: float, offset: float, dtype: str) -> Any:
+        def _decompress(q: jax.Array, scale: float, offset: float, dtype: str) -> jax.Array:
             return q.astype(dtype) * np.asarray(scale, dtype) + np.asarray(offset, dtype)
 
         fn = _DECOMPRESS_JIT["fn"] = jax.jit(

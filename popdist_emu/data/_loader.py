@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from popdist_emu._options import Options
 
@@ -58,20 +58,20 @@ class ReplicaLoader:
 
     def __init__(
         self,
-        arrays: Sequence[Any],
+        arrays: Sequence[npt.ArrayLike],
         micro_batch_size: int,
         options: Options,
         *,
         seed: int = 0,
     ) -> None:
-        arrays = tuple(np.asarray(a) for a in arrays)
-        if not arrays:
+        loaded = tuple(np.asarray(a) for a in arrays)
+        if not loaded:
             raise ValueError("ReplicaLoader: `arrays` is empty; pass e.g. (images, labels).")
-        lengths = {a.shape[0] if a.ndim else None for a in arrays}
+        lengths = {a.shape[0] if a.ndim else None for a in loaded}
         if len(lengths) != 1 or None in lengths:
             raise ValueError(
                 f"ReplicaLoader: every array in `arrays` needs the same length on axis 0, got "
-                f"shapes {[a.shape for a in arrays]}; slice them to one sample count."
+                f"shapes {[a.shape for a in loaded]}; slice them to one sample count."
             )
         if isinstance(micro_batch_size, bool) or not isinstance(micro_batch_size, int):
             raise ValueError(
@@ -81,8 +81,8 @@ class ReplicaLoader:
             raise ValueError(
                 f"ReplicaLoader: `micro_batch_size` must be at least 1, got {micro_batch_size}."
             )
-        self.arrays = arrays
-        self.num_samples = arrays[0].shape[0]
+        self.arrays = loaded
+        self.num_samples = loaded[0].shape[0]
         self.micro_batch_size = micro_batch_size
         self.options = options
         self.seed = int(seed)
