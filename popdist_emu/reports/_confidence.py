@@ -8,12 +8,23 @@ says what it extrapolates, in ``summary.json``, the printed summary and the page
 from __future__ import annotations
 
 import html
-from typing import Any
+from typing import TypedDict
 
 from hardware import StepSimulation, fixed_cost_share, load_calibration
 
 
-def uncertainty_summary(sim: StepSimulation) -> dict[str, Any]:
+class UncertaintySummary(TypedDict):
+    """``summary.json``'s ``uncertainty`` object."""
+
+    method: str
+    calibration: str  # where the calibration rows come from
+    relative: float
+    samples_per_second: list[float]  # [low, high]
+    simulated_step_seconds: list[float]  # [fast, slow]
+    extrapolations: list[str]
+
+
+def uncertainty_summary(sim: StepSimulation) -> UncertaintySummary:
     """``summary.json``'s ``uncertainty``: the bands, how they were derived, and the
     extrapolations (empty when the configuration is inside the calibrated range)."""
     calibration = load_calibration(model=sim.profile.name)

@@ -15,6 +15,7 @@ import html
 import os
 import pathlib
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from contract import write_atomically
 from hardware import StepSimulation
@@ -27,6 +28,9 @@ from popdist_emu.reports._pipeline import (
 )
 from popdist_emu.reports._planner import available_memory_summary, ipu_memories
 from popdist_emu.reports._run_info import RunInfo
+
+if TYPE_CHECKING:  # matplotlib is imported only to draw
+    from popdist_emu.reports.plots import IpuMemoryBar
 
 REPORT_FILE = "report.html"
 STYLE = """
@@ -131,7 +135,7 @@ def _memory_section(sim: StepSimulation) -> str:
 
     entries = available_memory_summary(sim)
     memories = dict(ipu_memories(sim))
-    ipus = [
+    ipus: list[IpuMemoryBar] = [
         {
             "label": name,
             "categories": memories[name].categories,

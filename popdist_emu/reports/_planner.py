@@ -14,7 +14,7 @@ References:
 from __future__ import annotations
 
 import sys
-from typing import IO, Any
+from typing import IO, TypedDict
 
 from hardware import MemoryBreakdown, StepSimulation
 
@@ -26,12 +26,26 @@ def ipu_memories(simulation: StepSimulation) -> list[tuple[str, MemoryBreakdown]
     return [(f"IPU{i}", memory) for i, memory in enumerate(simulation.replica.ipu_memory)]
 
 
-def available_memory_summary(simulation: StepSimulation) -> dict[str, dict[str, Any]]:
+class AvailableMemory(TypedDict):
+    """One IPU's entry of ``summary.json``'s ``available_memory`` object."""
+
+    always_live_bytes: int
+    not_always_live_bytes: int
+    temporary_bytes: int
+    worst_tile_bytes: int
+    mean_tile_bytes: int
+    tile_capacity_bytes: int
+    available_memory_proportions: list[float]
+    phase_two_operations: list[str]
+    planner: dict | None  # ``PlannerReport.summary()``
+
+
+def available_memory_summary(simulation: StepSimulation) -> dict[str, AvailableMemory]:
     """``summary.json``'s ``available_memory`` object: one entry per IPU of replica 0."""
     out = {}
     for name, memory in ipu_memories(simulation):
         plans = memory.planner
-        entry: dict[str, Any] = {
+        entry: AvailableMemory = {
             "always_live_bytes": memory.always_live,
             "not_always_live_bytes": memory.not_always_live,
             "temporary_bytes": memory.categories["temporaries"],

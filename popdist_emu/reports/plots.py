@@ -16,13 +16,49 @@ from __future__ import annotations
 import io
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from contract import TIER_PHASES
+
+
+class SimulatedSeries(TypedDict):
+    """One series' simulated points, for the phase and memory charts."""
+
+    label: str
+    replicas: list[int]
+    phases: list[dict[str, float]]  # per point: phase -> seconds of one step
+    memory: list[dict[str, int]]  # per point: category -> bytes per IPU
+    capacity: list[int]  # per point: bytes per IPU
+
+
+class ScalingSeries(TypedDict):
+    """One series of the scaling report's charts: its valid points, the fitted law's curve
+    (empty when there is no good fit) and ``simulated`` for the phase and memory charts."""
+
+    label: str
+    replicas: list[int]  # of the valid points
+    throughput: list[float]
+    throughput_low: list[float]  # the calibration's uncertainty band
+    throughput_high: list[float]
+    efficiency: list[float]
+    fit_replicas: list[float]
+    fit_throughput: list[float]
+    fit_label: str
+    simulated: SimulatedSeries
+
+
+class IpuMemoryBar(TypedDict):
+    """One IPU's bars of :func:`ipu_memory_plot`."""
+
+    label: str
+    categories: dict[str, int]  # category -> bytes
+    worst_tile: int  # bytes
+    mean_tile: int  # bytes
+
 
 MIB = 2**20
 KIB = 2**10
@@ -82,7 +118,7 @@ def _log2_axis(ax: Axes, replicas: Sequence[int]) -> None:
     ax.minorticks_off()
 
 
-def throughput_plot(series: Sequence[Mapping[str, Any]], published: Sequence[Mapping]) -> bytes:
+def throughput_plot(series: Sequence[ScalingSeries], published: Sequence[Mapping]) -> bytes:
     """Throughput against replicas (log-log), with the ideal line, the fit and measurements.
 
     Args:
@@ -151,7 +187,7 @@ def throughput_plot(series: Sequence[Mapping[str, Any]], published: Sequence[Map
     return _png(fig)
 
 
-def efficiency_plot(series: Sequence[Mapping[str, Any]], thresholds: Sequence[float]) -> bytes:
+def efficiency_plot(series: Sequence[ScalingSeries], thresholds: Sequence[float]) -> bytes:
     """Parallel efficiency against replicas, with the threshold lines (80 %, 50 %)."""
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.subplots()
@@ -206,7 +242,7 @@ def _stacked(
     return bottom
 
 
-def phases_plot(series: Sequence[Mapping[str, Any]]) -> bytes:
+def phases_plot(series: Sequence[SimulatedSeries]) -> bytes:
     """Stacked phase seconds of one step per point, one panel per series.
 
     Args:
@@ -226,7 +262,7 @@ def phases_plot(series: Sequence[Mapping[str, Any]]) -> bytes:
     return _png(fig)
 
 
-def memory_plot(series: Sequence[Mapping[str, Any]]) -> bytes:
+def memory_plot(series: Sequence[SimulatedSeries]) -> bytes:
     """Memory per IPU by category per point against the IPU's capacity, one panel per series.
 
     Args:
@@ -272,9 +308,7 @@ def _bar_scale(largest: float, capacity: float) -> float:
     return 1.05 * max(capacity, largest) if largest >= 0.2 * capacity else 1.3 * largest or 1.0
 
 
-def ipu_memory_plot(
-    ipus: Sequence[Mapping[str, Any]], capacity: float, tile_capacity: float
-) -> bytes:
+def ipu_memory_plot(ipus: Sequence[IpuMemoryBar], capacity: float, tile_capacity: float) -> bytes:
     """Memory of every IPU of a replica: categories against the IPU's capacity, and the
     fullest tile against the mean tile and a tile's capacity.
 

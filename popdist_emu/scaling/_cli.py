@@ -323,7 +323,7 @@ def parse(argv: Sequence[str]) -> SweepConfig:
     )
 
 
-def _model_parameters(run: SeriesRun) -> Any:
+def _model_parameters(run: SeriesRun) -> object:
     for evaluated in run.points:
         summary = (evaluated.result or {}).get("summary")
         if summary:

@@ -48,17 +48,31 @@ def _simulated(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     )
 
 
-def _plot_series(series: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _plot_series(series: Sequence[Mapping[str, Any]]) -> list[plots.ScalingSeries]:
     out = []
     for s in series:
         good, simulated = _good(s["rows"]), _simulated(s["rows"])
-        entry = {
+        entry_sim: plots.SimulatedSeries = {
+            "label": s["label"],
+            "replicas": [r["replicas"] for r in simulated],
+            "phases": [
+                plotted_phases({"summary": {"phases": r["phases"]}, "link_tiers": r["link_tiers"]})
+                for r in simulated
+            ],
+            "memory": [r["memory_per_ipu"] for r in simulated],
+            "capacity": [r["memory_capacity_per_ipu"] for r in simulated],
+        }
+        entry: plots.ScalingSeries = {
             "label": s["label"],
             "replicas": [r["replicas"] for r in good],
             "throughput": [r["samples_per_second"] for r in good],
             "throughput_low": [r["samples_per_second_low"] for r in good],
             "throughput_high": [r["samples_per_second_high"] for r in good],
             "efficiency": [r["efficiency"] for r in good],
+            "fit_replicas": [],  # no fitted curve unless the fit below is good
+            "fit_throughput": [],
+            "fit_label": "fit",
+            "simulated": entry_sim,
         }
         fit = s["analysis"]["fit"]
         if fit and good and not fit.get("poor"):
@@ -69,17 +83,7 @@ def _plot_series(series: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 x0 * LAWS[fit["law"]](grid / n0, fit["serial_fraction"])
             ).tolist()
             entry["fit_label"] = f"{LAW_NAMES[fit['law']]} fit (s = {fit['serial_fraction']:.2e})"
-        entry_sim = {
-            "label": s["label"],
-            "replicas": [r["replicas"] for r in simulated],
-            "phases": [
-                plotted_phases({"summary": {"phases": r["phases"]}, "link_tiers": r["link_tiers"]})
-                for r in simulated
-            ],
-            "memory": [r["memory_per_ipu"] for r in simulated],
-            "capacity": [r["memory_capacity_per_ipu"] for r in simulated],
-        }
-        out.append({**entry, "simulated": entry_sim})
+        out.append(entry)
     return out
 
 
@@ -420,7 +424,7 @@ def write_outputs(doc: Mapping[str, Any], out: str | pathlib.Path) -> dict[str, 
     return paths
 
 
-def _json_default(value: Any) -> Any:
+def _json_default(value: object) -> object:
     if isinstance(value, np.generic):
         return value.item()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")

@@ -197,7 +197,7 @@ def csv_columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
-def csv_record(row: Mapping[str, Any]) -> dict[str, Any]:
+def csv_record(row: Mapping[str, Any]) -> dict[str, object]:
     """A row flattened for ``csv.DictWriter`` (phases and tiers as their own columns)."""
     record = {k: row[k] for k in CSV_FIELDS}
     record["extrapolated"] = "; ".join(row["extrapolations"])
