@@ -19,7 +19,8 @@ References:
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from popdist_emu.popdist import PopTorchOptions as Options
 from popdist_emu.popdist import TensorLocationSettings
@@ -81,7 +82,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """PopTorch names the emulator does not provide: one line saying so (AttributeError)."""
     if name.startswith("__"):
         raise AttributeError(name)
@@ -92,7 +93,7 @@ def __getattr__(name: str) -> Any:
     raise refused(name)
 
 
-def _torch_backed(module: str, name: str) -> Any:
+def _torch_backed(module: str, name: str) -> ModuleType:
     """``module``, or one line naming the install when torch or torchax is missing."""
     try:
         return importlib.import_module(module)

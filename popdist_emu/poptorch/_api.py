@@ -10,7 +10,10 @@ References:
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 class OutputMode(enum.IntEnum):
@@ -62,7 +65,7 @@ def refused(name: str) -> UnsupportedError:
     )
 
 
-def identity_loss(x: Any, reduction: str) -> Any:
+def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
     """``poptorch.identity_loss(x, reduction)``: ``x`` reduced into the loss to minimise.
 
     Args:

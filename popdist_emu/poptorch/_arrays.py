@@ -13,14 +13,16 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
+import numpy.typing as npt
 import torch
 
 
-def to_jax_array(tensor: Any) -> np.ndarray:
+def to_jax_array(tensor: torch.Tensor | npt.ArrayLike) -> np.ndarray:
     """A host array of ``tensor`` in JAX's default precision (int64 -> int32, f64 -> f32)."""
     array = (
         tensor.detach().cpu().numpy() if isinstance(tensor, torch.Tensor) else np.asarray(tensor)
@@ -60,7 +62,7 @@ def combined_layout(
     return tuple(a.reshape(iterations, accumulation, replicas, micro, *a.shape[1:]) for a in arrays)
 
 
-def per_sample(outputs: Any, grown: Any, micro_batch_size: int) -> bool:
+def per_sample(outputs: Sequence[object], grown: Sequence[object], micro_batch_size: int) -> bool:
     """Whether every one of ``outputs`` (one micro-batch's shapes) is a tensor per sample, so
     that micro-batches' outputs laid end to end are the combined batch's: its first dimension
     is the micro-batch, and for a micro-batch one sample larger (``grown``, the same outputs'
@@ -79,7 +81,7 @@ def per_sample(outputs: Any, grown: Any, micro_batch_size: int) -> bool:
     )
 
 
-def end_to_end(outputs: Any, all_iterations: bool) -> list[np.ndarray]:
+def end_to_end(outputs: Iterable[np.ndarray], all_iterations: bool) -> list[np.ndarray]:
     """Per-micro-batch outputs, leaves ``[iterations, accumulation, replicas, micro, ...]``,
     as rows of the combined batch: every device iteration's (``OutputMode.All``) or the last
     one's."""

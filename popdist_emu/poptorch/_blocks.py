@@ -21,11 +21,17 @@ from __future__ import annotations
 
 import contextlib
 import enum
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, TypeVar, cast, overload
+
+if TYPE_CHECKING:
+    import torch
+
+    import popdist_emu
 
 _BLOCK_ATTRIBUTE = "_popdist_emu_block"
 _ACTIVE: list[tuple[str | None, int | None]] = []
+_Module = TypeVar("_Module", bound="torch.nn.Module")
 
 
 class AutoStage(enum.Enum):
@@ -52,7 +58,7 @@ class Stage:
 class _Strategy:
     """Base of the execution strategies: the stages, in order."""
 
-    def __init__(self, *stages: Any) -> None:
+    def __init__(self, *stages: Stage | str | AutoStage) -> None:
         self.stages = stages
 
 
@@ -65,8 +71,8 @@ class ShardedExecution(_Strategy):
 
 
 def BeginBlock(  # noqa: N802
-    module: Any, user_id: str | None = None, ipu_id: int | None = None
-) -> Any:
+    module: _Module, user_id: str | None = None, ipu_id: int | None = None
+) -> _Module:
     """``poptorch.BeginBlock``: a new block starts at ``module`` (returned, annotated)."""
     setattr(module, _BLOCK_ATTRIBUTE, (user_id, ipu_id))
     return module
@@ -112,13 +118,22 @@ def recording_blocks() -> Iterator[list[tuple[str, int | None]]]:
         found.extend(ipus.items())
 
 
-def recomputationCheckpoint(*tensors: Any) -> Any:  # noqa: N802
+@overload
+def recomputationCheckpoint(tensor: torch.Tensor, /) -> torch.Tensor: ...
+
+
+@overload
+def recomputationCheckpoint(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
+
+
+def recomputationCheckpoint(*tensors: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:  # noqa: N802
     """``poptorch.recomputationCheckpoint``: its tensors unchanged (recomputation changes no
-    number; its memory effect comes with pipelining)."""
+    number; its memory effect comes with pipelining): one tensor as itself, several as a
+    tuple."""
     return tensors[0] if len(tensors) == 1 else tensors
 
 
-def set_available_memory(tensor: Any, available_memory_proportion: float) -> Any:
+def set_available_memory(tensor: torch.Tensor, available_memory_proportion: float) -> torch.Tensor:
     """``poptorch.set_available_memory``: ``tensor`` unchanged (a planner hint)."""
     if not 0.0 < float(available_memory_proportion) <= 1.0:
         raise ValueError(
@@ -128,10 +143,10 @@ def set_available_memory(tensor: Any, available_memory_proportion: float) -> Any
     return tensor
 
 
-_SWITCH: list[Any] = []  # the active block_scopes switch while a model is traced
+_SWITCH: list[Callable[[str], None]] = []  # the active block_scopes switch while a model is traced
 
 
-def block_names(model: Any) -> list[tuple[str, int | None]]:
+def block_names(model: torch.nn.Module) -> list[tuple[str, int | None]]:
     """``(name, ipu_id)`` of every ``BeginBlock`` in module order; hooks switch the scope.
 
     Each annotated module gets a forward pre-hook (once) that, while a model is traced under
@@ -146,16 +161,16 @@ def block_names(model: Any) -> list[tuple[str, int | None]]:
         name = user_id or f"block{k}"
         if not getattr(module, "_popdist_emu_hooked", False):
             module.register_forward_pre_hook(_switch_hook(name))
-            module._popdist_emu_hooked = True
+            setattr(module, "_popdist_emu_hooked", True)  # noqa: B010 (not a Tensor/Module)
         found.append((name, ipu_id))
     return found
 
 
-def _switch_hook(name: str) -> Any:
+def _switch_hook(name: str) -> Callable[..., None]:
     """A forward pre-hook entering block ``name`` while tracing; it returns None (a hook's
     non-None result would replace the module's inputs)."""
 
-    def hook(*_: Any) -> None:
+    def hook(*_: object) -> None:
         if _SWITCH:
             _SWITCH[-1](name)
 
@@ -163,7 +178,7 @@ def _switch_hook(name: str) -> Any:
 
 
 @contextlib.contextmanager
-def tracing_blocks(begin: Any) -> Iterator[None]:
+def tracing_blocks(begin: Callable[[str], None]) -> Iterator[None]:
     """Makes ``begin`` (a ``block_scopes`` switch) the one BeginBlock's hooks call."""
     _SWITCH.append(begin)
     try:
@@ -172,7 +187,7 @@ def tracing_blocks(begin: Any) -> Iterator[None]:
         _SWITCH.pop()
 
 
-def check_strategy(strategy: Any) -> None:
+def check_strategy(strategy: object) -> None:
     """Refuses what ``setExecutionStrategy`` was given unless it is PopTorch's strategy."""
     if strategy is not None and not isinstance(strategy, _Strategy):
         raise ValueError(
@@ -181,7 +196,9 @@ def check_strategy(strategy: Any) -> None:
         )
 
 
-def emulator_strategy(strategy: Any, blocks: list[tuple[str, int | None]]) -> Any:
+def emulator_strategy(
+    strategy: object, blocks: list[tuple[str, int | None]]
+) -> popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution:
     """The ``popdist_emu`` strategy for PopTorch's (None: the blocks' IPUs, pipelined).
 
     Args:
@@ -199,6 +216,7 @@ def emulator_strategy(strategy: Any, blocks: list[tuple[str, int | None]]) -> An
             *(popdist_emu.Stage(*names, ipu=ipu) for ipu, names in runs)
         )
     check_strategy(strategy)
+    assert isinstance(strategy, _Strategy)  # check_strategy refused anything else
     cls = (
         popdist_emu.ShardedExecution
         if isinstance(strategy, ShardedExecution)
@@ -216,7 +234,9 @@ def emulator_strategy(strategy: Any, blocks: list[tuple[str, int | None]]) -> An
     return cls(*emu)
 
 
-def _auto_stages(strategy: Any, blocks: list[tuple[str, int | None]]) -> list[Any]:
+def _auto_stages(
+    strategy: _Strategy, blocks: list[tuple[str, int | None]]
+) -> list[popdist_emu.Stage]:
     """The stages ``PipelinedExecution(AutoStage.X)`` (or sharded) makes of the blocks, each
     placed by its ``ipu_id``: ``AutoIncrement``, a stage per block, in the order they run
     (blocks on one IPU become stages of their own on it); ``SameAsIpu``, stage k holds the
@@ -228,7 +248,7 @@ def _auto_stages(strategy: Any, blocks: list[tuple[str, int | None]]) -> list[An
     """
     import popdist_emu
 
-    auto, name = strategy.stages[0], type(strategy).__name__
+    auto, name = cast(AutoStage, strategy.stages[0]), type(strategy).__name__
     missing = [block for block, ipu in blocks if ipu is None]
     if missing:
         raise ValueError(

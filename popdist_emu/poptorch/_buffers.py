@@ -29,27 +29,34 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any, TypeAlias, cast
 
 import jax
 import numpy as np
 import torch
 import torchax
+from jax.typing import ArrayLike
 from torchax.interop import JittableModule
 
 _INSTALLED: list[bool] = []
 
+# ``fn(weights, micro_batch) -> (outputs, buffers)``: the module's forward as a pure function
+# (its outputs are whatever structure the forward returns).
+ModuleFunction: TypeAlias = Callable[
+    [dict[str, jax.Array], tuple[jax.Array, ...]], tuple[Any, dict[str, jax.Array]]
+]
+
 
 def _batch_norm(
-    input: Any,
-    weight: Any,
-    bias: Any,
-    running_mean: Any,
-    running_var: Any,
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
     training: bool,
     momentum: float,
     eps: float,
-) -> tuple[Any, Any, Any]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """aten's batch norm as PyTorch computes it, running statistics updated in place (a
     half-precision input's statistics in float32, its output in half, as PyTorch does)."""
     dtype = input.dtype
@@ -67,6 +74,8 @@ def _batch_norm(
                 running_mean.copy_((1 - momentum) * running_mean + momentum * mean)
                 running_var.copy_((1 - momentum) * running_var + momentum * unbiased)
     else:
+        # Eval mode reads the running statistics (a norm without them runs in training mode).
+        assert running_mean is not None and running_var is not None
         mean, var = running_mean, running_var
     rstd = torch.rsqrt(var + eps)
     out = (input - mean.reshape(shape)) * rstd.reshape(shape)
@@ -79,15 +88,15 @@ def _batch_norm(
 
 
 def _native_batch_norm(
-    input: Any,
-    weight: Any,
-    bias: Any,
-    running_mean: Any,
-    running_var: Any,
+    input: torch.Tensor,
+    weight: torch.Tensor | None,
+    bias: torch.Tensor | None,
+    running_mean: torch.Tensor | None,
+    running_var: torch.Tensor | None,
     training: bool = False,
     momentum: float = 0.1,
     eps: float = 1e-5,
-) -> tuple[Any, Any, Any]:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
 
 
@@ -103,7 +112,7 @@ def use_pytorch_batch_norm() -> None:
 
 def module_function(
     model: torch.nn.Module,
-) -> tuple[dict[str, Any], Callable[[dict[str, Any], tuple[Any, ...]], tuple[Any, Any]], list[str]]:
+) -> tuple[dict[str, jax.Array], ModuleFunction, list[str]]:
     """``model`` as a pure function of its weights: ``fn(weights, args) -> (outputs,
     buffers)``, as ``torchax.extract_jax`` gives it, with the buffers the forward left.
 
@@ -115,12 +124,14 @@ def module_function(
     env = torchax.default_env()
     module = JittableModule(model)
     # torchax's dicts of the module's tensors (their names shadow nn.Module's methods).
-    buffers: dict[str, Any] = cast(dict[str, Any], module.buffers)
-    params: dict[str, Any] = cast(dict[str, Any], module.params)
+    buffers = cast(dict[str, torch.Tensor], module.buffers)
+    params = cast(dict[str, torch.Tensor], module.params)
     weights = env.t2j_copy({**buffers, **params})
     names = list(buffers)
 
-    def fn(states: dict[str, Any], args: tuple[Any, ...]) -> tuple[Any, Any]:
+    def fn(
+        states: dict[str, jax.Array], args: tuple[jax.Array, ...]
+    ) -> tuple[Any, dict[str, jax.Array]]:
         params = {k: states[k] for k in module.params}
         buffers = {k: states[k] for k in names}
         params, buffers, args = env.j2t_iso((params, buffers, args))
@@ -132,9 +143,9 @@ def module_function(
 
 
 def changed_buffers(
-    fn: Callable[[dict[str, Any], tuple[Any, ...]], tuple[Any, Any]],
-    weights: dict[str, Any],
-    args: tuple[Any, ...],
+    fn: ModuleFunction,
+    weights: dict[str, jax.Array],
+    args: tuple[np.ndarray | jax.Array, ...],
     names: list[str],
 ) -> list[str]:
     """The buffers ``fn`` changes: those it returns as anything but their input."""
@@ -142,7 +153,9 @@ def changed_buffers(
         return []
     fixed = {k: v for k, v in weights.items() if k not in names}
 
-    def buffers_out(buffers: dict[str, Any], args: tuple[Any, ...]) -> dict[str, Any]:
+    def buffers_out(
+        buffers: dict[str, jax.Array], args: tuple[jax.Array, ...]
+    ) -> dict[str, jax.Array]:
         return fn({**fixed, **buffers}, args)[1]
 
     closed = jax.make_jaxpr(buffers_out)({k: weights[k] for k in names}, _arrays(args))
@@ -152,9 +165,9 @@ def changed_buffers(
 
 
 def buffers_read_by(
-    loss: Callable[[dict[str, Any], tuple[Any, ...]], Any],
-    buffers: dict[str, Any],
-    args: tuple[Any, ...],
+    loss: Callable[[dict[str, jax.Array], tuple[jax.Array, ...]], jax.Array],
+    buffers: dict[str, jax.Array],
+    args: tuple[np.ndarray | jax.Array, ...],
 ) -> list[str]:
     """The names in ``buffers`` that the value of ``loss(buffers, args)`` depends on.
 
@@ -170,7 +183,7 @@ def buffers_read_by(
     return [name for name, v in zip(order, closed.jaxpr.invars, strict=False) if id(v) in needed]
 
 
-def _arrays(args: tuple[Any, ...]) -> tuple[Any, ...]:
+def _arrays(args: tuple[np.ndarray | jax.Array, ...]) -> tuple[jax.Array, ...]:
     """Host arrays as JAX arrays, so the trace takes them as inputs rather than constants."""
     return jax.tree.map(jax.numpy.asarray, args)
 
@@ -222,26 +235,29 @@ class ReplicaBuffers:
         replicas: this instance's replicas.
     """
 
-    def __init__(self, buffers: dict[str, Any], replicas: int) -> None:
+    def __init__(self, buffers: dict[str, jax.Array], replicas: int) -> None:
         self.per_replica = [dict(buffers) for _ in range(replicas)]
         # The latest call's outputs, by (device iteration, micro-batch, replica).
         self.outputs: dict[tuple[int, int, int], Any] = {}
 
     @property
-    def first(self) -> dict[str, Any]:
+    def first(self) -> dict[str, jax.Array]:
         """The first local replica's buffers: what the host sees."""
         return self.per_replica[0]
 
     def each_iteration(
         self,
-        forward: Callable[[dict[str, Any], tuple[Any, ...], Any], tuple[Any, dict[str, Any]]],
-        weights_of: Callable[[Any], dict[str, Any]],
-        batch: tuple[Any, ...],
+        forward: Callable[
+            [dict[str, jax.Array], tuple[jax.Array, ...], ArrayLike],
+            tuple[Any, dict[str, jax.Array]],
+        ],
+        weights_of: Callable[[dict[str, jax.Array]], dict[str, jax.Array]],
+        batch: tuple[np.ndarray, ...],
         *,
         inputs: int,
         accumulation: int,
         keyed: bool,
-    ) -> Callable[[int, Any], None]:
+    ) -> Callable[[int, dict[str, jax.Array]], None]:
         """What the step calls at each device iteration: every local replica's buffers
         through its micro-batches, in order, from the iteration's weights; each
         micro-batch's outputs are kept (:meth:`combined_outputs`).
@@ -258,7 +274,7 @@ class ReplicaBuffers:
             keyed: whether the forward draws random numbers keyed by the first sample.
         """
 
-        def run(d: int, params: Any) -> None:
+        def run(d: int, params: dict[str, jax.Array]) -> None:
             if d == 0:
                 self.outputs = {}
             weights = weights_of(params)
@@ -280,14 +296,14 @@ class ReplicaBuffers:
         order, ``[iterations, accumulation, replicas]``; a scalar output is the last)."""
         parts = [self.outputs[key] for key in sorted(self.outputs)]
 
-        def combine(*values: Any) -> np.ndarray:
+        def combine(*values: jax.Array) -> np.ndarray:
             arrays = [np.array(v) for v in values]
             return np.concatenate(arrays) if arrays[-1].ndim else arrays[-1]
 
         return jax.tree.map(combine, *parts)
 
 
-def write_buffers(model: torch.nn.Module, buffers: dict[str, Any]) -> None:
+def write_buffers(model: torch.nn.Module, buffers: dict[str, jax.Array]) -> None:
     """Copies buffers into the torch module (PopTorch's copy of the weights to the host)."""
     named = dict(model.named_buffers())
     with torch.no_grad():

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Iterator, Sized
+from collections.abc import Iterator, Mapping, Sized
 from typing import Any, NamedTuple, cast
 
 import numpy as np
@@ -118,8 +118,8 @@ class DataLoader(torch.utils.data.DataLoader):
         drop_last: bool = True,
         persistent_workers: bool | None = None,
         auto_distributed_partitioning: bool = True,
-        mode: Any = None,
-        async_options: Any = None,
+        mode: DataLoaderMode | None = None,
+        async_options: Mapping[str, object] | None = None,
         rebatched_worker_size: int | None = None,
         **kwargs: Any,
     ) -> None:

@@ -44,11 +44,14 @@ References:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import jax
 import numpy as np
+import numpy.typing as npt
 import torch
+from jax.typing import ArrayLike
 
 import popdist_emu
 from popdist_emu.popdist import PopTorchOptions
@@ -116,14 +119,14 @@ class PoplarExecutor:
         self._mode_fields = self.options.to_options()
         self._blocks = block_names(model)  # BeginBlock's; poptorch.Block's when traced
         check_strategy(self._mode_fields.execution_strategy)  # before any compile
-        self._strategy: Any = None
+        self._strategy: popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution | None = None
         model.train(training)
         check_modules(model)
         weights, self._fn_state, buffer_names = module_function(model)
         self._buffer_names = buffer_names
         self._changing: list[str] | None = None  # buffers the forward changes, found once
         self._replicas: ReplicaBuffers | None = None  # what training changes, per replica
-        self._device_buffers: dict[str, Any] = {}  # what inference changed, not yet copied
+        self._device_buffers: dict[str, jax.Array] = {}  # what inference changed, not yet copied
         trainable = {name for name, p in model.named_parameters() if p.requires_grad}
         self._names = [name for name in weights if name in trainable]
         self._constants = {k: v for k, v in weights.items() if k not in trainable}
@@ -138,7 +141,7 @@ class PoplarExecutor:
         self._attached = True
 
     # --------------------------------------------------------------------- helpers
-    def _weights(self) -> dict[str, Any]:
+    def _weights(self) -> dict[str, jax.Array]:
         """The module's current weights by torchax's names (parameters and buffers)."""
         model = self._user_model
         state = {
@@ -148,23 +151,25 @@ class PoplarExecutor:
         names = [*self._names, *self._constants]
         return {n: jax.numpy.asarray(to_jax_array(state[n])) for n in names}
 
-    def _fn(self, weights: dict[str, Any], args: tuple[Any, ...]) -> Any:
+    def _fn(self, weights: dict[str, jax.Array], args: tuple[jax.Array, ...]) -> Any:
         """The module's forward: its outputs."""
         return self._fn_state(weights, args)[0]
 
     def _run_state(
-        self, weights: dict[str, Any], args: tuple[Any, ...], first_index: Any
-    ) -> tuple[Any, Any]:
+        self, weights: dict[str, jax.Array], args: tuple[jax.Array, ...], first_index: ArrayLike
+    ) -> tuple[Any, dict[str, jax.Array]]:
         """The module's forward, its random draws keyed by its first sample's index: its
         outputs and the buffers it leaves."""
         with holding_key(micro_batch_key(self._seed, first_index)):
             return self._fn_state(weights, args)
 
-    def _run(self, weights: dict[str, Any], args: tuple[Any, ...], first_index: Any) -> Any:
+    def _run(
+        self, weights: dict[str, jax.Array], args: tuple[jax.Array, ...], first_index: ArrayLike
+    ) -> Any:
         """The module's forward, its random draws keyed by its first sample's index."""
         return self._run_state(weights, args, first_index)[0]
 
-    def _outputs(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
+    def _outputs(self, params: dict[str, jax.Array], micro_batch: tuple[jax.Array, ...]) -> Any:
         """The module's outputs for one micro-batch of one replica (the trained weights and
         the constants)."""
         weights = {**self._constants, **params}
@@ -173,16 +178,20 @@ class PoplarExecutor:
             return self._run(weights, tuple(inputs), index[0])
         return self._fn(weights, micro_batch)
 
-    def _loss(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
+    def _loss(self, params: dict[str, jax.Array], micro_batch: tuple[jax.Array, ...]) -> jax.Array:
         out = self._outputs(params, micro_batch)
         return out[-1] if isinstance(out, tuple | list) else out
 
-    def _loss_and_outputs(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
+    def _loss_and_outputs(
+        self, params: dict[str, jax.Array], micro_batch: tuple[jax.Array, ...]
+    ) -> tuple[jax.Array, tuple[Any, ...]]:
         """The loss and the other outputs, for a trainer that returns them (``has_aux``)."""
         out = self._outputs(params, micro_batch)
         return out[-1], tuple(out[:-1])
 
-    def _training_batch(self, args: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _training_batch(
+        self, args: tuple[torch.Tensor | npt.ArrayLike, ...]
+    ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray]:
         """A training call's arrays, its laid-out batch (with the samples' global indices
         when the module draws random numbers) and the indices."""
         arrays = tuple(to_jax_array(a) for a in args)
@@ -195,13 +204,13 @@ class PoplarExecutor:
             batch = (*batch, self._layout((index,))[0])
         return arrays, batch, index
 
-    def _layout(self, arrays: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+    def _layout(self, arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         """The combined batch reshaped ``[device_iterations, accumulation, replicas, micro]``."""
         opts = self._mode_fields
         ga = opts.gradient_accumulation if self.training else 1
         return combined_layout(arrays, opts.device_iterations, ga, opts.replication_factor)
 
-    def _make_trainer(self, batch: tuple[Any, ...]) -> Any:
+    def _make_trainer(self, batch: tuple[np.ndarray, ...]) -> popdist_emu.Trainer:
         if self._trainer is None:
             weights = self._weights()
             params = {n: weights[n] for n in self._names}
@@ -229,7 +238,7 @@ class PoplarExecutor:
             )
         return self._trainer
 
-    def _outputs_in_step(self, params: dict[str, Any], batch: tuple[Any, ...]) -> bool:
+    def _outputs_in_step(self, params: dict[str, jax.Array], batch: tuple[np.ndarray, ...]) -> bool:
         """Whether the step returns the per-sample outputs (a functional, unpipelined run)."""
         if self._strategy is not None or self._replicas is not None or self._mode_fields.offline:
             return False
@@ -245,7 +254,10 @@ class PoplarExecutor:
         return per_sample(out[:-1], larger[:-1], size)
 
     def _changed_buffers(
-        self, weights: dict[str, Any], args: tuple[Any, ...], first: Any
+        self,
+        weights: dict[str, jax.Array],
+        args: tuple[np.ndarray | jax.Array, ...],
+        first: ArrayLike,
     ) -> list[str]:
         """The buffers this model's forward changes (traced once, in its mode)."""
         if self._changing is None:
@@ -254,7 +266,7 @@ class PoplarExecutor:
             )
         return self._changing
 
-    def _check_buffers(self, batch: tuple[Any, ...], weights: dict[str, Any]) -> None:
+    def _check_buffers(self, batch: tuple[np.ndarray, ...], weights: dict[str, jax.Array]) -> None:
         """Finds the buffers training changes and gives each local replica its copy
         (refused where PopTorch or the emulator cannot keep them; see ``_buffers``)."""
         inputs = len(batch) - 1 if self._random else len(batch)
@@ -271,7 +283,9 @@ class PoplarExecutor:
         )
         self._replicas = ReplicaBuffers(buffers, fields.replication_factor)
 
-    def _execution_strategy(self, params: dict[str, Any], micro_batch: tuple[Any, ...]) -> Any:
+    def _execution_strategy(
+        self, params: dict[str, jax.Array], micro_batch: tuple[np.ndarray, ...]
+    ) -> popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution | None:
         """The emulator's strategy for the options' and the blocks (None: one program).
 
         Inference runs the forward as one program: the same numbers, whatever the IPUs.
@@ -297,7 +311,7 @@ class PoplarExecutor:
         with in_mode(self._user_model, self.training):
             return self._infer(args) if not self.training else self._train(args)
 
-    def _infer(self, args: tuple[Any, ...]) -> Any:
+    def _infer(self, args: tuple[torch.Tensor | npt.ArrayLike, ...]) -> Any:
         """An inference call; buffers its forward changes stay on the (simulated) IPU, as
         PopTorch keeps them, until ``copyWeightsToHost``."""
         self._attached = True
@@ -313,7 +327,7 @@ class PoplarExecutor:
             self._device_buffers = {n: buffers[n] for n in changing}
         return to_torch(out)
 
-    def _train(self, args: tuple[Any, ...]) -> Any:
+    def _train(self, args: tuple[torch.Tensor | npt.ArrayLike, ...]) -> Any:
         """A training call: ``device_iterations`` optimiser steps."""
         self._attached = True
         mode = self._mode_fields.output_mode
@@ -326,11 +340,12 @@ class PoplarExecutor:
         out_shape = self._output_shape(trainer.params, batch)
         only_loss = not isinstance(out_shape, tuple | list) or len(out_shape) == 1
         if trainer.has_aux:  # each micro-batch's outputs from its own forward in the step
-            losses, outputs = trainer.step(batch)
+            stepped = trainer.step(batch)
+            assert isinstance(stepped, tuple)  # with has_aux: (losses, outputs)
             self.copyWeightsToHost()
-            combined = end_to_end(outputs, all_iterations=mode == "all")
+            combined = end_to_end(stepped[1], all_iterations=mode == "all")
             return type(out_shape)(
-                [*to_torch(combined), torch.tensor(np.asarray(losses, np.float32))]
+                [*to_torch(combined), torch.tensor(np.asarray(stepped[0], np.float32))]
             )
         # A host copy for the outputs: the step donates (reuses) the parameter buffers.
         before = (
@@ -403,7 +418,11 @@ class PoplarExecutor:
             else:
                 trainer.compile(batch)
 
-    def _output_shape(self, params: Any, batch: tuple[Any, ...]) -> Any:
+    def _output_shape(
+        self,
+        params: Mapping[str, jax.Array | jax.ShapeDtypeStruct],
+        batch: tuple[np.ndarray, ...],
+    ) -> Any:
         """The shapes of the module's outputs for one micro-batch of one replica (traced once,
         from the trained weights or their shapes)."""
         if self._out_shape is None:
@@ -411,7 +430,7 @@ class PoplarExecutor:
             self._out_shape = jax.eval_shape(self._outputs, params, micro_batch)
         return self._out_shape
 
-    def _simulate(self, batch: tuple[Any, ...]) -> None:
+    def _simulate(self, batch: tuple[np.ndarray, ...]) -> None:
         """Simulates one step on the job's IPU system and reports it (once; ``_offline``)."""
         if not self._simulated:
             out = self._output_shape(self._trainer.step_shapes(batch).params, batch)

@@ -14,15 +14,27 @@ References:
 from __future__ import annotations
 
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+import numpy as np
 
 import popdist_emu
 from popdist_emu._options import Options
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.poptorch._data import active_loader
 
+if TYPE_CHECKING:
+    from popdist_emu.runtime import Trainer
 
-def simulate_step(trainer: Any, batch: Any, *, name: str, outputs: Any, fields: Options) -> None:
+
+def simulate_step(
+    trainer: Trainer,
+    batch: tuple[np.ndarray, ...],
+    *,
+    name: str,
+    outputs: Any,
+    fields: Options,
+) -> None:
     """Simulates one step of ``trainer`` on the job's IPU system and reports it, with what
     the host does: the program's data loader, and the ``outputs`` (one micro-batch's shapes)
     going back to it, every micro-batch's (``OutputMode.All``) or the last one's (Final),

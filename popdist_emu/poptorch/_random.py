@@ -17,17 +17,17 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import Any
 
 import jax
 import numpy as np
 import torchax
+from jax.typing import ArrayLike
 
 from popdist_emu import Options
 
 
 @contextlib.contextmanager
-def holding_key(key: Any) -> Iterator[None]:
+def holding_key(key: jax.Array) -> Iterator[None]:
     """torchax draws from ``key`` inside the block; its own key is back afterwards."""
     param = torchax.default_env().param
     saved = param.prng
@@ -38,7 +38,7 @@ def holding_key(key: Any) -> Iterator[None]:
         param.prng = saved
 
 
-def draws_random(fn: Callable[..., Any], *args: Any) -> bool:
+def draws_random(fn: Callable[..., object], *args: object) -> bool:
     """Whether ``fn(*args)`` draws random numbers (traced on shapes only)."""
     key = jax.random.PRNGKey(0)
     param = torchax.default_env().param
@@ -47,7 +47,7 @@ def draws_random(fn: Callable[..., Any], *args: Any) -> bool:
         return param.prng is not key
 
 
-def micro_batch_key(seed: int, first_index: Any) -> Any:
+def micro_batch_key(seed: int, first_index: ArrayLike) -> jax.Array:
     """The key of the micro-batch whose first sample has global index ``first_index``.
 
     A raw ``uint32[2]`` key (``PRNGKey``), not a typed one: the step's programs are profiled

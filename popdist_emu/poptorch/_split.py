@@ -19,7 +19,7 @@ References:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import jax
@@ -27,20 +27,24 @@ from jax.extend import core as jcore
 
 import popdist_emu
 
+# A block's ``fn(block_params, carry)``: the carry on (a tuple), or the loss for the last block;
+# the first block's carry is the micro-batch, whatever pytree the model takes.
+_BlockFunction = Callable[[dict[str, jax.Array], Any], jax.Array | tuple[jax.Array, ...]]
 
-def _block_of(eqn: Any, names: Sequence[str], current: str) -> str:
+
+def _block_of(eqn: jcore.JaxprEqn, names: Sequence[str], current: str) -> str:
     stack = str(eqn.source_info.name_stack)
     head = stack.split("/", 1)[0] if stack else ""
     return head if head in names else current
 
 
-def _read(env: dict[Any, Any], var: Any) -> Any:
+def _read(env: Mapping[jcore.Var, jax.Array], var: jcore.Var | jcore.Literal) -> jax.Array:
     return var.val if isinstance(var, jcore.Literal) else env[var]
 
 
 def split_blocks(
-    fn: Callable[[dict[str, Any], Any], Any],
-    params: dict[str, Any],
+    fn: Callable[[dict[str, jax.Array], Any], jax.Array],
+    params: Mapping[str, jax.Array | jax.ShapeDtypeStruct],
     micro_batch: Any,
     names: Sequence[str],
 ) -> popdist_emu.BlockModel:
@@ -65,7 +69,7 @@ def split_blocks(
     n_weights = len(jax.tree.leaves(params))
     weight_vars = dict(zip(jaxpr.invars[:n_weights], sorted(weight_names), strict=True))
     batch_vars = jaxpr.invars[n_weights:]
-    runs: list[tuple[str, list[Any]]] = []
+    runs: list[tuple[str, list[jcore.JaxprEqn]]] = []
     current = names[0]
     for eqn in jaxpr.eqns:
         current = _block_of(eqn, names, current)
@@ -79,12 +83,12 @@ def split_blocks(
         runs[-1][1].append(eqn)
     # A weight belongs to every block that reads it (a tied embedding and decoder); the
     # pipeline's rules then ask that all those blocks run on one IPU.
-    readers: dict[str, set[Any]] = {name: set() for name, _ in runs}
+    readers: dict[str, set[jcore.Var]] = {name: set() for name, _ in runs}
     for name, eqns in runs:
         for eqn in eqns:
             readers[name] |= {v for v in eqn.invars if not isinstance(v, jcore.Literal)}
     constants = dict(zip(jaxpr.constvars, closed.consts, strict=True))
-    blocks: list[tuple[str, Callable[[dict[str, Any], Any], Any], list[Any], tuple[str, ...]]] = []
+    blocks: list[tuple[str, _BlockFunction, list[jcore.Var], tuple[str, ...]]] = []
     for k, (name, eqns) in enumerate(runs):
         later = [e for _, es in runs[k + 1 :] for e in es]
         needed = {v for e in later for v in e.invars if not isinstance(v, jcore.Literal)}
@@ -103,20 +107,20 @@ def split_blocks(
 
 
 def _runner(
-    eqns: list[Any],
-    in_vars: list[Any],
-    out_vars: list[Any],
+    eqns: list[jcore.JaxprEqn],
+    in_vars: list[jcore.Var],
+    out_vars: Sequence[jcore.Var | jcore.Literal],
     own: tuple[str, ...],
-    weight_vars: dict[Any, str],
-    constants: dict[Any, Any],
+    weight_vars: dict[jcore.Var, str],
+    constants: dict[jcore.Var, jax.Array],
     last: bool,
-) -> Callable[[dict[str, Any], Any], Any]:
+) -> _BlockFunction:
     """One block's function: its equations evaluated on the carry and its own weights; the
     last block returns the program's last output (the loss), the others the carry on."""
     by_name = {n: v for v, n in weight_vars.items()}
 
-    def run(block_params: dict[str, Any], carry: Any) -> Any:
-        env: dict[Any, Any] = dict(constants)
+    def run(block_params: dict[str, jax.Array], carry: Any) -> jax.Array | tuple[jax.Array, ...]:
+        env: dict[jcore.Var, jax.Array] = dict(constants)
         leaves = jax.tree.leaves(carry)
         env.update(zip(in_vars, leaves, strict=True))
         env.update({by_name[n]: block_params[n] for n in own})

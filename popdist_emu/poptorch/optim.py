@@ -29,13 +29,16 @@ References:
 from __future__ import annotations
 
 from collections.abc import Hashable
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import jax
 import optax
 import torch
 
 from popdist_emu.runtime import Optimiser, layerwise
+
+if TYPE_CHECKING:
+    from torch.optim.optimizer import ParamsT
 
 __all__ = ["LAMB", "SGD", "Adam", "AdamW", "optimiser_hyperparams", "to_optax"]
 
@@ -51,7 +54,7 @@ _IPU_ARGUMENTS = (
 )
 
 
-def _pop_ipu_arguments(kwargs: dict[str, Any], name: str) -> None:
+def _pop_ipu_arguments(kwargs: dict[str, object], name: str) -> None:
     for key in _IPU_ARGUMENTS:
         value = kwargs.pop(key, None)
         if key == "max_grad_norm" and value not in (None, float("inf")):
@@ -64,7 +67,7 @@ def _pop_ipu_arguments(kwargs: dict[str, Any], name: str) -> None:
 class SGD(torch.optim.SGD):
     """``poptorch.optim.SGD``: ``torch.optim.SGD`` plus PopTorch's IPU arguments (accepted)."""
 
-    def __init__(self, params: Any, lr: float, **kwargs: Any) -> None:
+    def __init__(self, params: ParamsT, lr: float, **kwargs: Any) -> None:
         _pop_ipu_arguments(kwargs, "SGD")
         super().__init__(params, lr=lr, **kwargs)
 
@@ -72,7 +75,7 @@ class SGD(torch.optim.SGD):
 class Adam(torch.optim.Adam):
     """``poptorch.optim.Adam``: ``torch.optim.Adam`` plus PopTorch's IPU arguments."""
 
-    def __init__(self, params: Any, lr: float = 1e-3, **kwargs: Any) -> None:
+    def __init__(self, params: ParamsT, lr: float = 1e-3, **kwargs: Any) -> None:
         _pop_ipu_arguments(kwargs, "Adam")
         kwargs.pop("bias_correction", None)  # PopTorch's default (True) is torch's
         super().__init__(params, lr=lr, **kwargs)
@@ -81,7 +84,7 @@ class Adam(torch.optim.Adam):
 class AdamW(torch.optim.AdamW):
     """``poptorch.optim.AdamW``: ``torch.optim.AdamW`` (weight decay 0.01) plus IPU arguments."""
 
-    def __init__(self, params: Any, lr: float = 1e-3, **kwargs: Any) -> None:
+    def __init__(self, params: ParamsT, lr: float = 1e-3, **kwargs: Any) -> None:
         _pop_ipu_arguments(kwargs, "AdamW")
         kwargs.pop("bias_correction", None)
         super().__init__(params, lr=lr, **kwargs)
@@ -104,7 +107,7 @@ class LAMB(torch.optim.Optimizer):
 
     def __init__(
         self,
-        params: Any,
+        params: ParamsT,
         lr: float = 1e-3,
         betas: tuple[float, float] = (0.9, 0.999),
         eps: float = 1e-8,
@@ -249,7 +252,7 @@ def _group_transform(
                 f"SGD(dampening={dampening}): not supported by popdist-emu yet; remove it."
             )
 
-        def sgd(learning_rate: Any) -> optax.GradientTransformation:
+        def sgd(learning_rate: float | jax.Array) -> optax.GradientTransformation:
             parts = [optax.add_decayed_weights(wd)] if wd else []
             if momentum:
                 parts.append(optax.trace(decay=momentum, nesterov=nesterov))
@@ -262,7 +265,7 @@ def _group_transform(
         eps = float(group["eps"])
         decoupled = isinstance(optimizer, torch.optim.AdamW)
 
-        def adam(learning_rate: Any) -> optax.GradientTransformation:
+        def adam(learning_rate: float | jax.Array) -> optax.GradientTransformation:
             if decoupled:
                 return optax.adamw(learning_rate, b1=b1, b2=b2, eps=eps, weight_decay=wd)
             parts = [optax.add_decayed_weights(wd)] if wd else []
@@ -300,6 +303,10 @@ def changed_learning_rate(old: torch.optim.Optimizer | None, new: torch.optim.Op
     return float(new_group["lr"])
 
 
+# The states ``optax.inject_hyperparams`` makes (the stateful one since optax 0.2).
+_Injected = optax.InjectStatefulHyperparamsState | optax.InjectHyperparamsState
+
+
 def set_learning_rate(opt_state: Any, learning_rate: float) -> None:
     """Sets the learning rate inside an optimiser state made by :func:`to_optax`.
 
@@ -314,15 +321,14 @@ def set_learning_rate(opt_state: Any, learning_rate: float) -> None:
             "supported yet."
         )
     hyperparams = injected[0].hyperparams
-    hyperparams["learning_rate"] = jax.numpy.asarray(
-        learning_rate, dtype=hyperparams["learning_rate"].dtype
-    )
+    current = cast(jax.Array, hyperparams["learning_rate"])  # injected numbers are arrays
+    hyperparams["learning_rate"] = jax.numpy.asarray(learning_rate, dtype=current.dtype)
 
 
-def _injected_states(opt_state: Any) -> list[Any]:
+def _injected_states(opt_state: Any) -> list[_Injected]:
     """The ``optax.inject_hyperparams`` states inside an optimiser state (chains and
     layer-wise optimisers nest them in tuples); their ``hyperparams`` dicts are mutable."""
-    if hasattr(opt_state, "hyperparams"):
+    if isinstance(opt_state, _Injected):
         return [opt_state]
     if isinstance(opt_state, tuple):
         return [found for part in opt_state for found in _injected_states(part)]
