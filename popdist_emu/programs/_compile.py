@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.extend.core as jex
 
 from popdist_emu._host_timeline import TIMELINE
 from popdist_emu._progress import phase
@@ -46,7 +47,7 @@ class Program(NamedTuple):
     """
 
     compiled: jax.stages.Compiled
-    jaxpr: Any
+    jaxpr: jex.ClosedJaxpr
 
     def __call__(self, *args: Any) -> Any:
         return self.compiled(*args)

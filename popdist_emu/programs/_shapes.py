@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import DTypeLike
 
 
 def shape_struct(x: Any, shape: tuple[int, ...] | None = None) -> jax.ShapeDtypeStruct:
@@ -50,7 +51,7 @@ def gradient_nbytes(weights: Any) -> int:
     )
 
 
-def accumulator_struct(params: Any, loss_dtype: Any) -> jax.ShapeDtypeStruct:
+def accumulator_struct(params: Any, loss_dtype: DTypeLike) -> jax.ShapeDtypeStruct:
     """Shape of the flat accumulator: every gradient element, then the loss sum.
 
     Its dtype is the result type of the weights and the loss, so a half-precision model
