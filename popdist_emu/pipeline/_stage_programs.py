@@ -186,7 +186,7 @@ class StagePrograms(NamedTuple):
     output: Any
 
 
-def shape_of(x: Any) -> jax.ShapeDtypeStruct:
+def shape_of(x: jax.typing.ArrayLike | jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
     """``x`` (an array or a shape) as a compiled program sees it: its shape, and its dtype
     made canonical as ``jit`` does with a host array (as ``popdist_emu.programs``'
     ``shape_struct``, whose cache keys these shapes must equal)."""

@@ -18,7 +18,9 @@ import numpy as np
 from numpy.typing import DTypeLike
 
 
-def shape_struct(x: Any, shape: tuple[int, ...] | None = None) -> jax.ShapeDtypeStruct:
+def shape_struct(
+    x: jax.typing.ArrayLike, shape: tuple[int, ...] | None = None
+) -> jax.ShapeDtypeStruct:
     """``x`` as a compiled program sees it: its shape (or ``shape``) and its dtype made
     canonical as ``jit`` does with a host array (int64 is int32 unless ``jax_enable_x64``;
     JAX 0.12 warns when a ``ShapeDtypeStruct`` is asked for a dtype it then truncates)."""
