@@ -49,6 +49,7 @@ import hardware
 from popdist_emu._options import Options
 from popdist_emu.pipeline._rules import PipelineError, check_pipeline
 from popdist_emu.pipeline._stage_programs import (
+    ArgumentsKey,
     CompileFn,
     StageFunctions,
     StagePrograms,
@@ -164,6 +165,20 @@ class BlockModel:
         return id(self)
 
 
+def block_model(model: object) -> BlockModel:
+    """``model`` as the ``BlockModel`` an execution strategy needs.
+
+    Raises:
+        PipelineError: ``model`` is not a ``BlockModel`` (a plain loss function).
+    """
+    if not isinstance(model, BlockModel):
+        raise PipelineError(
+            f"an execution strategy needs the loss as a popdist_emu.BlockModel of named "
+            f"blocks, got {type(model).__name__}: build BlockModel([Block(...), ...])."
+        )
+    return model
+
+
 class Pipeline:
     """A ``BlockModel`` placed on the IPUs of a replica under an execution strategy.
 
@@ -195,12 +210,7 @@ class Pipeline:
         recomputation: bool = False,
         compile: CompileFn | None = None,
     ) -> None:
-        if not isinstance(model, BlockModel):
-            raise PipelineError(
-                f"an execution strategy needs the loss as a popdist_emu.BlockModel of named "
-                f"blocks, got {type(model).__name__}: build BlockModel([Block(...), ...])."
-            )
-        self.model, self.strategy = model, strategy
+        self.model, self.strategy = block_model(model), strategy
         self.recomputation = bool(recomputation)
         stages = strategy.stages or tuple(Stage(b.name) for b in model.blocks)
         check_pipeline(model, stages, params, ipus_per_replica, gradient_accumulation, strategy)
@@ -217,7 +227,7 @@ class Pipeline:
         self._compile: CompileFn = compile_alone if compile is None else compile
         # The stage programs of the step shape in use (use, not a cache: a program evicted
         # from the process's cache keeps running here), and the shapes' key.
-        self._held: tuple[Any, tuple[StagePrograms, ...]] | None = None
+        self._held: tuple[ArgumentsKey, tuple[StagePrograms, ...]] | None = None
         self._add = jax.jit(lambda a, b: jax.tree.map(jnp.add, a, b))
 
     @property
@@ -304,7 +314,11 @@ class Pipeline:
 
 
 def make_pipeline(
-    loss_fn: Any, options: Options, params: Any, *, compile: CompileFn | None = None
+    loss_fn: Callable[[Any, Any], jax.Array],
+    options: Options,
+    params: Any,
+    *,
+    compile: CompileFn | None = None,
 ) -> Pipeline | None:
     """The trainer's pipeline from ``Options.execution_strategy`` (None without one).
 
@@ -314,8 +328,8 @@ def make_pipeline(
     its stages' programs (see :class:`Pipeline`).
 
     Raises:
-        PipelineError: a strategy that is not one of PopTorch's, or a pipeline PopTorch or
-            PopART would refuse for this layout.
+        PipelineError: a strategy that is not one of PopTorch's, a loss that is not a
+            ``BlockModel``, or a pipeline PopTorch or PopART would refuse for this layout.
     """
     strategy = options.execution_strategy
     if strategy is None:
@@ -326,7 +340,7 @@ def make_pipeline(
             f"ShardedExecution(...), got {strategy!r}."
         )
     return Pipeline(
-        loss_fn,
+        block_model(loss_fn),
         strategy,
         params,
         ipus_per_replica=options.layout.ipus_per_replica,

@@ -10,9 +10,17 @@ References:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hardware
+
+if TYPE_CHECKING:  # the model's classes, whose module imports this one
+    from popdist_emu.pipeline._model import (
+        BlockModel,
+        PipelinedExecution,
+        ShardedExecution,
+        Stage,
+    )
 
 
 class PipelineError(ValueError):
@@ -20,12 +28,12 @@ class PipelineError(ValueError):
 
 
 def check_pipeline(
-    model: Any,
-    stages: Sequence[Any],
+    model: BlockModel,
+    stages: Sequence[Stage],
     params: Any,
     ipus_per_replica: int,
     gradient_accumulation: int,
-    strategy: Any,
+    strategy: PipelinedExecution | ShardedExecution,
 ) -> None:
     """PopTorch's and PopART's rules for a pipeline, each refused in one line.
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -59,7 +59,10 @@ def float_mask(tree: Any) -> list[bool]:
 
 
 def merge_floats(
-    treedef: Any, mask: Sequence[bool], floats: Sequence[Any], others: Sequence[Any]
+    treedef: Any,  # jax's PyTreeDef, which pyright cannot take as a type
+    mask: Sequence[bool],
+    floats: Sequence[jax.Array],
+    others: Sequence[jax.Array],
 ) -> Any:
     """The tree :func:`split_floats` split: ``floats`` and ``others`` back in ``mask``'s order."""
     fi, oi, leaves = iter(floats), iter(others), []
@@ -77,7 +80,7 @@ def split_floats(tree: Any, mask: Sequence[bool]) -> tuple[list[Any], list[Any]]
     )
 
 
-def stage_vjp(fn: Callable[[Any, Any], Any], params: Any, x: Any) -> Callable[..., Any]:
+def stage_vjp(fn: Callable[[Any, Any], Any], params: Any, x: Any) -> Callable[..., tuple[Any, ...]]:
     """The vjp closure of a stage ``fn(params, x)``: with respect to its parameters and the
     floating-point leaves of its input, for the floating-point leaves of its output.
 
@@ -88,14 +91,16 @@ def stage_vjp(fn: Callable[[Any, Any], Any], params: Any, x: Any) -> Callable[..
     xf, xo = split_floats(x, mask)
     treedef = jax.tree.structure(x)
 
-    def f(p: Any, floats: Any) -> list[Any]:
+    def f(p: Any, floats: list[jax.Array]) -> list[jax.Array]:
         out = fn(p, merge_floats(treedef, mask, floats, xo))
         return [o for o in jax.tree.leaves(out) if jnp.issubdtype(o.dtype, jnp.floating)]
 
     return jax.vjp(f, params, xf)[1]
 
 
-def _backward_of(fn: Callable[[Any, Any], Any], first: bool, last: bool) -> Callable[..., Any]:
+def _backward_of(
+    fn: Callable[[Any, Any], Any], first: bool, last: bool
+) -> Callable[..., tuple[Any, list[jax.Array]]]:
     """The stage's backward ``(p, x, dy_floats) -> (dp, dx_floats)`` (see the module
     docstring); the first stage's input is data, so its ``dx_floats`` is empty.
 
@@ -103,11 +108,11 @@ def _backward_of(fn: Callable[[Any, Any], Any], first: bool, last: bool) -> Call
     their traced dtypes, so the per-micro-batch call passes ``x`` as the forward got it.
     """
 
-    def backward(p: Any, x: Any, dy_floats: Any) -> Any:
+    def backward(p: Any, x: Any, dy_floats: list[jax.Array] | None) -> tuple[Any, list[jax.Array]]:
         x_def, x_mask = jax.tree.structure(x), float_mask(x)
         x_floats, x_others = split_floats(x, x_mask)
 
-        def f(p: Any, xf: Any) -> Any:
+        def f(p: Any, xf: list[jax.Array]) -> Any:  # the loss (last) or floats
             out = fn(p, merge_floats(x_def, x_mask, xf, x_others))
             return out if last else split_floats(out, float_mask(out))[0]
 
@@ -181,7 +186,7 @@ class StagePrograms(NamedTuple):
     output: Any
 
 
-def shape_of(x: Any) -> jax.ShapeDtypeStruct:
+def shape_of(x: jax.typing.ArrayLike | jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
     """``x`` (an array or a shape) as a compiled program sees it: its shape, and its dtype
     made canonical as ``jit`` does with a host array (as ``popdist_emu.programs``'
     ``shape_struct``, whose cache keys these shapes must equal)."""
@@ -195,7 +200,13 @@ def shape_of(x: Any) -> jax.ShapeDtypeStruct:
     )
 
 
-def arguments_key(tree: Any) -> tuple[Any, ...]:
+# What :func:`arguments_key` returns, compared for equality only: a tree's structure (jax's
+# ``PyTreeDef``), and each leaf's shape, dtype and weak type as the leaf has them (None where
+# it has none).
+ArgumentsKey = tuple[object, tuple[tuple[object, object, object], ...]]
+
+
+def arguments_key(tree: Any) -> ArgumentsKey:
     """What decides the programs ``tree``'s arguments run on, cheaply: its structure and its
     leaves' shapes, dtypes and weak types as they come (no canonical dtype, no
     ``ShapeDtypeStruct``), so a pipeline finds the programs it holds once per call for a few
@@ -235,7 +246,19 @@ def compile_stages(
     return tuple(out)
 
 
-def compile_alone(fn: Any, *args: Any, label: str | None = None) -> jax.stages.Compiled:
+class Jitted(Protocol):
+    """A ``jax.jit`` function, as :func:`compile_alone` uses it."""
+
+    def lower(self, *args: object) -> jax.stages.Lowered:
+        """The function lowered for ``args`` (values or shapes)."""
+        ...
+
+    def clear_cache(self) -> None:
+        """Drops the function's entries in JAX's in-memory caches."""
+        ...
+
+
+def compile_alone(fn: Jitted, *args: Any, label: str | None = None) -> jax.stages.Compiled:
     """``fn``'s program for ``args``, kept by no cache: the compile of a pipeline built without
     an injected one, which holds the program while it runs that step shape.
 

@@ -62,7 +62,7 @@ class JaxprSize(NamedTuple):
     largest_bytes: int
 
 
-def jaxpr_size(jaxpr: Any) -> JaxprSize:
+def jaxpr_size(jaxpr: jex.Jaxpr) -> JaxprSize:
     """:class:`JaxprSize` of ``jaxpr`` (a ``Jaxpr``, not a ``ClosedJaxpr``) and its
     sub-jaxprs."""
     ops, largest = 0, 0
@@ -79,7 +79,7 @@ def jaxpr_size(jaxpr: Any) -> JaxprSize:
     return JaxprSize(ops, largest)
 
 
-def residual_bytes(vjp_of: Callable[..., Any], *args: Any) -> int:
+def residual_bytes(vjp_of: Callable[..., Callable[..., tuple[Any, ...]]], *args: Any) -> int:
     """Bytes a forward pass saves for its backward pass, by tracing ``vjp_of(*args)``.
 
     ``vjp_of`` returns the vjp closure of the forward pass (``jax.vjp(f, ...)[1]``); its
@@ -103,7 +103,9 @@ def residual_bytes(vjp_of: Callable[..., Any], *args: Any) -> int:
     return int(total)
 
 
-def loss_vjp(loss_fn: Callable[[Any, Any], Any], params: Any, micro_batch: Any) -> Any:
+def loss_vjp(
+    loss_fn: Callable[[Any, Any], jax.Array], params: Any, micro_batch: Any
+) -> Callable[..., tuple[Any, ...]]:
     """The vjp closure of ``loss_fn(params, micro_batch)`` with respect to the weights: what
     one replica's forward pass saves for its backward pass."""
     return jax.vjp(lambda q: loss_fn(q, micro_batch), params)[1]

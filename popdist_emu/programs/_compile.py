@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import jax
+import jax.extend.core as jex
 
 from popdist_emu._host_timeline import TIMELINE
 from popdist_emu._progress import phase
@@ -46,7 +47,7 @@ class Program(NamedTuple):
     """
 
     compiled: jax.stages.Compiled
-    jaxpr: Any
+    jaxpr: jex.ClosedJaxpr
 
     def __call__(self, *args: Any) -> Any:
         return self.compiled(*args)
@@ -77,7 +78,7 @@ class Program(NamedTuple):
 ANALYSIS_ONLY_OPTIONS: dict[str, Any] = {"xla_backend_optimization_level": 0}
 
 
-def _struct(x: Any) -> jax.ShapeDtypeStruct:
+def _struct(x: jax.typing.ArrayLike | jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
     if isinstance(x, jax.ShapeDtypeStruct):
         return x
     return shape_struct(x)
@@ -116,7 +117,9 @@ def compile_program(
     return program
 
 
-def _compile(fn: Callable, structs: Any, label: str | None, analysis_only: bool) -> Program:
+def _compile(
+    fn: Callable, structs: tuple[Any, ...], label: str | None, analysis_only: bool
+) -> Program:
     """Compiles ``fn`` for ``structs`` and leaves nothing of it in JAX's in-memory caches."""
     jitted: Any = fn if hasattr(fn, "trace") else jax.jit(fn)  # jitted already, or now
     label = label or getattr(fn, "__name__", "a program")

@@ -8,12 +8,11 @@ Python 3.10) lacks it, so the same walk is written here against the public ``Jax
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from typing import Any
 
 import jax.extend.core as jex
 
 
-def sub_jaxprs(params: Mapping[str, Any]) -> Iterator[Any]:
+def sub_jaxprs(params: Mapping[str, object]) -> Iterator[jex.Jaxpr]:
     """Every ``Jaxpr`` in ``params``, a ``ClosedJaxpr`` unwrapped, in tuples and lists too."""
     if hasattr(jex, "jaxprs_in_params"):
         yield from jex.jaxprs_in_params(params)

@@ -22,11 +22,12 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import jax
 import jax.extend.core as jex
 import numpy as np
+from jax.core import ShapedArray
 from jax.interpreters import ad, batching, mlir
 
 from hardware import PARTIALS_TYPES, ConvOp, check_proportion
@@ -37,8 +38,11 @@ MATMUL_PRIMITIVES = ("dot_general", "conv_general_dilated")
 
 available_memory_p = jex.Primitive("available_memory_proportion")
 
+# A value (an array or a pytree of them) that comes back unchanged.
+T = TypeVar("T")
 
-def _impl(x: Any, *, proportion: float, role: str) -> Any:
+
+def _impl(x: jax.Array, *, proportion: float, role: str) -> jax.Array:
     return x
 
 
@@ -48,8 +52,12 @@ mlir.register_lowering(available_memory_p, lambda ctx, x, **_: [x])
 
 
 def _jvp(
-    primals: Sequence[Any], tangents: Sequence[Any], *, proportion: float, role: str
-) -> tuple[Any, Any]:
+    primals: Sequence[jax.Array],
+    tangents: Sequence[jax.Array | ad.Zero],
+    *,
+    proportion: float,
+    role: str,
+) -> tuple[jax.Array, jax.Array | ad.Zero]:
     (x,), (t,) = primals, tangents
     out = available_memory_p.bind(x, proportion=proportion, role=role)
     if type(t) is ad.Zero:
@@ -57,15 +65,17 @@ def _jvp(
     return out, available_memory_p.bind(t, proportion=proportion, role=_TANGENT)
 
 
-def _transpose(ct: Any, x: Any, *, proportion: float, role: str) -> tuple[Any]:
+def _transpose(
+    ct: jax.Array | ad.Zero, x: ad.UndefinedPrimal, *, proportion: float, role: str
+) -> tuple[jax.Array | ad.Zero]:
     if type(ct) is ad.Zero:
         return (ct,)
     return (available_memory_p.bind(ct, proportion=proportion, role=_COTANGENT),)
 
 
 def _batch(
-    args: Sequence[Any], dims: Sequence[Any], *, proportion: float, role: str
-) -> tuple[Any, Any]:
+    args: Sequence[jax.Array], dims: Sequence[int | None], *, proportion: float, role: str
+) -> tuple[jax.Array, int | None]:
     return available_memory_p.bind(args[0], proportion=proportion, role=role), dims[0]
 
 
@@ -74,7 +84,7 @@ ad.primitive_transposes[available_memory_p] = _transpose
 batching.primitive_batchers[available_memory_p] = _batch
 
 
-def set_available_memory(x: Any, proportion: float) -> Any:
+def set_available_memory(x: T, proportion: float) -> T:
     """``x`` unchanged, with the operation that produced it planned under ``proportion``.
 
     PopTorch's ``poptorch.set_available_memory(x, 0.2)`` for a JAX model: call it on the
@@ -91,9 +101,15 @@ def set_available_memory(x: Any, proportion: float) -> Any:
     )
 
 
-def _conv_op(eqn: Any, name: str, proportion: float | None, partials: int) -> ConvOp:
-    out = eqn.outvars[0].aval
-    lhs, rhs = eqn.invars[0].aval, eqn.invars[1].aval
+def _array_aval(atom: jex.Var | jex.Literal) -> ShapedArray:
+    """The abstract value of a matmul's or a convolution's operand or result: an array's
+    (``Var.aval`` is typed as any ``AbstractValue``, which declares no shape)."""
+    return cast(ShapedArray, atom.aval)
+
+
+def _conv_op(eqn: jex.JaxprEqn, name: str, proportion: float | None, partials: int) -> ConvOp:
+    out = _array_aval(eqn.outvars[0])
+    lhs, rhs = _array_aval(eqn.invars[0]), _array_aval(eqn.invars[1])
     nbytes = np.dtype(lhs.dtype).itemsize
     if eqn.primitive.name == "dot_general":
         (lc, rc), (lb, _) = eqn.params["dimension_numbers"]
@@ -135,16 +151,16 @@ def _conv_op(eqn: Any, name: str, proportion: float | None, partials: int) -> Co
     )
 
 
-def _overrides(jaxpr: Any) -> dict[int, float]:
+def _overrides(jaxpr: jex.Jaxpr) -> dict[int, float]:
     """Equation index -> proportion set by ``set_available_memory`` in this jaxpr."""
-    producer = {}
-    consumers: dict[Any, list[int]] = {}
+    producer: dict[jex.Var, int] = {}
+    consumers: dict[jex.Var, list[int]] = {}
     for i, eqn in enumerate(jaxpr.eqns):
         for var in eqn.outvars:
             producer[var] = i
-        for var in eqn.invars:
-            if isinstance(var, jex.Var):
-                consumers.setdefault(var, []).append(i)
+        for atom in eqn.invars:
+            if isinstance(atom, jex.Var):
+                consumers.setdefault(atom, []).append(i)
     found: dict[int, float] = {}
     for eqn in jaxpr.eqns:
         if eqn.primitive is not available_memory_p:
@@ -169,17 +185,19 @@ _CALLS = frozenset(
 )  # fmt: skip
 
 
-def _weight_of(eqn: Any, weights: dict | None) -> dict[str, Any]:
-    """``ConvOp``'s weight fields for ``eqn``: unknown without ``weights`` (var -> key),
-    else the key of the weight its right-hand operand is, or not a weight."""
+def _with_weight(op: ConvOp, eqn: jex.JaxprEqn, weights: dict[jex.Var, str] | None) -> ConvOp:
+    """``op`` with its weight fields for ``eqn``: unknown (as made) without ``weights``
+    (var -> key), else the key of the weight its right-hand operand is, or not a weight."""
     if weights is None:
-        return {}
+        return op
     key = weights.get(eqn.invars[1]) if isinstance(eqn.invars[1], jex.Var) else None
-    return {"weight_key": key} if key else {"weight_live": False}
+    if key:
+        return dataclasses.replace(op, weight_key=key)
+    return dataclasses.replace(op, weight_live=False)
 
 
 def matmul_ops(
-    jaxpr: Any,
+    jaxpr: jex.Jaxpr | jex.ClosedJaxpr,
     *,
     prefix: str = "",
     partials_type: str = "float",
@@ -205,21 +223,20 @@ def matmul_ops(
             f"`partials_type` must be one of {tuple(PARTIALS_TYPES)}, got {partials_type!r}."
         )
     partials = PARTIALS_TYPES[partials_type]
-    if hasattr(jaxpr, "jaxpr"):
-        jaxpr = jaxpr.jaxpr
+    open_jaxpr: jex.Jaxpr = jaxpr.jaxpr if isinstance(jaxpr, jex.ClosedJaxpr) else jaxpr
     ops: list[ConvOp] = []
 
-    def walk(jp: Any, keys: dict | None) -> None:
+    def walk(jp: jex.Jaxpr, keys: dict[jex.Var, str] | None) -> None:
         overrides = _overrides(jp)
         for i, eqn in enumerate(jp.eqns):
             if eqn.primitive.name in MATMUL_PRIMITIVES:
-                lhs, rhs = eqn.invars[0].aval, eqn.invars[1].aval
+                lhs, rhs = _array_aval(eqn.invars[0]), _array_aval(eqn.invars[1])
                 name = (
                     f"{prefix}{eqn.primitive.name} #{len(ops)} "
                     f"{'x'.join(map(str, lhs.shape))} * {'x'.join(map(str, rhs.shape))}"
                 )
                 op = _conv_op(eqn, name, overrides.get(i), partials)
-                ops.append(dataclasses.replace(op, **_weight_of(eqn, keys)))
+                ops.append(_with_weight(op, eqn, keys))
             for sub in sub_jaxprs(eqn.params):
                 inner = None
                 if (
@@ -237,12 +254,12 @@ def matmul_ops(
     top = (
         None
         if weights is None
-        else {v: f"{weight_prefix}weight {i}" for i, v in enumerate(jaxpr.invars[:weights])}
+        else {v: f"{weight_prefix}weight {i}" for i, v in enumerate(open_jaxpr.invars[:weights])}
     )
-    walk(jaxpr, top)
+    walk(open_jaxpr, top)
     return tuple(ops)
 
 
-def step_matmuls(fn: Callable[..., Any], *args: Any) -> tuple[ConvOp, ...]:
+def step_matmuls(fn: Callable[..., object], *args: Any) -> tuple[ConvOp, ...]:
     """The matmuls and convolutions of ``fn(*args)`` (arrays or ``ShapeDtypeStruct``)."""
     return matmul_ops(jax.make_jaxpr(fn)(*args))

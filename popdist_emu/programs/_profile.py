@@ -51,7 +51,7 @@ def program_counts(
     *,
     params: Any,
     micro_batch: Any,
-    loss_fn: Callable[[Any, Any], Any] | None,
+    loss_fn: Callable[[Any, Any], jax.Array] | None,
     partials_type: str,
 ) -> ProgramCounts:
     """:class:`ProgramCounts` of a replica's compiled micro-step and update.
@@ -111,7 +111,7 @@ def profile_programs(
     micro_batch: Any,
     settings: StepSettings,
     opt_state: Any = None,
-    loss_fn: Callable[[Any, Any], Any] | None = None,
+    loss_fn: Callable[[Any, Any], jax.Array] | None = None,
     gradient_bytes: int | None = None,
 ) -> StepProfile:
     """The ``hardware.StepProfile`` of one replica's step, from the programs that run it.
@@ -166,7 +166,7 @@ def profile_step(
     params: Any,
     batch: Sequence[Any],
     opt_state: Any = None,
-    loss_fn: Callable[..., Any] | None = None,
+    loss_fn: Callable[..., jax.Array] | None = None,
     settings: StepSettings | None = None,
     collectives: Sequence[CollectiveRecord] | None = None,
     method: str = "auto",

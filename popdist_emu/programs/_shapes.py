@@ -15,9 +15,12 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from numpy.typing import DTypeLike
 
 
-def shape_struct(x: Any, shape: tuple[int, ...] | None = None) -> jax.ShapeDtypeStruct:
+def shape_struct(
+    x: jax.typing.ArrayLike, shape: tuple[int, ...] | None = None
+) -> jax.ShapeDtypeStruct:
     """``x`` as a compiled program sees it: its shape (or ``shape``) and its dtype made
     canonical as ``jit`` does with a host array (int64 is int32 unless ``jax_enable_x64``;
     JAX 0.12 warns when a ``ShapeDtypeStruct`` is asked for a dtype it then truncates)."""
@@ -50,7 +53,7 @@ def gradient_nbytes(weights: Any) -> int:
     )
 
 
-def accumulator_struct(params: Any, loss_dtype: Any) -> jax.ShapeDtypeStruct:
+def accumulator_struct(params: Any, loss_dtype: DTypeLike) -> jax.ShapeDtypeStruct:
     """Shape of the flat accumulator: every gradient element, then the loss sum.
 
     Its dtype is the result type of the weights and the loss, so a half-precision model

@@ -16,7 +16,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from hardware import DEFAULT_AVAILABLE_MEMORY_PROPORTION, CollectiveRecord, StepProfile
+from hardware import (
+    DEFAULT_AVAILABLE_MEMORY_PROPORTION,
+    CollectiveRecord,
+    ConvOp,
+    StepProfile,
+)
 from popdist_emu._options import Options
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.programs._analysis import XlaCost, precision_of
@@ -106,7 +111,7 @@ class ProgramCounts(NamedTuple):
     num_ops: int = 0
     activation_bytes: int = 0
     temporary_bytes: int = 0
-    matmuls: tuple[Any, ...] = ()
+    matmuls: tuple[ConvOp, ...] = ()
 
 
 def build_step_profile(

@@ -30,8 +30,8 @@ import hashlib
 import json
 import os
 import socket
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
@@ -49,6 +49,11 @@ OWNER_FILE = ".checkpoint.owner"  # the job that writes and reads this directory
 _LOCK_FILE = ".checkpoint.lock"  # flock'd while the owner is read or changed
 _claimed: set[str] = set()
 _META = "__meta__"
+# A leaf of the trainer's weights or optimiser state, or its shape: what has a dtype and a
+# shape to save, check or restore.
+LeafLike = np.ndarray | jax.Array | jax.ShapeDtypeStruct
+# A metadata value, kept as it is by a filter.
+V = TypeVar("V")
 
 
 class CheckpointError(ValueError):
@@ -111,12 +116,12 @@ def full_opt_state(trainer: Trainer) -> Any:
     return state.treedef.unflatten(leaves)
 
 
-def _layout(leaves: list[Any]) -> list[list[Any]]:
+def _layout(leaves: Sequence[LeafLike]) -> list[list[str | list[int]]]:
     """``[[dtype, shape], ...]`` of arrays or shape structs, in leaf order."""
     return [[np.dtype(x.dtype).str, list(x.shape)] for x in leaves]
 
 
-def _checksum(arrays: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> str:
+def _checksum(arrays: Mapping[str, np.ndarray], info: Mapping[str, object]) -> str:
     """SHA-256 of every array (name, dtype, shape, bytes) and of the metadata but the sum."""
     digest = hashlib.sha256()
     for key in sorted(k for k in arrays if k != _META):
@@ -128,7 +133,7 @@ def _checksum(arrays: Mapping[str, np.ndarray], info: Mapping[str, Any]) -> str:
     return digest.hexdigest()
 
 
-def _public(info: Mapping[str, Any]) -> dict[str, Any]:
+def _public(info: Mapping[str, V]) -> dict[str, V]:
     """The metadata without the checkpoint's own records (its checksum and layout)."""
     return {k: v for k, v in info.items() if k not in ("checksum", "layout")}
 
@@ -139,7 +144,9 @@ def _damaged(path: str, why: str) -> CheckpointError:
     )
 
 
-def load_checkpoint(directory: str | os.PathLike[str]) -> tuple[dict[str, Any], dict]:
+def load_checkpoint(
+    directory: str | os.PathLike[str],
+) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """The checkpoint's metadata and arrays, verified whole before anything uses them.
 
     Raises:
@@ -204,7 +211,7 @@ def check_fits(directory: str | os.PathLike[str], trainer: Trainer) -> dict[str,
     return _public(info)
 
 
-def _job(job_dir: str) -> dict[str, Any]:
+def _job(job_dir: str) -> dict[str, str | int]:
     """This job: the launcher's job directory (one per poprun-emu run, shared by its
     instances), else this process; and who holds the claim (host, pid) to tell if it lives."""
     job = job_dir or f"process {os.getpid()}"
@@ -273,14 +280,14 @@ def claim_directory(directory: str | os.PathLike[str], job_dir: str | None = Non
         os.close(fd)  # the flock goes with it
 
 
-def _release(owner_path: str, me: Mapping[str, Any]) -> None:
+def _release(owner_path: str, me: Mapping[str, str | int]) -> None:
     with contextlib.suppress(OSError, ValueError), open(owner_path) as f:
         if json.load(f) == dict(me):
             os.unlink(owner_path)
 
 
 def save_checkpoint(
-    directory: str | os.PathLike[str], trainer: Trainer, meta: Mapping[str, Any] | None = None
+    directory: str | os.PathLike[str], trainer: Trainer, meta: Mapping[str, object] | None = None
 ) -> str | None:
     """Writes the trainer's state to ``directory/checkpoint.npz`` (instance 0 writes).
 
@@ -321,7 +328,9 @@ def read_meta(directory: str | os.PathLike[str]) -> dict[str, Any]:
     return _public(load_checkpoint(directory)[0])
 
 
-def _restore_leaves(saved: Any, prefix: str, like: list[Any], path: str) -> list[np.ndarray]:
+def _restore_leaves(
+    saved: Mapping[str, np.ndarray], prefix: str, like: Sequence[LeafLike], path: str
+) -> list[np.ndarray]:
     keys = sorted(k for k in saved if k.startswith(prefix + "/"))
     if len(keys) != len(like):
         raise CheckpointError(
@@ -340,11 +349,11 @@ def _restore_leaves(saved: Any, prefix: str, like: list[Any], path: str) -> list
     return out
 
 
-def _trainer_leaves(trainer: Trainer) -> tuple[list[Any], list[Any]]:
+def _trainer_leaves(trainer: Trainer) -> tuple[list[LeafLike], list[LeafLike]]:
     """The trainer's parameter and full optimiser-state leaves (arrays or shape structs)."""
     state = _live_state(trainer, "checkpoint")
     current = state.opt_state
-    opt_like: list[Any]
+    opt_like: list[LeafLike]
     if isinstance(current, StreamingState):
         opt_like = list(current.leaves)
     elif isinstance(current, ShardedOptState):

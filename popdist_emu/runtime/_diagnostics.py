@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 import jax
 import numpy as np
@@ -22,17 +22,20 @@ import gcl
 from popdist_emu._options import Options
 from popdist_emu.runtime._replica_step import Params
 
+if TYPE_CHECKING:  # mpi4py.MPI initialises MPI when imported: only for the checker
+    from mpi4py import MPI
+
 
 class NonFiniteGradientError(FloatingPointError):
     """A replica produced a NaN or Inf loss or gradient; the message names replica and step."""
 
 
 def raise_non_finite(
-    flags: Sequence[Sequence[Any]],
+    flags: Sequence[Sequence[bool | jax.Array]],
     *,
     options: Options,
     step: int,
-    comm: Any = None,
+    comm: MPI.Comm | None = None,
     timeout: float | None = None,
 ) -> NoReturn:
     """Finds, over all instances, the first replica and micro-batch that went non-finite.
@@ -82,7 +85,7 @@ def check_replicas_identical(
     *,
     num_local_replicas: int,
     step: int,
-    comm: Any = None,
+    comm: MPI.Comm | None = None,
     timeout: float | None = None,
 ) -> None:
     """Checks, through gcl, that every instance holds the same parameters, bit for bit.

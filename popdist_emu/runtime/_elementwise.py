@@ -17,12 +17,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
+import jax.extend.core as jex
 import numpy as np
+import numpy.typing as npt
 
 from popdist_emu.runtime._sharding import ShardingError, ShardingPlan, state_mirrors
+
+if TYPE_CHECKING:
+    from popdist_emu.runtime._replica_step import Optimiser
 
 # Primitives that combine elements at the same index only: a shard's update then equals the
 # same elements of the whole tensor's update, bit for bit.
@@ -41,11 +46,11 @@ _ELEMENTWISE = frozenset({
 _SCALAR_SHAPE_OPS = frozenset({"broadcast_in_dim", "reshape", "squeeze", "expand_dims"})
 
 
-def _size(var: Any) -> int:
+def _size(var: object) -> int:
     return math.prod(getattr(getattr(var, "aval", None), "shape", ()) or ())
 
 
-def _cross_element_primitives(jaxpr: Any, found: set[str]) -> None:
+def _cross_element_primitives(jaxpr: jex.Jaxpr, found: set[str]) -> None:
     for eqn in jaxpr.eqns:
         name = eqn.primitive.name
         subs = [
@@ -67,7 +72,7 @@ def _cross_element_primitives(jaxpr: Any, found: set[str]) -> None:
         found.add(name)
 
 
-def check_elementwise(optimiser: Any, params: Any, plan: ShardingPlan | None = None) -> None:
+def check_elementwise(optimiser: Optimiser, params: Any, plan: ShardingPlan | None = None) -> None:
     """Refuses an optimiser whose sharded update would differ from the whole-tensor update.
 
     RTS updates each replica's elements separately, which is exact only when the update of
@@ -115,7 +120,7 @@ def _owned_mask(plan: ShardingPlan, replicas: Sequence[int]) -> list[np.ndarray]
     return masks
 
 
-def _owned_elements_independent(optimiser: Any, params: Any, plan: ShardingPlan) -> bool:
+def _owned_elements_independent(optimiser: Optimiser, params: Any, plan: ShardingPlan) -> bool:
     """Two probe updates, whole vs with every element a replica does not own zeroed (its
     gradient and state), compared on the owned elements, bit for bit."""
     rng = np.random.default_rng(0)
@@ -135,7 +140,7 @@ def _owned_elements_independent(optimiser: Any, params: Any, plan: ShardingPlan)
     for p in range(plan.domain_size):
         masks = _owned_mask(plan, [p])
 
-        def zero_others(leaf: int, x: Any, masks: Any = masks) -> np.ndarray:
+        def zero_others(leaf: int, x: npt.ArrayLike, masks: list[np.ndarray] = masks) -> np.ndarray:
             flat = np.asarray(x).reshape(-1).copy()
             flat[~masks[leaf]] = 0
             return flat.reshape(np.shape(x))

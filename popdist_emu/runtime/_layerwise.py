@@ -36,7 +36,12 @@ import numpy as np
 import optax
 
 from popdist_emu.programs import Program, compile_program
-from popdist_emu.runtime._replica_step import JITTED_FUNCTIONS, Params, unflatten_like
+from popdist_emu.runtime._replica_step import (
+    JITTED_FUNCTIONS,
+    Optimiser,
+    Params,
+    unflatten_like,
+)
 from popdist_emu.runtime._sharding import ShardingPlan
 
 
@@ -127,8 +132,8 @@ class LayerwiseUpdate(NamedTuple):
             of ``u``, one per leaf), then ``tail``, then the update applied.
     """
 
-    direction: Callable
-    finish: Callable
+    direction: jax.stages.Wrapped
+    finish: jax.stages.Wrapped
     trust_coefficient: float
     eps: float
 
@@ -187,25 +192,29 @@ class LayerwisePrograms:
         """The compiled ``(direction, finish)`` the stage holds; None for a pass not run yet."""
         return self._held.get("direction"), self._held.get("finish")
 
-    def _run(self, name: str, fn: Callable[..., Any], label: str, *args: Any) -> Any:
+    def _run(self, name: str, fn: jax.stages.Wrapped, label: str, *args: Any) -> Any:
         """Pass ``name`` on ``args``, compiled on its first call."""
         program = self._held.get(name)
         if program is None:
             program = self._held[name] = compile_program(fn, *args, label=label)
         return program(*args)
 
-    def direction(self, params: Params, inner_state: Any, grad_flat: Any) -> tuple[Any, Any]:
+    def direction(
+        self, params: Params, inner_state: Any, grad_flat: jax.Array | np.ndarray
+    ) -> tuple[Any, Any]:
         """:attr:`LayerwiseUpdate.direction`, compiled."""
         label = "the layer-wise update's direction"
         return self._run("direction", self.passes.direction, label, params, inner_state, grad_flat)
 
-    def finish(self, params: Params, u: Any, norms: Any, tail_state: Any) -> tuple[Params, Any]:
+    def finish(
+        self, params: Params, u: Any, norms: np.ndarray, tail_state: Any
+    ) -> tuple[Params, Any]:
         """:attr:`LayerwiseUpdate.finish`, compiled."""
         label = "the layer-wise update's trust ratio and tail"
         return self._run("finish", self.passes.finish, label, params, u, norms, tail_state)
 
 
-def layerwise_programs(optimiser: Any, scale: float | None) -> LayerwisePrograms | None:
+def layerwise_programs(optimiser: Optimiser, scale: float | None) -> LayerwisePrograms | None:
     """A sharded stage's compiled passes of ``optimiser``'s update; None for an optimiser
     that is not a :class:`LayerwiseOptimiser` (its update is element-wise)."""
     if not isinstance(optimiser, LayerwiseOptimiser):

@@ -129,6 +129,8 @@ class OffloadedUpdate:
 
     update_fn: Callable[[Any, Any, Any], tuple[Any, Any]]
 
-    def __call__(self, params: Any, stored: StreamingState, grads: Any) -> tuple[Any, Any]:
+    def __call__(
+        self, params: Any, stored: StreamingState, grads: Any
+    ) -> tuple[Any, StreamingState]:
         new_params, new_stored, _ = offloaded_update(self.update_fn, params, stored, grads)
         return new_params, new_stored

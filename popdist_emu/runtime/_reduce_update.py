@@ -16,14 +16,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
+import jax
 import numpy as np
 
 import gcl  # JAX- and MPI-free at import: offline mode imports it and never calls MPI
 from hardware import CollectiveRecord
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.runtime._replica_step import Accumulator, TrainState, UpdateFn
+
+if TYPE_CHECKING:  # mpi4py.MPI initialises MPI when imported: only for the checker
+    from mpi4py import MPI
 
 
 class StageResult(NamedTuple):
@@ -41,14 +45,20 @@ class ReduceUpdateStage(Protocol):
         """Reduces ``replica_sums`` (flat accumulators, one per local replica), then updates."""
         ...
 
-    def collectives(self, accumulator: Any) -> tuple[CollectiveRecord, ...]:
+    def collectives(
+        self, accumulator: jax.ShapeDtypeStruct | jax.Array
+    ) -> tuple[CollectiveRecord, ...]:
         """The collectives one call runs (``hardware.CollectiveRecord``, with the method gcl
         resolves), from the flat accumulator's shape alone."""
         ...
 
 
 def resolved_record(
-    kind: str, method: str, group: Any, nbytes: int, num_replicas: int | None
+    kind: str,
+    method: str,
+    group: gcl.All | gcl.Consecutive | gcl.Orthogonal,
+    nbytes: int,
+    num_replicas: int | None,
 ) -> CollectiveRecord:
     """The record of a collective as gcl will run it: ``method`` resolved for the size and
     the group's size among ``num_replicas`` (left as requested when that is unknown)."""
@@ -72,7 +82,7 @@ class AllReduceUpdate:
 
     update_fn: UpdateFn
     method: str = "auto"
-    comm: Any = None
+    comm: MPI.Comm | None = None
     timeout: float | None = None
     num_replicas: int | None = None
 
@@ -88,7 +98,9 @@ class AllReduceUpdate:
         params, opt_state = self.update_fn(state.params, state.opt_state, grad_sum)
         return StageResult(TrainState(params, opt_state), float(loss_sum), True)
 
-    def collectives(self, accumulator: Any) -> tuple[CollectiveRecord, ...]:
+    def collectives(
+        self, accumulator: jax.ShapeDtypeStruct | jax.Array
+    ) -> tuple[CollectiveRecord, ...]:
         """One all-reduce (add, all replicas) of the gradient sum and the loss sum per step."""
         nbytes = tree_nbytes(accumulator)
         return (resolved_record("all_reduce", self.method, gcl.All(), nbytes, self.num_replicas),)

@@ -29,6 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from numpy.typing import DTypeLike
 
 from popdist_emu.programs import accumulator_struct, compile_program
 
@@ -55,7 +56,7 @@ JITTED_FUNCTIONS = 16
 Accumulator = jax.Array
 # The weight update every reduce-and-update stage calls:
 # ``update(params, opt_state, grad_flat) -> (params, opt_state)``.
-UpdateFn = Callable[[Params, Any, Any], tuple[Params, Any]]
+UpdateFn = Callable[[Params, Any, jax.Array | np.ndarray], tuple[Params, Any]]
 
 
 class Optimiser(Protocol):
@@ -64,10 +65,10 @@ class Optimiser(Protocol):
     parts replicated tensor sharding reads)."""
 
     @property
-    def init(self) -> Callable[..., Any]: ...
+    def init(self) -> optax.TransformInitFn: ...
 
     @property
-    def update(self) -> Callable[..., Any]: ...
+    def update(self) -> optax.TransformUpdateFn: ...
 
     def __hash__(self) -> int: ...  # a key of the compiled programs (``make_update``)
 
@@ -108,7 +109,7 @@ def check_scalar_loss(
     return out
 
 
-def zero_accumulator(params: Params, loss_dtype: Any) -> jax.Array:
+def zero_accumulator(params: Params, loss_dtype: DTypeLike) -> jax.Array:
     """The accumulator a replica starts each step from (shared: it is never written).
 
     Made on the host and copied to the device, so it costs no compilation.
@@ -118,7 +119,7 @@ def zero_accumulator(params: Params, loss_dtype: Any) -> jax.Array:
 
 
 @functools.lru_cache(maxsize=JITTED_FUNCTIONS)
-def make_micro_step(loss_fn: Callable, has_aux: bool = False) -> Callable:
+def make_micro_step(loss_fn: Callable, has_aux: bool = False) -> jax.stages.Wrapped:
     """The jitted micro-step ``(params, acc, micro_batch) -> (acc', finite)``, or
     ``(acc', finite, outputs)`` where ``has_aux``: ``loss_fn`` then returns ``(loss,
     outputs)``, as for ``jax.value_and_grad(..., has_aux=True)``, and the outputs come from
@@ -137,7 +138,10 @@ def make_micro_step(loss_fn: Callable, has_aux: bool = False) -> Callable:
     """
     flat_gradient = _flat_gradient_of(loss_fn, has_aux)
 
-    def micro_step(params: Params, acc: jax.Array, micro_batch: Batch) -> Any:
+    def micro_step(
+        params: Params, acc: jax.Array, micro_batch: Batch
+    ) -> tuple[jax.Array, jax.Array] | tuple[jax.Array, jax.Array, Any]:
+        # The accumulator and the finite flag(s), then with ``has_aux`` the outputs.
         flat, outputs = flat_gradient(params, micro_batch, acc.dtype)
         finite = jnp.all(jnp.isfinite(flat))
         return (acc + flat, finite, outputs) if has_aux else (acc + flat, finite)
@@ -151,7 +155,9 @@ def _flat_gradient_of(loss_fn: Callable, has_aux: bool = False) -> Callable:
     without ``has_aux``)."""
     value_and_grad = jax.value_and_grad(loss_fn, has_aux=has_aux)
 
-    def flat_gradient(params: Params, micro_batch: Batch, dtype: Any) -> tuple[jax.Array, Any]:
+    def flat_gradient(
+        params: Params, micro_batch: Batch, dtype: DTypeLike
+    ) -> tuple[jax.Array, Any]:
         value, grads = value_and_grad(params, micro_batch)
         loss, outputs = value if has_aux else (value, None)
         parts = [leaf.ravel().astype(dtype) for leaf in jax.tree.leaves(grads)]
@@ -173,7 +179,7 @@ def micro_batches_per_program(accumulation: int, accumulator_bytes: int) -> int:
 
 
 @functools.lru_cache(maxsize=JITTED_FUNCTIONS)
-def make_batched_micro_steps(loss_fn: Callable, has_aux: bool = False) -> Callable:
+def make_batched_micro_steps(loss_fn: Callable, has_aux: bool = False) -> jax.stages.Wrapped:
     """The jitted ``(params, acc, micro_batches) -> (acc', finite[c])`` (with ``has_aux``,
     also the ``c`` micro-batches' outputs, stacked) for ``c`` micro-batches stacked on a
     leading axis: their gradients computed together
@@ -188,7 +194,10 @@ def make_batched_micro_steps(loss_fn: Callable, has_aux: bool = False) -> Callab
     """
     flat_gradient = _flat_gradient_of(loss_fn, has_aux)
 
-    def micro_steps(params: Params, acc: jax.Array, micro_batches: Batch) -> Any:
+    def micro_steps(
+        params: Params, acc: jax.Array, micro_batches: Batch
+    ) -> tuple[jax.Array, jax.Array] | tuple[jax.Array, jax.Array, Any]:
+        # The accumulator and the finite flag(s), then with ``has_aux`` the outputs.
         flats, outputs = jax.vmap(lambda m: flat_gradient(params, m, acc.dtype))(micro_batches)
         for a in range(flats.shape[0]):  # in micro-batch order, as the micro-step adds
             acc = acc + flats[a]
@@ -217,7 +226,7 @@ def update_scale(num_replicas: int, gradient_accumulation: int, reduction: str) 
 
 
 @functools.lru_cache(maxsize=JITTED_FUNCTIONS)
-def make_update(optimiser: Optimiser, scale: float | None) -> Callable:
+def make_update(optimiser: Optimiser, scale: float | None) -> jax.stages.Wrapped:
     """The jitted update ``(params, opt_state, grad_flat) -> (params', opt_state')``.
 
     ``grad_flat`` is the reduced flat gradient sum (the accumulator without its loss).
@@ -244,7 +253,7 @@ def make_update(optimiser: Optimiser, scale: float | None) -> Callable:
 
 
 @functools.lru_cache(maxsize=JITTED_FUNCTIONS)
-def make_init(optimiser: Optimiser) -> Callable:
+def make_init(optimiser: Optimiser) -> jax.stages.Wrapped:
     """``optimiser.init`` as one jitted program: one compile instead of one per leaf op.
 
     Cached per optimiser, as :func:`make_update` (a key, not a program store).

@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 import numpy as np
@@ -32,8 +32,17 @@ from popdist_emu.runtime._layerwise import (
     owned_squares,
 )
 from popdist_emu.runtime._reduce_update import StageResult, resolved_record
-from popdist_emu.runtime._replica_step import Accumulator, TrainState, UpdateFn, init_state
+from popdist_emu.runtime._replica_step import (
+    Accumulator,
+    Optimiser,
+    TrainState,
+    UpdateFn,
+    init_state,
+)
 from popdist_emu.runtime._sharding import ShardingPlan, plan_sharding, state_mirrors
+
+if TYPE_CHECKING:  # mpi4py.MPI initialises MPI when imported: only for the checker
+    from mpi4py import MPI
 
 
 class ShardedOptState(NamedTuple):
@@ -88,14 +97,14 @@ def unshard_state(
 
 
 def init_sharded_state(
-    optimiser: Any, plan: ShardingPlan, params: Any, replicas: Sequence[int]
+    optimiser: Optimiser, plan: ShardingPlan, params: Any, replicas: Sequence[int]
 ) -> ShardedOptState:
     """``optimiser.init(params)``, each given global replica keeping only its part."""
     # One compiled init, not one compile per leaf operation.
     return shard_state(plan, init_state(optimiser, params), replicas)
 
 
-def sharded_state_nbytes(optimiser: Any, plan: ShardingPlan) -> int:
+def sharded_state_nbytes(optimiser: Optimiser, plan: ShardingPlan) -> int:
     """Optimiser-state bytes of the replica holding the most under ``plan`` (shapes only)."""
     shapes = plan.treedef.unflatten(
         [jax.ShapeDtypeStruct(s, d) for s, d in zip(plan.shapes, plan.dtypes, strict=True)]
@@ -239,7 +248,10 @@ class ShardedReduceUpdate:
         return StageResult(result, loss_sum, True)
 
     def _layerwise_updates(
-        self, groups: list[list[int]], replicas: list[int], inputs: list[tuple[Any, Any, Any]]
+        self,
+        groups: list[list[int]],
+        replicas: list[int],
+        inputs: list[tuple[Any, Any, np.ndarray]],
     ) -> list[tuple[Any, Any]]:
         """A layer-wise optimiser's update of each domain here: the element-wise direction,
         the per-tensor squared norms of each replica's elements all-reduced over the sharding
@@ -269,7 +281,9 @@ class ShardedReduceUpdate:
             out.append((new_params, (inner_state, ratio_state, tail_state)))
         return out
 
-    def _fill_gradient(self, grads: np.ndarray, r: int, buffer: Any, merged: Any) -> None:
+    def _fill_gradient(
+        self, grads: np.ndarray, r: int, buffer: np.ndarray, merged: np.ndarray
+    ) -> None:
         """Writes replica ``r``'s reduced gradient elements (its chunks, and every whole leaf
         from ``merged``) into the flat ``grads``."""
         plan, w = self.plan, 0
@@ -282,7 +296,9 @@ class ShardedReduceUpdate:
                 grads[start : start + size] = merged[w : w + size]
                 w += size
 
-    def collectives(self, accumulator: Any) -> tuple[CollectiveRecord, ...]:
+    def collectives(
+        self, accumulator: jax.ShapeDtypeStruct | jax.Array
+    ) -> tuple[CollectiveRecord, ...]:
         """The collectives one call runs, from the flat accumulator's shape, for the cost
         model (``hardware.CollectiveRecord``, with the method gcl resolves, as
         ``AllReduceUpdate``'s): reduce-scatter, the small all-reduce (max) of whole leaves,
@@ -325,7 +341,7 @@ def _by_domain(replicas: Sequence[int], k: int) -> list[list[int]]:
 
 
 def sharded_stage(
-    optimiser: Any,
+    optimiser: Optimiser,
     params: Any,
     update_fn: UpdateFn,
     *,
@@ -333,10 +349,10 @@ def sharded_stage(
     num_instances: int,
     replica_offset: int,
     num_local_replicas: int,
-    domain: Any = None,
+    domain: gcl.All | gcl.Consecutive | gcl.Orthogonal | int | None = None,
     min_elements: int | None = None,
     method: str = "auto",
-    comm: Any = None,
+    comm: MPI.Comm | None = None,
     timeout: float | None = None,
     scale: float | None = None,
 ) -> tuple[ShardedReduceUpdate, ShardedOptState]:
@@ -376,7 +392,7 @@ def sharded_stage(
     return stage, state
 
 
-def check_shardable(optimiser: Any, params: Any, plan: ShardingPlan | None = None) -> None:
+def check_shardable(optimiser: Optimiser, params: Any, plan: ShardingPlan | None = None) -> None:
     """Refuses an optimiser whose sharded update would differ from the whole-tensor update:
     an element-wise optimiser, or a layer-wise one whose two element-wise parts are.
 

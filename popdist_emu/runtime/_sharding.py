@@ -53,6 +53,7 @@ from typing import Any, NamedTuple
 
 import jax
 import numpy as np
+import numpy.typing as npt
 
 import gcl
 
@@ -80,7 +81,7 @@ def shard_real_elements(num_elements: int, domain_size: int) -> tuple[int, ...]:
     return tuple(max(0, min(s, num_elements - p * s)) for p in range(domain_size))
 
 
-def _shard_leaf(x: Any, position: int, domain_size: int) -> np.ndarray:
+def _shard_leaf(x: npt.ArrayLike, position: int, domain_size: int) -> np.ndarray:
     x = np.asarray(x)
     s = shard_size(x.size, domain_size)
     out = np.zeros(s, x.dtype)
@@ -119,7 +120,12 @@ def unshard(shards: Sequence[Any], like: Any) -> Any:
 
 
 # -- sharding domains ---------------------------------------------------------------------------
-def resolve_domain(domain: Any, *, num_replicas: int, num_instances: int = 1) -> int:
+def resolve_domain(
+    domain: gcl.All | gcl.Consecutive | gcl.Orthogonal | int | None,
+    *,
+    num_replicas: int,
+    num_instances: int = 1,
+) -> int:
     """The sharding-domain size ``k`` for ``domain``, with PopART's defaults and limits.
 
     Args:
@@ -235,7 +241,7 @@ class ShardingPlan:
             return self.sizes[leaf]
         return sum(piece.length for piece in self.pieces(replica)[leaf])
 
-    def take(self, leaf: int, replica: int, values: Any) -> np.ndarray:
+    def take(self, leaf: int, replica: int, values: npt.ArrayLike) -> np.ndarray:
         """``replica``'s owned elements of leaf ``leaf`` from its full ``values`` (1-D)."""
         flat = np.asarray(values).reshape(-1)
         if not self.sharded[leaf]:
@@ -243,7 +249,7 @@ class ShardingPlan:
         runs = [flat[p.leaf_start : p.leaf_start + p.length] for p in self.pieces(replica)[leaf]]
         return np.concatenate(runs) if runs else flat[:0].copy()
 
-    def put(self, leaf: int, replica: int, owned: Any, out: np.ndarray) -> None:
+    def put(self, leaf: int, replica: int, owned: npt.ArrayLike, out: np.ndarray) -> None:
         """Writes ``replica``'s owned elements of leaf ``leaf`` into the flat ``out``."""
         owned = np.asarray(owned).reshape(-1)
         if not self.sharded[leaf]:
@@ -309,7 +315,7 @@ def plan_sharding(
     *,
     num_replicas: int,
     num_instances: int = 1,
-    domain: Any = None,
+    domain: gcl.All | gcl.Consecutive | gcl.Orthogonal | int | None = None,
     min_elements: int | None = None,
 ) -> ShardingPlan:
     """Plans RTS of ``params``' optimiser state.
@@ -345,7 +351,7 @@ def state_mirrors(plan: ShardingPlan, state: Any) -> tuple[int | None, ...]:
     """For each leaf of an optimiser state, the parameter leaf it mirrors (Adam's ``mu`` and
     ``nu`` do), or None (step counts, scalars, state of other shapes)."""
 
-    def params_like(x: Any) -> bool:
+    def params_like(x: object) -> bool:
         if x is None or jax.tree_util.tree_structure(x) != plan.treedef:
             return False
         return all(

@@ -19,7 +19,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import jax
 
@@ -31,7 +31,7 @@ from popdist_emu.programs import StepShapes
 from popdist_emu.runtime._layerwise import layerwise_programs
 from popdist_emu.runtime._offload import OffloadedUpdate, stream_out
 from popdist_emu.runtime._reduce_update import AllReduceUpdate, ReduceUpdateStage
-from popdist_emu.runtime._replica_step import Params, UpdateFn, init_state
+from popdist_emu.runtime._replica_step import Optimiser, Params, UpdateFn, init_state
 from popdist_emu.runtime._sharded_update import (
     ShardedReduceUpdate,
     check_shardable,
@@ -39,6 +39,9 @@ from popdist_emu.runtime._sharded_update import (
     sharded_state_nbytes,
 )
 from popdist_emu.runtime._sharding import ShardingPlan, plan_sharding
+
+if TYPE_CHECKING:  # mpi4py.MPI initialises MPI when imported: only for the checker
+    from mpi4py import MPI
 
 
 class LeverInfo(NamedTuple):
@@ -89,13 +92,13 @@ class StepCollectives(NamedTuple):
 
 
 def select_stage(
-    optimiser: Any,
+    optimiser: Optimiser,
     options: Options,
     update: UpdateFn,
     *,
     params: Params,
     offline: bool,
-    comm: Any = None,
+    comm: MPI.Comm | None = None,
     timeout: float | None = None,
     scale: float | None = None,
 ) -> StageChoice:
@@ -160,7 +163,7 @@ def select_stage(
 
 
 def lever_info(
-    optimiser: Any, options: Options, plan: ShardingPlan | None, opt_state: Any
+    optimiser: Optimiser, options: Options, plan: ShardingPlan | None, opt_state: Any
 ) -> LeverInfo:
     """What RTS and offloading buy and cost per replica, from shapes (offline too).
 

@@ -15,6 +15,7 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import jax
@@ -31,7 +32,7 @@ from popdist_emu.runtime._replica_step import (
 )
 
 
-def _leaf_path(path: tuple[Any, ...]) -> str:
+def _leaf_path(path: jax.tree_util.KeyPath) -> str:
     return jax.tree_util.keystr(path) or "<root>"
 
 
@@ -67,7 +68,9 @@ def micro_batch_shapes(batch: Batch, options: Options) -> Any:
     return jax.tree.map(lambda x: shape_struct(x, tuple(np.shape(x))[3:]), batch)
 
 
-def _part(leaves: list[Any], treedef: Any, d: int, micro: int | slice, k: int) -> Batch:
+def _part(
+    leaves: Sequence[np.ndarray | jax.Array], treedef: Any, d: int, micro: int | slice, k: int
+) -> Batch:
     """Micro-batch ``micro`` (or a slice of them, stacked) of replica ``k`` at device
     iteration ``d``."""
     return jax.tree.unflatten(treedef, [leaf[d, micro, k] for leaf in leaves])
@@ -84,7 +87,7 @@ def accumulate(
     zeros: Accumulator,
     batched: Program | None = None,
     with_outputs: bool = False,
-) -> tuple[list[Accumulator], list[list[Any]], Any]:
+) -> tuple[list[Accumulator], list[list[bool | jax.Array]], Any]:
     """Every local replica's flat accumulator for device iteration ``d`` of ``batch``.
 
     Args:
@@ -111,7 +114,7 @@ def accumulate(
     leaves, treedef = jax.tree.flatten(batch)
     accumulation = options.gradient_accumulation
     sums: list[Accumulator] = []
-    flags: list[list[Any]] = []
+    flags: list[list[bool | jax.Array]] = []
     outputs: list[list[Any]] = []  # per replica, per program call
     together = micro_batches_per_program(accumulation, zeros.nbytes) if batched is not None else 1
     for k in range(options.replication_factor):

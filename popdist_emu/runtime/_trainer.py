@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -73,6 +73,9 @@ from popdist_emu.runtime._stage_choice import (
 )
 from popdist_emu.runtime._step_loop import accumulate, micro_batch_shapes
 
+if TYPE_CHECKING:  # mpi4py.MPI initialises MPI when imported: only for the checker
+    from mpi4py import MPI
+
 
 class Trainer:
     """Trains ``loss_fn`` with ``optimiser`` on this instance's replicas of the job.
@@ -102,7 +105,7 @@ class Trainer:
         params: Any,
         options: Options | None = None,
         *,
-        comm: Any = None,
+        comm: MPI.Comm | None = None,
         timeout: float | None = None,
         debug: bool = False,
         offline: bool | None = None,
@@ -421,10 +424,12 @@ class Trainer:
         return self._shapes
 
 
-def _loss_only(loss_fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+def _loss_only(
+    loss_fn: Callable[[Any, Any], tuple[jax.Array, Any]],
+) -> Callable[[Any, Any], jax.Array]:
     """``loss_fn`` of ``(loss, outputs)`` as a function of the loss alone."""
 
-    def loss(params: Any, micro_batch: Any) -> Any:
+    def loss(params: Any, micro_batch: Any) -> jax.Array:
         return loss_fn(params, micro_batch)[0]
 
     return loss
