@@ -2,7 +2,7 @@
 
 One small, pure value type: the launcher validates it, and the runtime and the hardware
 model read it. How it crosses the process boundary (PopRun's ``POPDIST_*`` variables) is
-``popdist_emu._environment``'s business, not the hardware model's.
+the contract package's business (``contract``), not the hardware model's.
 
 References:
     PopRun/PopDist User Guide, "Configuration" and "Python API": replicas are divided

@@ -1,11 +1,11 @@
 """What the launcher and the bootstraps share: the job's files and an instance's environment.
 
-The launcher passes the job to every bootstrap as a :class:`~popdist_emu._environment.JobConfig`
+The launcher passes the job to every bootstrap as a :class:`~contract.JobConfig`
 in JSON, in one variable (never as a shell string); each bootstrap writes two small files into
 the job directory, which the watchdog polls: ``instance-<i>.pid`` (``"<pid> <process group>"``,
 when it starts, its modification time renewed every :data:`HEARTBEAT_SECONDS` while the program
 runs) and ``instance-<i>.status`` (the program's ``Popen.returncode``, when it ends).
-The variable names themselves live in ``popdist_emu._environment``, the contract module.
+The variable names themselves live in ``contract``, the JAX-free package both sides import.
 """
 
 import os
