@@ -13,13 +13,19 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import jax
 import numpy as np
 import numpy.typing as npt
 import torch
+
+# A module's weights by torchax's names; one micro-batch's arrays in the forward's order; a
+# call's arrays on the host, laid out ``[iterations, accumulation, replicas, micro, ...]``.
+Weights = dict[str, jax.Array]
+MicroBatch = tuple[jax.Array, ...]
+HostBatch = tuple[np.ndarray, ...]
 
 
 def to_jax_array(tensor: torch.Tensor | npt.ArrayLike) -> np.ndarray:
@@ -79,6 +85,27 @@ def per_sample(outputs: Sequence[object], grown: Sequence[object], micro_batch_s
         and g.shape == (micro_batch_size + 1, *o.shape[1:])
         for o, g in zip(outputs, grown, strict=True)
     )
+
+
+def outputs_per_sample(
+    outputs_fn: Callable[[Weights, MicroBatch], Any],
+    params: Weights,
+    batch: HostBatch,
+    out: object,
+) -> bool:
+    """Whether the forward's outputs ``out`` (of one micro-batch of the laid-out ``batch``,
+    ``[iterations, accumulation, replicas, micro, ...]``; its last output the loss) are
+    per-sample tensors (:func:`per_sample`), traced again one sample larger with
+    ``outputs_fn(params, micro_batch)``; a forward tied to its batch size is not."""
+    if not isinstance(out, tuple | list) or len(out) < 2:
+        return False
+    size = batch[0].shape[3]
+    grown = tuple(jax.ShapeDtypeStruct((size + 1, *a.shape[4:]), a.dtype) for a in batch)
+    try:
+        larger = jax.eval_shape(outputs_fn, params, grown)
+    except Exception:
+        return False
+    return per_sample(out[:-1], larger[:-1], size)
 
 
 def end_to_end(outputs: Iterable[np.ndarray], all_iterations: bool) -> list[np.ndarray]:

@@ -210,6 +210,11 @@ def emulator_strategy(
     """
     import popdist_emu
 
+    if not blocks:
+        raise ValueError(
+            "setExecutionStrategy: the model has no blocks; annotate its parts with "
+            "poptorch.BeginBlock(module, name) or `with poptorch.Block(name):`."
+        )
     if strategy is None:  # PopTorch's default: pipelined, one stage per run of one IPU
         runs = _runs_by_ipu([(name, ipu or 0) for name, ipu in blocks])
         return popdist_emu.PipelinedExecution(

@@ -57,9 +57,12 @@ import popdist_emu
 from popdist_emu.popdist import PopTorchOptions
 from popdist_emu.poptorch import optim
 from popdist_emu.poptorch._arrays import (
+    HostBatch,
+    MicroBatch,
+    Weights,
     combined_layout,
     end_to_end,
-    per_sample,
+    outputs_per_sample,
     to_jax_array,
     to_torch,
 )
@@ -122,11 +125,10 @@ class PoplarExecutor:
         self._strategy: popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution | None = None
         model.train(training)
         check_modules(model)
-        weights, self._fn_state, buffer_names = module_function(model)
-        self._buffer_names = buffer_names
+        weights, self._fn_state, self._buffer_names = module_function(model)
         self._changing: list[str] | None = None  # buffers the forward changes, found once
         self._replicas: ReplicaBuffers | None = None  # what training changes, per replica
-        self._device_buffers: dict[str, jax.Array] = {}  # what inference changed, not yet copied
+        self._device_buffers: Weights = {}  # what inference changed, not yet copied
         trainable = {name for name, p in model.named_parameters() if p.requires_grad}
         self._names = [name for name in weights if name in trainable]
         self._constants = {k: v for k, v in weights.items() if k not in trainable}
@@ -141,7 +143,7 @@ class PoplarExecutor:
         self._attached = True
 
     # --------------------------------------------------------------------- helpers
-    def _weights(self) -> dict[str, jax.Array]:
+    def _weights(self) -> Weights:
         """The module's current weights by torchax's names (parameters and buffers)."""
         model = self._user_model
         state = {
@@ -151,25 +153,23 @@ class PoplarExecutor:
         names = [*self._names, *self._constants]
         return {n: jax.numpy.asarray(to_jax_array(state[n])) for n in names}
 
-    def _fn(self, weights: dict[str, jax.Array], args: tuple[jax.Array, ...]) -> Any:
+    def _fn(self, weights: Weights, args: MicroBatch) -> Any:
         """The module's forward: its outputs."""
         return self._fn_state(weights, args)[0]
 
     def _run_state(
-        self, weights: dict[str, jax.Array], args: tuple[jax.Array, ...], first_index: ArrayLike
-    ) -> tuple[Any, dict[str, jax.Array]]:
+        self, weights: Weights, args: MicroBatch, first_index: ArrayLike
+    ) -> tuple[Any, Weights]:
         """The module's forward, its random draws keyed by its first sample's index: its
         outputs and the buffers it leaves."""
         with holding_key(micro_batch_key(self._seed, first_index)):
             return self._fn_state(weights, args)
 
-    def _run(
-        self, weights: dict[str, jax.Array], args: tuple[jax.Array, ...], first_index: ArrayLike
-    ) -> Any:
+    def _run(self, weights: Weights, args: MicroBatch, first_index: ArrayLike) -> Any:
         """The module's forward, its random draws keyed by its first sample's index."""
         return self._run_state(weights, args, first_index)[0]
 
-    def _outputs(self, params: dict[str, jax.Array], micro_batch: tuple[jax.Array, ...]) -> Any:
+    def _outputs(self, params: Weights, micro_batch: MicroBatch) -> Any:
         """The module's outputs for one micro-batch of one replica (the trained weights and
         the constants)."""
         weights = {**self._constants, **params}
@@ -178,12 +178,12 @@ class PoplarExecutor:
             return self._run(weights, tuple(inputs), index[0])
         return self._fn(weights, micro_batch)
 
-    def _loss(self, params: dict[str, jax.Array], micro_batch: tuple[jax.Array, ...]) -> jax.Array:
+    def _loss(self, params: Weights, micro_batch: MicroBatch) -> jax.Array:
         out = self._outputs(params, micro_batch)
         return out[-1] if isinstance(out, tuple | list) else out
 
     def _loss_and_outputs(
-        self, params: dict[str, jax.Array], micro_batch: tuple[jax.Array, ...]
+        self, params: Weights, micro_batch: MicroBatch
     ) -> tuple[jax.Array, tuple[Any, ...]]:
         """The loss and the other outputs, for a trainer that returns them (``has_aux``)."""
         out = self._outputs(params, micro_batch)
@@ -191,7 +191,7 @@ class PoplarExecutor:
 
     def _training_batch(
         self, args: tuple[torch.Tensor | npt.ArrayLike, ...]
-    ) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...], np.ndarray]:
+    ) -> tuple[HostBatch, HostBatch, np.ndarray]:
         """A training call's arrays, its laid-out batch (with the samples' global indices
         when the module draws random numbers) and the indices."""
         arrays = tuple(to_jax_array(a) for a in args)
@@ -204,13 +204,13 @@ class PoplarExecutor:
             batch = (*batch, self._layout((index,))[0])
         return arrays, batch, index
 
-    def _layout(self, arrays: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    def _layout(self, arrays: HostBatch) -> HostBatch:
         """The combined batch reshaped ``[device_iterations, accumulation, replicas, micro]``."""
         opts = self._mode_fields
         ga = opts.gradient_accumulation if self.training else 1
         return combined_layout(arrays, opts.device_iterations, ga, opts.replication_factor)
 
-    def _make_trainer(self, batch: tuple[np.ndarray, ...]) -> popdist_emu.Trainer:
+    def _make_trainer(self, batch: HostBatch) -> popdist_emu.Trainer:
         if self._trainer is None:
             weights = self._weights()
             params = {n: weights[n] for n in self._names}
@@ -238,26 +238,15 @@ class PoplarExecutor:
             )
         return self._trainer
 
-    def _outputs_in_step(self, params: dict[str, jax.Array], batch: tuple[np.ndarray, ...]) -> bool:
+    def _outputs_in_step(self, params: Weights, batch: HostBatch) -> bool:
         """Whether the step returns the per-sample outputs (a functional, unpipelined run)."""
         if self._strategy is not None or self._replicas is not None or self._mode_fields.offline:
             return False
         out = self._output_shape(params, batch)
-        if not isinstance(out, tuple | list) or len(out) < 2:
-            return False
-        size = batch[0].shape[3]
-        grown = tuple(jax.ShapeDtypeStruct((size + 1, *a.shape[4:]), a.dtype) for a in batch)
-        try:  # the outputs' shapes one sample larger; a forward tied to its batch size fails
-            larger = jax.eval_shape(self._outputs, params, grown)
-        except Exception:
-            return False
-        return per_sample(out[:-1], larger[:-1], size)
+        return outputs_per_sample(self._outputs, params, batch, out)
 
     def _changed_buffers(
-        self,
-        weights: dict[str, jax.Array],
-        args: tuple[np.ndarray | jax.Array, ...],
-        first: ArrayLike,
+        self, weights: Weights, args: tuple[np.ndarray | jax.Array, ...], first: ArrayLike
     ) -> list[str]:
         """The buffers this model's forward changes (traced once, in its mode)."""
         if self._changing is None:
@@ -266,7 +255,7 @@ class PoplarExecutor:
             )
         return self._changing
 
-    def _check_buffers(self, batch: tuple[np.ndarray, ...], weights: dict[str, jax.Array]) -> None:
+    def _check_buffers(self, batch: HostBatch, weights: Weights) -> None:
         """Finds the buffers training changes and gives each local replica its copy
         (refused where PopTorch or the emulator cannot keep them; see ``_buffers``)."""
         inputs = len(batch) - 1 if self._random else len(batch)
@@ -284,7 +273,7 @@ class PoplarExecutor:
         self._replicas = ReplicaBuffers(buffers, fields.replication_factor)
 
     def _execution_strategy(
-        self, params: dict[str, jax.Array], micro_batch: tuple[np.ndarray, ...]
+        self, params: Weights, micro_batch: HostBatch
     ) -> popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution | None:
         """The emulator's strategy for the options' and the blocks (None: one program).
 
@@ -297,11 +286,6 @@ class PoplarExecutor:
         strategy = self._mode_fields.execution_strategy
         if strategy is None and not any(ipu for _, ipu in self._blocks):
             return None
-        if not self._blocks:
-            raise ValueError(
-                "setExecutionStrategy: the model has no blocks; annotate its parts with "
-                "poptorch.BeginBlock(module, name) or `with poptorch.Block(name):`."
-            )
         return emulator_strategy(strategy, self._blocks)
 
     # ------------------------------------------------------------ PopTorch's calls
@@ -419,9 +403,7 @@ class PoplarExecutor:
                 trainer.compile(batch)
 
     def _output_shape(
-        self,
-        params: Mapping[str, jax.Array | jax.ShapeDtypeStruct],
-        batch: tuple[np.ndarray, ...],
+        self, params: Mapping[str, jax.Array | jax.ShapeDtypeStruct], batch: HostBatch
     ) -> Any:
         """The shapes of the module's outputs for one micro-batch of one replica (traced once,
         from the trained weights or their shapes)."""
@@ -430,7 +412,7 @@ class PoplarExecutor:
             self._out_shape = jax.eval_shape(self._outputs, params, micro_batch)
         return self._out_shape
 
-    def _simulate(self, batch: tuple[np.ndarray, ...]) -> None:
+    def _simulate(self, batch: HostBatch) -> None:
         """Simulates one step on the job's IPU system and reports it (once; ``_offline``)."""
         if not self._simulated:
             out = self._output_shape(self._trainer.step_shapes(batch).params, batch)
