@@ -174,10 +174,27 @@ def test_sweep_of_train_py_writes_every_output_and_equals_single_runs(tmp_path):
         "poprun-emu --offline-mode --num-replicas 4 --num-instances 1 --system pod16"
     )
     assert rows[1]["summary"].pop("run") is None  # a sweep point was not run by a command
+    # The same step on the IPUs. Whether the measured host work is exposed depends on this
+    # machine's load at each measurement (two suites at once made the point host-bound).
+    point = rows[1]["summary"]
+    for report in (point, summary):
+        host, ipu = report["host_bound_samples_per_second"], report["ipu_bound_samples_per_second"]
+        assert report["host_bound"] == (host < ipu)
+        phases = report["phases"]
+        ipu_step = report["simulated_step_seconds"] - phases["host_compute"]
+        assert ipu_step == pytest.approx(sum(phases.values()) - phases["host_compute"])
     # Each run measures the program's host work anew: the same fields, other measurements.
     for key in HOST_MEASURED:
-        assert rows[1]["summary"].pop(key) and summary.pop(key), key
-    assert rows[1]["summary"] == summary
+        assert point.pop(key) and summary.pop(key), key
+    assert point["ipu_bound_samples_per_second"] == summary["ipu_bound_samples_per_second"]
+    host_dependent = ("host_bound", "uncertainty", "simulated_step_seconds", "samples_per_second")
+    point_phases, single_phases = point.pop("phases"), summary.pop("phases")
+    assert {k: v for k, v in point_phases.items() if k != "host_compute"} == {
+        k: v for k, v in single_phases.items() if k != "host_compute"
+    }
+    assert {k: v for k, v in point.items() if k not in host_dependent} == {
+        k: v for k, v in summary.items() if k not in host_dependent
+    }
     check_page(tmp_path / "single" / "report.html")  # the single run's own page
 
 
