@@ -47,6 +47,7 @@ import jax.numpy as jnp
 
 import hardware
 from popdist_emu._options import Options
+from popdist_emu._trees import as_shape
 from popdist_emu.pipeline._rules import PipelineError, check_pipeline
 from popdist_emu.pipeline._stage_programs import (
     ArgumentsKey,
@@ -56,7 +57,6 @@ from popdist_emu.pipeline._stage_programs import (
     arguments_key,
     compile_alone,
     compile_stages,
-    shape_of,
     stage_functions,
 )
 
@@ -256,7 +256,7 @@ class Pipeline:
         """
         key = arguments_key((params, micro_batch))
         if self._held is None or self._held[0] != key:
-            p, micro = jax.tree.map(shape_of, (params, micro_batch))
+            p, micro = jax.tree.map(as_shape, (params, micro_batch))
             stage_params = [self.stage_params(p, s) for s in range(self.num_stages)]
             programs = compile_stages(self.functions, stage_params, micro, self._compile)
             self._held = (key, programs)

@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 if TYPE_CHECKING:
     from popdist_emu.pipeline._model import BlockModel
@@ -184,20 +183,6 @@ class StagePrograms(NamedTuple):
     params: Any
     input: Any
     output: Any
-
-
-def shape_of(x: jax.typing.ArrayLike | jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
-    """``x`` (an array or a shape) as a compiled program sees it: its shape, and its dtype
-    made canonical as ``jit`` does with a host array (as ``popdist_emu.programs``'
-    ``shape_struct``, whose cache keys these shapes must equal)."""
-    if isinstance(x, jax.ShapeDtypeStruct):
-        return x
-    dtype = getattr(x, "dtype", None)
-    return jax.ShapeDtypeStruct(
-        tuple(np.shape(x)),
-        jax.dtypes.canonicalize_dtype(dtype if dtype is not None else np.result_type(x)),
-        weak_type=bool(getattr(x, "weak_type", False)),
-    )
 
 
 # What :func:`arguments_key` returns, compared for equality only: a tree's structure (jax's

@@ -30,9 +30,9 @@ import jax.extend.core as jex
 
 from popdist_emu._host_timeline import TIMELINE
 from popdist_emu._progress import phase
+from popdist_emu._trees import as_shape
 from popdist_emu.programs._cache import PROGRAM_CACHE, ProgramKey
 from popdist_emu.programs._compile_lock import compile_lock
-from popdist_emu.programs._shapes import shape_struct
 
 
 class Program(NamedTuple):
@@ -78,12 +78,6 @@ class Program(NamedTuple):
 ANALYSIS_ONLY_OPTIONS: dict[str, Any] = {"xla_backend_optimization_level": 0}
 
 
-def _struct(x: jax.typing.ArrayLike | jax.ShapeDtypeStruct) -> jax.ShapeDtypeStruct:
-    if isinstance(x, jax.ShapeDtypeStruct):
-        return x
-    return shape_struct(x)
-
-
 def compile_program(
     fn: Callable, *args: Any, label: str | None = None, analysis_only: bool = False
 ) -> Program:
@@ -107,7 +101,7 @@ def compile_program(
             XLA skips the backend's code optimisation (:data:`ANALYSIS_ONLY_OPTIONS`), which
             changes neither analysis. Such a program still runs correctly, only slower.
     """
-    structs = jax.tree.map(_struct, args)
+    structs = jax.tree.map(as_shape, args)
     leaves, treedef = jax.tree.flatten(structs)
     key = ProgramKey(fn, treedef, tuple(leaves), analysis_only)
     program = PROGRAM_CACHE.get(key)

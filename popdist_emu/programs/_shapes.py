@@ -17,19 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 from numpy.typing import DTypeLike
 
-
-def shape_struct(
-    x: jax.typing.ArrayLike, shape: tuple[int, ...] | None = None
-) -> jax.ShapeDtypeStruct:
-    """``x`` as a compiled program sees it: its shape (or ``shape``) and its dtype made
-    canonical as ``jit`` does with a host array (int64 is int32 unless ``jax_enable_x64``;
-    JAX 0.12 warns when a ``ShapeDtypeStruct`` is asked for a dtype it then truncates)."""
-    dtype = getattr(x, "dtype", None)
-    return jax.ShapeDtypeStruct(
-        tuple(np.shape(x)) if shape is None else shape,
-        jax.dtypes.canonicalize_dtype(dtype if dtype is not None else np.result_type(x)),
-        weak_type=bool(getattr(x, "weak_type", False)),
-    )
+from popdist_emu._trees import shape_struct as shape_struct
 
 
 def flat_size(params: Any) -> int:
