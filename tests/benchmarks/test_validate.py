@@ -1,8 +1,8 @@
-"""The stored calibration and the README's ResNet-50 validation rows are what the model
+"""The stored calibration and the documented ResNet-50 validation rows are what the model
 predicts today.
 
 ``hardware/calibration.json`` records each calibration row's prediction when it was fitted
-(``benchmarks/calibrate.py --write``), and the README's validation table what
+(``benchmarks/calibrate.py --write``), and the validation table in docs/hardware-model.md what
 ``benchmarks/validate.py`` printed. A change to the cost model that is not followed by a
 refit and a refreshed table leaves both stale without any other test noticing. One
 ResNet-50 step profile at micro-batch 20 (compiled from shapes, about 10 s) serves both
@@ -45,17 +45,17 @@ def test_the_stored_calibration_rows_are_what_the_model_predicts_with_their_para
         assert abs(record["error"]) < 0.035
 
 
-def test_the_readme_resnet50_rows_are_what_validate_predicts(profile):
-    readme = (ROOT / "README.md").read_text()
+def test_the_documented_resnet50_rows_are_what_validate_predicts(profile):
+    readme = (ROOT / "docs" / "hardware-model.md").read_text()
     rows = [r for r in validate.ROWS if not r.fitted and r.micro_batch == MICRO_BATCH]
     assert len(rows) >= 8
     for row in rows:
         line = re.search(rf"^\| {row.key} \| {row.system} \|.*$", readme, re.MULTILINE)
-        assert line, f"the README's validation table has no row {row.key}"
+        assert line, f"docs/hardware-model.md's validation table has no row {row.key}"
         cells = [cell.strip() for cell in line.group(0).strip("|").split("|")]
         assert int(cells[5].replace(",", "")) == row.published
         predicted = validate.predict(profile, row)
         assert cells[6] == f"{predicted:,.0f}", (
-            f"README row {row.key} shows {cells[6]} where validate.py predicts "
+            f"docs/hardware-model.md row {row.key} shows {cells[6]} where validate.py predicts "
             f"{predicted:,.0f}: refresh the table (python benchmarks/validate.py)"
         )
