@@ -71,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(summary), flush=True)
     if args.write:
         record = calibration.shared_record(fit, fitted_by="python benchmarks/calibrate.py --write")
-        calibration.write_shared_record(record)
+        try:
+            calibration.write_shared_record(record)
+        except OSError as error:  # one line; the file is unchanged
+            print(f"calibrate.py: {error.strerror}", file=sys.stderr)
+            return 1
     if not all(math.isfinite(r["predicted_samples_per_second"]) for r in rows):
         return 1
     return 0

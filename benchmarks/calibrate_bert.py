@@ -50,6 +50,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -127,7 +128,11 @@ def main(argv: list[str] | None = None) -> int:
             data=DATA,
             fixed_cost_share=share,
         )
-        calibration.write_family_record(FAMILY, record)
+        try:
+            calibration.write_family_record(FAMILY, record)
+        except OSError as error:  # one line; the file is unchanged
+            print(f"calibrate_bert.py: {error.strerror}", file=sys.stderr)
+            return 1
     return 0
 
 

@@ -17,7 +17,18 @@ from contract import write_atomically
 
 
 def _write(path: pathlib.Path, record: dict) -> None:
-    write_atomically(path, json.dumps(record, indent=2) + "\n")
+    """Replaces ``path`` with ``record``, or leaves it as it was.
+
+    Raises:
+        OSError: the write failed (a full disk, no permission), naming the file, which is
+            unchanged.
+    """
+    try:
+        write_atomically(path, json.dumps(record, indent=2) + "\n")
+    except OSError as error:
+        raise OSError(
+            error.errno, f"could not write {path} ({error.strerror}); it is unchanged"
+        ) from error
 
 
 def write_shared_record(record: dict, path: pathlib.Path = hardware.CALIBRATION_FILE) -> None:

@@ -2,6 +2,7 @@
 trial parameters are there while a block runs and gone after it, whatever happens."""
 
 import json
+import re
 
 import pytest
 
@@ -58,3 +59,13 @@ def test_trial_parameters_are_gone_after_a_block_that_fails(path):
     ):
         raise RuntimeError("a run failed")
     assert path.read_text() == original
+
+
+def test_a_write_that_fails_names_the_file_and_leaves_nothing(tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    path = blocker / "calibration.json"
+    refusal = rf"could not write {re.escape(str(path))} \(.+\); it is unchanged"
+    with pytest.raises(OSError, match=refusal):
+        calibration.write_shared_record(SHARED, path)
+    assert blocker.read_text() == "x" and list(tmp_path.iterdir()) == [blocker]
