@@ -390,18 +390,17 @@ def check_memory(
         OutOfMemoryError: the message starts with Poplar's ``Out of memory:`` and lists the
             categories and the remedies that apply.
     """
+    from hardware._step_simulation import StepSimulation  # it imports this module
+
     given = simulation_or_replica
-    if isinstance(given, ReplicaModel | StepProfile) and layout is not None and system is not None:
-        model, on, pod = as_replica(given), layout, system
-        memories = replica_memory(model, on, pod)
-    elif (
-        not isinstance(given, ReplicaModel | StepProfile)
-        and layout is None
-        and system is None
-        and hasattr(given, "replica")
-    ):
-        model, on, pod = given.model, given.layout, given.system
+    if isinstance(given, StepSimulation) and layout is None and system is None:
+        model, layout, system = given.model, given.layout, given.system
         memories = given.replica.ipu_memory
+    elif (
+        isinstance(given, ReplicaModel | StepProfile) and layout is not None and system is not None
+    ):
+        model = as_replica(given)
+        memories = replica_memory(model, layout, system)
     else:
         raise TypeError(
             "check_memory takes a StepSimulation, or a ReplicaModel or StepProfile with "
@@ -410,5 +409,5 @@ def check_memory(
         )
     for ipu, memory in enumerate(memories):
         if not memory.fits:
-            raise OutOfMemoryError(out_of_memory_message(model, on, pod, memories, ipu))
+            raise OutOfMemoryError(out_of_memory_message(model, layout, system, memories, ipu))
     return memories[worst_ipu(memories)]
