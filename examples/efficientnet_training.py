@@ -280,8 +280,7 @@ OPTIMISERS = {
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = arguments.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=tuple(CONFIGS), default="tiny")
+    parser = pipelined_training.image_parser(__doc__, CONFIGS)
     parser.add_argument(
         "--group-dim",
         type=arguments.positive_int,
@@ -293,7 +292,6 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--pipeline-splits", nargs="+", help="the block each later IPU starts with, e.g. block4a"
     )
     parser.add_argument("--blocks-per-ipu", help="MBConv blocks on each IPU, e.g. 10,22")
-    parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=8)
     parser.add_argument("--optimiser", choices=tuple(OPTIMISERS), default="momentum")
     pipelined_training.add_convolution_arguments(parser, learning_rate=0.01)
     return pipelined_training.parse_image_arguments(parser, argv)
@@ -318,7 +316,6 @@ def main(argv=None) -> dict:
         init=functools.partial(init_params, *net),
         image=CONFIGS[args.model][:2],
         logits=logits_fn(*net),
-        dtype=pipelined_training.DTYPES[args.precision],
     )
 
 

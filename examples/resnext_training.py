@@ -51,7 +51,6 @@ import popdist
 import resnext
 
 import popdist_emu
-from popdist_emu import arguments
 
 # (image, channels, stem: kernel, stride, pool; units per stage, groups, group width,
 #  first planes, norm groups, classes)
@@ -217,13 +216,11 @@ def stages(model: str, counts: list[int]) -> tuple:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = arguments.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=tuple(CONFIGS), default="tiny")
+    parser = pipelined_training.image_parser(__doc__, CONFIGS)
     parser.add_argument(
         "--split-after", help="the last unit on IPU 0 of 2 (Graphcore's pipeline_splits)"
     )
     parser.add_argument("--units-per-ipu", help="bottleneck units on each IPU, e.g. 10,23")
-    parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=8)
     pipelined_training.add_convolution_arguments(parser, learning_rate=0.1)
     return pipelined_training.parse_image_arguments(parser, argv)
 
@@ -246,7 +243,6 @@ def main(argv=None) -> dict:
         init=functools.partial(init_params, args.model),
         image=CONFIGS[args.model][:2],
         logits=logits_fn(args.model),
-        dtype=pipelined_training.DTYPES[args.precision],
     )
 
 

@@ -48,7 +48,6 @@ import popdist
 from pipelined_training import attention, dense
 
 import popdist_emu
-from popdist_emu import arguments
 
 # (image, patch, channels, layers, hidden, heads, mlp, classes, representation)
 CONFIGS = {
@@ -181,10 +180,8 @@ def stages(model: str, counts: list[int]) -> tuple:
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    parser = arguments.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", choices=tuple(CONFIGS), default="tiny")
+    parser = pipelined_training.image_parser(__doc__, CONFIGS)
     parser.add_argument("--layers-per-ipu", help="encoder layers on each IPU, e.g. 3,3,3,3")
-    parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=8)
     pipelined_training.add_training_arguments(
         parser,
         steps=150,
@@ -212,7 +209,6 @@ def main(argv=None) -> dict:
         init=functools.partial(init_params, args.model),
         image=(CONFIGS[args.model][0], CONFIGS[args.model][2]),
         logits=logits_fn(args.model),
-        dtype=pipelined_training.DTYPES[args.precision],
     )
 
 

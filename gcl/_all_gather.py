@@ -24,7 +24,7 @@ from gcl._gathered import gather_if_small
 from gcl._groups import Group, as_group, groups_of
 from gcl._pytree import Layout, TreeDef, flatten, layout_of, pack_rows, unflatten, unpack
 from gcl._recording import record
-from gcl._reduce_scatter import group_index, piece_cols
+from gcl._reduce_scatter import group_index, routing_of
 from gcl._routes import Item, all_gather_items, collective_method
 from gcl._transport import Transport, deadline_of, transport_for
 from gcl._validation import Call, validate
@@ -45,9 +45,7 @@ def all_gather_packed(
     """Gather one row of ``S`` elements per local replica and dtype into one ``(G, S)``
     buffer per dtype for every group with a member on this instance."""
     offset = call.instance * call.local
-    items = all_gather_items(
-        call.num_replicas, call.num_instances, group, layout.widths, piece_cols(layout)
-    )
+    items = all_gather_items(routing_of(call, group, layout))
     groups = groups_of(group, call.num_replicas)
     out = {
         g: [

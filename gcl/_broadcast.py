@@ -18,7 +18,7 @@ from gcl._gathered import gather_if_small
 from gcl._groups import Group, as_group, groups_of
 from gcl._pytree import layout_of, pack
 from gcl._recording import record
-from gcl._reduce_scatter import piece_cols
+from gcl._reduce_scatter import routing_of
 from gcl._routes import Item, broadcast_items, collective_method
 from gcl._transport import deadline_of, transport_for
 from gcl._validation import validate
@@ -69,9 +69,7 @@ def broadcast(
     )
     layout = layout_of([(leaf.shape, leaf.dtype) for leaf in call.leaves[0]], 1)
     offset = call.instance * call.local
-    items = broadcast_items(
-        call.num_replicas, call.num_instances, group, root, layout.widths, piece_cols(layout)
-    )
+    items = broadcast_items(routing_of(call, group, layout), root)
     groups = groups_of(group, call.num_replicas)
     out = {
         g: [POOL.empty((1, w), d) for d, w in zip(layout.dtypes, layout.widths, strict=True)]

@@ -89,4 +89,4 @@ def run_items(
             remaining -= 1
             advance(i, h, buf)
     if sends:
-        _messaging(transport, what).wait_all(sends, send_peers, deadline, what)
+        _messaging(transport, what).wait_all(sends, deadline, what, peers=send_peers)

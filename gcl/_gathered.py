@@ -53,7 +53,7 @@ def gather_if_small(
             )
     recv = np.empty(per_replica * call.num_replicas, np.uint8)
     request = transport.comm.Iallgather(send, recv)
-    transport.wait_all([request], [-1], deadline, what)
+    transport.wait_all([request], deadline, what)
     everyone = [
         [
             np.frombuffer(recv, leaf.dtype, leaf.size, r * per_replica + off).reshape(leaf.shape)

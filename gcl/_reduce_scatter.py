@@ -21,7 +21,7 @@ from gcl._groups import Group, as_group, groups_of
 from gcl._operators import Operator, as_operator, check_dtype, combine_into, finish_mean
 from gcl._pytree import Layout, layout_of, pack, unflatten, unpack_rows
 from gcl._recording import record
-from gcl._routes import Item, as_method, collective_method, reduce_scatter_items
+from gcl._routes import Item, Routing, as_method, collective_method, reduce_scatter_items
 from gcl._transport import Transport, deadline_of, transport_for
 from gcl._validation import Call, validate
 
@@ -32,9 +32,11 @@ if TYPE_CHECKING:
 PIECE_BYTES = int(os.environ.get("GCL_EMU_PIECE_BYTES", str(1 << 20)))
 
 
-def piece_cols(layout: Layout) -> tuple[int, ...]:
-    """Columns per pipelined piece for each dtype of ``layout``."""
-    return tuple(max(1, PIECE_BYTES // d.itemsize) for d in layout.dtypes)
+def routing_of(call: Call, group: Group, layout: Layout) -> Routing:
+    """The routing of a call's collective over ``group``, its leaves packed as ``layout``,
+    each dtype cut into pipelined pieces of ``PIECE_BYTES``."""
+    cols = tuple(max(1, PIECE_BYTES // d.itemsize) for d in layout.dtypes)
+    return Routing(call.num_replicas, call.num_instances, group, layout.widths, cols)
 
 
 def group_index(group: Group, num_replicas: int) -> dict[int, tuple[int, int]]:
@@ -75,9 +77,7 @@ def reduce_scatter_packed(
     """Reduce-scatter ``(G, S)`` buffers (per local replica, per dtype) into one row of
     ``S`` elements per local replica and dtype: the replica's own shard."""
     offset = call.instance * call.local
-    items = reduce_scatter_items(
-        call.num_replicas, call.num_instances, group, method, layout.widths, piece_cols(layout)
-    )
+    items = reduce_scatter_items(routing_of(call, group, layout), method)
     groups = groups_of(group, call.num_replicas)
     results = [
         [POOL.empty((w,), d) for d, w in zip(layout.dtypes, layout.widths, strict=True)]

@@ -121,6 +121,18 @@ def collective_method(
     return resolve_method(as_method(method), bytes_per_replica, group_size)
 
 
+class Routing(NamedTuple):
+    """What a collective's items depend on: the job's replicas and instances, the groups,
+    and each dtype's width and piece in columns (hashable: the item lists are cached on it).
+    """
+
+    num_replicas: int
+    num_instances: int
+    group: Group
+    widths: tuple[int, ...]
+    piece_cols: tuple[int, ...]
+
+
 def _hops(members: tuple[int, ...], positions: list[int], local: int) -> list[Hop]:
     hops: list[Hop] = []
     for pos in positions:
@@ -138,24 +150,17 @@ def _pieces(col0: int, col1: int, piece: int) -> list[tuple[int, int]]:
 
 
 @functools.lru_cache(maxsize=256)
-def reduce_scatter_items(
-    num_replicas: int,
-    num_instances: int,
-    group: Group,
-    method: str,
-    widths: tuple[int, ...],
-    piece_cols: tuple[int, ...],
-) -> tuple[Item, ...]:
+def reduce_scatter_items(routing: Routing, method: str) -> tuple[Item, ...]:
     """Every item of a ring reduce-scatter, for all groups, dtypes and pieces."""
-    local = num_replicas // num_instances
+    local = routing.num_replicas // routing.num_instances
     items: list[Item] = []
-    for g, members in enumerate(groups_of(group, num_replicas)):
+    for g, members in enumerate(groups_of(routing.group, routing.num_replicas)):
         size = len(members)
         owner_inst = [m // local for m in members]
         for p in range(size):
             cw = [(p + i) % size for i in range(1, size)] + [p]
             acw = [(p - i) % size for i in range(1, size)] + [p]
-            for d, width in enumerate(widths):
+            for d, width in enumerate(routing.widths):
                 half = (width + 1) // 2
                 # (first column, end column, route, route back to the owner or None)
                 parts: list[tuple[int, int, list[int], list[int] | None]]
@@ -170,7 +175,7 @@ def reduce_scatter_items(
                     back = [(p - i) % size for i in range(1, size - a)]
                     parts = [(0, width, [*cw[:a], p], back or None)]
                 for c0, c1, route, join_route in parts:
-                    for q0, q1 in _pieces(c0, c1, piece_cols[d]):
+                    for q0, q1 in _pieces(c0, c1, routing.piece_cols[d]):
                         primary = len(items)
                         items.append(Item(g, p, d, q0, q1, tuple(_hops(members, route, local)), -1))
                         if join_route:
@@ -193,49 +198,29 @@ def _visit_order(members: tuple[int, ...], start: int, local: int) -> tuple[Hop,
     return tuple(hops)
 
 
-def _copies(
-    num_replicas: int,
-    num_instances: int,
-    group: Group,
-    root: int | None,
-    widths: tuple[int, ...],
-    piece_cols: tuple[int, ...],
-) -> tuple[Item, ...]:
+def _copies(routing: Routing, root: int | None) -> tuple[Item, ...]:
     """Pure copies, pipelined by pieces: the data of position ``root`` of every group (of
     every position when None) travels clockwise from its instance to every other instance
     holding a member."""
-    local = num_replicas // num_instances
+    local = routing.num_replicas // routing.num_instances
     items = []
-    for g, members in enumerate(groups_of(group, num_replicas)):
+    for g, members in enumerate(groups_of(routing.group, routing.num_replicas)):
         for p in range(len(members)) if root is None else (root,):
             hops = _visit_order(members, p, local)
-            for d, width in enumerate(widths):
-                for q0, q1 in _pieces(0, width, piece_cols[d]):
+            for d, width in enumerate(routing.widths):
+                for q0, q1 in _pieces(0, width, routing.piece_cols[d]):
                     items.append(Item(g, p, d, q0, q1, hops, -1))
     return tuple(items)
 
 
 @functools.lru_cache(maxsize=256)
-def all_gather_items(
-    num_replicas: int,
-    num_instances: int,
-    group: Group,
-    widths: tuple[int, ...],
-    piece_cols: tuple[int, ...],
-) -> tuple[Item, ...]:
+def all_gather_items(routing: Routing) -> tuple[Item, ...]:
     """Shard p of every group travels clockwise from its owner's instance to every other
     instance holding a member."""
-    return _copies(num_replicas, num_instances, group, None, widths, piece_cols)
+    return _copies(routing, None)
 
 
 @functools.lru_cache(maxsize=256)
-def broadcast_items(
-    num_replicas: int,
-    num_instances: int,
-    group: Group,
-    root: int,
-    widths: tuple[int, ...],
-    piece_cols: tuple[int, ...],
-) -> tuple[Item, ...]:
+def broadcast_items(routing: Routing, root: int) -> tuple[Item, ...]:
     """The root's data of every group travels clockwise through the group's instances."""
-    return _copies(num_replicas, num_instances, group, root, widths, piece_cols)
+    return _copies(routing, root)

@@ -167,7 +167,7 @@ class Transport:
             return self._comm
         comm, request = self._base.Idup()
         control, control_request = self._base.Idup()
-        self.wait_all([request, control_request], [-1, -1], deadline, what)
+        self.wait_all([request, control_request], deadline, what)
         self._comm = comm
         self._control = control
         self._owned = True
@@ -205,14 +205,14 @@ class Transport:
         sends = [self._control.Isend(notice, dest=p, tag=0) for p in range(size) if p != rank]
         deadline = deadline_of(None)
         try:
-            self.wait_all([self._control.Ibarrier()], [-1], deadline, "finalize", probe=False)
+            self.wait_all([self._control.Ibarrier()], deadline, "finalize", probe=False)
             got = np.zeros((size, 2), np.int64)
             recvs = [
                 self._control.Irecv(got[p], source=p, tag=0)
                 for p in range(size)
                 if p != rank and p not in self._gone  # notices already read while waiting
             ]
-            self.wait_all(recvs + sends, [-1] * (len(recvs) + len(sends)), deadline, "finalize")
+            self.wait_all(recvs + sends, deadline, "finalize")
         except CollectiveTimeout:
             print(
                 f"gcl: instance {rank} returned from its program, but other instances did not "
@@ -372,14 +372,22 @@ class Transport:
     def wait_all(
         self,
         requests: list[MPI.Request],
-        peers: list[int],
         deadline: float,
         what: str,
+        *,
+        peers: list[int] | None = None,
         probe: bool = True,
     ) -> None:
-        """Wait for every request, bounded by ``deadline``."""
+        """Wait for every request, bounded by ``deadline``.
+
+        Args:
+            peers: the peer instance of each request, as :meth:`wait_some` takes them;
+                default: every request is a collective exchange among all instances (-1).
+        """
         from mpi4py import MPI
 
+        if peers is None:
+            peers = [-1] * len(requests)
         pending = [i for i, r in enumerate(requests) if r != MPI.REQUEST_NULL]
         reqs = [requests[i] for i in pending]
         prs = [peers[i] for i in pending]
@@ -391,7 +399,7 @@ class Transport:
         size = len(digest)
         out = np.empty(size * self.size, np.uint8)
         req = self.comm.Iallgather(np.frombuffer(digest, np.uint8), out)
-        self.wait_all([req], [-1], deadline, what)
+        self.wait_all([req], deadline, what)
         return [out[i * size : (i + 1) * size].tobytes() for i in range(self.size)]
 
     def allgather_bytes(self, data: bytes, deadline: float, what: str) -> list[bytes]:
@@ -401,13 +409,13 @@ class Transport:
         n = self.size
         lengths = np.zeros(n, np.int64)
         req = self.comm.Iallgather(np.array([len(data)], np.int64), lengths)
-        self.wait_all([req], [-1], deadline, what)
+        self.wait_all([req], deadline, what)
         counts = lengths.tolist()
         displs = np.concatenate([[0], np.cumsum(lengths)[:-1]]).tolist()
         out = np.zeros(int(lengths.sum()), np.uint8)
         send = np.frombuffer(data, np.uint8) if data else np.zeros(0, np.uint8)
         req = self.comm.Iallgatherv(send, [out, counts, displs, MPI.BYTE])
-        self.wait_all([req], [-1], deadline, what)
+        self.wait_all([req], deadline, what)
         return [out[d : d + c].tobytes() for d, c in zip(displs, counts, strict=True)]
 
 

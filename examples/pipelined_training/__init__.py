@@ -32,6 +32,7 @@ from pipelined_training._image_training import (
 from pipelined_training._image_training import build_and_run as build_and_run
 from pipelined_training._image_training import chain_logits as chain_logits
 from pipelined_training._image_training import cross_entropy as cross_entropy
+from pipelined_training._image_training import image_parser as image_parser
 from pipelined_training._image_training import parse_image_arguments as parse_image_arguments
 from pipelined_training._image_training import stages_per_ipu as stages_per_ipu
 from pipelined_training._layers import attention as attention
@@ -65,6 +66,7 @@ __all__ = [
     "check_steps",
     "cross_entropy",
     "dense",
+    "image_parser",
     "in_float32",
     "init_bert_params",
     "init_from_shapes",

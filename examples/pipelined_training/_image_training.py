@@ -8,7 +8,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import jax
@@ -26,6 +26,17 @@ from pipelined_training._flags import (
     pipeline_options,
     refuse,
 )
+from popdist_emu import arguments
+
+
+def image_parser(doc: str, models: Iterable[str]) -> arguments.ArgumentParser:
+    """The image examples' parser (described by the first paragraph of ``doc``), with the
+    flags every one of them has: ``--model`` (one of ``models``, ``tiny`` by default) and
+    ``--micro-batch-size``."""
+    parser = arguments.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--model", choices=tuple(models), default="tiny")
+    parser.add_argument("--micro-batch-size", type=arguments.positive_int, default=8)
+    return parser
 
 
 def parse_image_arguments(parser: Any, argv: Any) -> Any:
@@ -108,19 +119,20 @@ def build_and_run(
     init: Callable[[Any, jax.Array], Any],
     image: tuple[int, int],
     logits: Callable,
-    dtype: Any,
     **options: Any,
 ) -> dict:
     """An example's ``main`` once its own arguments are read: the ``Options`` for its
-    pipeline ``stages``, the weights (``shapes(dtype)`` offline, where nothing is allocated,
-    else ``init(dtype, key)``), the trainer of ``model``, the simulation and the report. A
-    placement the pipeline refuses ends ``program`` with exit status 2.
+    pipeline ``stages``, the weights in ``--precision``'s dtype (``shapes(dtype)`` offline,
+    where nothing is allocated, else ``init(dtype, key)``), the trainer of ``model``, the
+    simulation and the report. A placement the pipeline refuses ends ``program`` with exit
+    status 2.
 
     Args:
         image: the images' side and channels (``--micro-batch-size`` of them per micro-batch).
         **options: further ``Options`` settings (of :func:`pipeline_options`).
     """
     opts = pipeline_options(program, args, stages, **options)
+    dtype = DTYPES[args.precision]
     param_shapes = shapes(dtype)
     offline = popdist_emu.is_offline_mode()
     params = param_shapes if offline else init(dtype, jax.random.PRNGKey(args.seed))

@@ -53,12 +53,14 @@ def _batch_norm(
     bias: torch.Tensor | None,
     running_mean: torch.Tensor | None,
     running_var: torch.Tensor | None,
-    training: bool,
-    momentum: float,
-    eps: float,
+    training: bool = False,
+    momentum: float = 0.1,
+    eps: float = 1e-5,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """aten's batch norm as PyTorch computes it, running statistics updated in place (a
-    half-precision input's statistics in float32, its output in half, as PyTorch does)."""
+    half-precision input's statistics in float32, its output in half, as PyTorch does): both
+    ``native_batch_norm`` (whose last three arguments have these defaults) and
+    ``_native_batch_norm_legit``."""
     dtype = input.dtype
     if dtype in (torch.float16, torch.bfloat16):
         input = input.float()
@@ -87,25 +89,12 @@ def _batch_norm(
     return out.to(dtype), mean if training else empty, rstd if training else empty
 
 
-def _native_batch_norm(
-    input: torch.Tensor,
-    weight: torch.Tensor | None,
-    bias: torch.Tensor | None,
-    running_mean: torch.Tensor | None,
-    running_var: torch.Tensor | None,
-    training: bool = False,
-    momentum: float = 0.1,
-    eps: float = 1e-5,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _batch_norm(input, weight, bias, running_mean, running_var, training, momentum, eps)
-
-
 def use_pytorch_batch_norm() -> None:
     """Makes torchax's default environment run batch norm as PyTorch does (once)."""
     if _INSTALLED:
         return
     env = torchax.default_env()
-    env.override_op_definition(torch.ops.aten.native_batch_norm.default, _native_batch_norm)
+    env.override_op_definition(torch.ops.aten.native_batch_norm.default, _batch_norm)
     env.override_op_definition(torch.ops.aten._native_batch_norm_legit.default, _batch_norm)
     _INSTALLED.append(True)
 
