@@ -22,7 +22,7 @@ import jax
 import numpy as np
 
 import gcl
-from hardware import CollectiveRecord
+from hardware import CollectiveRecord, ReplicaLayout
 from popdist_emu.runtime._elementwise import check_elementwise
 from popdist_emu.runtime._layerwise import (
     LayerwiseOptimiser,
@@ -345,10 +345,8 @@ def sharded_stage(
     params: Any,
     update_fn: UpdateFn,
     *,
-    num_replicas: int,
-    num_instances: int,
-    replica_offset: int,
-    num_local_replicas: int,
+    layout: ReplicaLayout,
+    instance: int,
     domain: gcl.All | gcl.Consecutive | gcl.Orthogonal | int | None = None,
     min_elements: int | None = None,
     method: str = "auto",
@@ -366,24 +364,28 @@ def sharded_stage(
     ``scale`` is the one ``update_fn`` applies to the reduced gradient (see
     ``make_update``): a layer-wise optimiser's two passes apply it too.
 
+    Args:
+        layout: the job's replicas and instances (the sharding plan spans all of them).
+        instance: this instance: its replicas get their parts of the state.
+
     Returns:
         ``(stage, opt_state)``: use ``stage`` as the reduce-and-update stage and
         ``TrainState(params, opt_state)`` as the initial state.
     """
     plan = plan_sharding(
         params,
-        num_replicas=num_replicas,
-        num_instances=num_instances,
+        num_replicas=layout.num_replicas,
+        num_instances=layout.num_instances,
         domain=domain,
         min_elements=min_elements,
     )
     check_shardable(optimiser, params, plan)
-    replicas = range(replica_offset, replica_offset + num_local_replicas)
+    replicas = layout.replicas_of_instance(instance)
     state = init_sharded_state(optimiser, plan, params, replicas)
     stage = ShardedReduceUpdate(
         plan,
         update_fn,
-        replica_offset,
+        replicas.start,
         method,
         comm,
         timeout,

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import gcl
 import popdist_emu
+from hardware import ReplicaLayout
 from popdist_emu import AllReduceUpdate, TrainState
 from popdist_emu.programs import PROGRAM_CACHE
 from popdist_emu.runtime._layerwise import owned_squares
@@ -70,10 +71,8 @@ def _train(params, r, domain, steps, seed, optimiser):
         optimiser,
         params,
         update,
-        num_replicas=r,
-        num_instances=1,
-        replica_offset=0,
-        num_local_replicas=r,
+        layout=ReplicaLayout(num_replicas=r),
+        instance=0,
         domain=domain,
         scale=1.0 / r,
     )
@@ -142,10 +141,8 @@ def test_whole_optax_lamb_is_still_refused_naming_the_shardable_one():
             optax.lamb(1e-3),
             {"w": np.zeros(64, np.float32)},
             None,
-            num_replicas=4,
-            num_instances=1,
-            replica_offset=0,
-            num_local_replicas=4,
+            layout=ReplicaLayout(num_replicas=4),
+            instance=0,
         )
 
 
@@ -156,10 +153,8 @@ def test_the_norms_all_reduce_is_a_recorded_collective():
         optimiser,
         {k: np.asarray(v) for k, v in params.items()},
         make_update(optimiser, 0.125),
-        num_replicas=8,
-        num_instances=2,
-        replica_offset=0,
-        num_local_replicas=4,
+        layout=ReplicaLayout(num_replicas=8, num_instances=2),
+        instance=0,
         scale=0.125,
     )
     plain = ShardedReduceUpdate(stage.plan, None)
@@ -180,6 +175,7 @@ from popdist_emu import TrainState
 from popdist_emu.runtime._layerwise import owned_squares
 from popdist_emu.runtime._replica_step import make_update
 from popdist_emu.runtime._sharded_update import sharded_stage
+from hardware import ReplicaLayout
 
 r, local = popdist.getNumTotalReplicas(), popdist.getNumLocalReplicas()
 offset, instances = popdist.getReplicaIndexOffset(), popdist.getNumInstances()
@@ -188,9 +184,10 @@ update = make_update(optimiser, 1.0 / r)
 rng = np.random.default_rng(0)
 params = {name: rng.standard_normal(shape).astype(np.float32)
           for name, shape in (("w", (5, 6)), ("v", 30), ("b", 3))}
+layout = ReplicaLayout(num_replicas=r, num_instances=instances)
 stage, opt_state = sharded_stage(
-    optimiser, params, update, num_replicas=r, num_instances=instances, replica_offset=offset,
-    num_local_replicas=local, domain=popdist_emu_domain, scale=1.0 / r, timeout=60)
+    optimiser, params, update, layout=layout, instance=popdist.getInstanceIndex(),
+    domain=popdist_emu_domain, scale=1.0 / r, timeout=60)
 state = TrainState(jax.tree.map(jnp.array, params), opt_state)
 mine = range(offset, offset + local)
 for step in range(3):

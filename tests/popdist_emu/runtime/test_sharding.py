@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gcl
+from hardware import ReplicaLayout
 from popdist_emu import AllReduceUpdate, TrainState
 from popdist_emu.runtime._elementwise import check_elementwise
 from popdist_emu.runtime._sharded_update import (
@@ -409,10 +410,8 @@ def test_sharded_stage_refuses_global_norm_clipping():
             optimiser,
             {"w": np.zeros(64, np.float32)},
             None,
-            num_replicas=4,
-            num_instances=1,
-            replica_offset=0,
-            num_local_replicas=4,
+            layout=ReplicaLayout(num_replicas=4),
+            instance=0,
         )
 
 
@@ -444,10 +443,8 @@ def test_trainer_with_rts_and_infeed_matches_plain_trainer():
                 optimiser,
                 trainer.state.params,
                 trainer.update_fn,
-                num_replicas=options.num_total_replicas,
-                num_instances=options.num_instances,
-                replica_offset=options.replica_offset,
-                num_local_replicas=options.replication_factor,
+                layout=options.layout,
+                instance=options.instance_index,
                 domain=options.sharding_domain,
                 timeout=60,
             )
