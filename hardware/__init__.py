@@ -70,6 +70,7 @@ from hardware._step import ReplicaReport as ReplicaReport
 from hardware._step import simulate_step as simulate_step
 from hardware._step_profile import METHODS as COLLECTIVE_METHODS
 from hardware._step_profile import CollectiveRecord as CollectiveRecord
+from hardware._step_profile import RunSettings as RunSettings
 from hardware._step_profile import StepProfile as StepProfile
 from hardware._step_profile import resolve_group as resolve_group
 from hardware._step_simulation import PHASES as PHASES
@@ -115,6 +116,7 @@ __all__ = [
     "ReplicaLayout",
     "ReplicaModel",
     "ReplicaReport",
+    "RunSettings",
     "StageCost",
     "StageProfile",
     "StepProfile",

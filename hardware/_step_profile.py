@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections.abc import Mapping
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from hardware._planner import DEFAULT_AVAILABLE_MEMORY_PROPORTION, proportion_for_ipu
 
@@ -87,9 +87,72 @@ def resolve_group(group: object, num_replicas: int) -> ReplicaGroup:
     return ReplicaGroup(size, num_replicas // size)
 
 
-@dataclasses.dataclass(frozen=True)
-class StepProfile:
-    """The per-replica cost of one training step, independent of the system it runs on.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """What a step's cost takes from the run rather than from its programs: the batch and
+    its repetitions, the collectives of an update, where the optimiser state lives, and the
+    planner's memory budget. The runtime's own settings value (``popdist_emu.StepSettings``)
+    extends it, so each setting is defined once.
+
+    Attributes:
+        micro_batch_size: samples per micro-batch per replica.
+        gradient_accumulation: micro-batches per weight update.
+        device_iterations: weight updates per step (per host synchronisation).
+        collectives: the collectives of one weight update.
+        replicated_tensor_sharding: optimiser state sharded over ``sharding_domain`` replicas.
+        offload_optimiser_state: optimiser state kept in Streaming Memory.
+        sharding_domain: replicas the optimiser state is sharded over (0 = all replicas).
+        recomputation: activations recomputed in the backward pass (already reflected in
+            ``activation_bytes``; kept for the out-of-memory remedies).
+        name: the model's name, for reports.
+        available_memory_proportion: PopLibs' ``availableMemoryProportion`` of the IPUs, a
+            float or PopTorch's per-IPU mapping ``{"IPU0": 0.6, ...}`` (default 0.6).
+    """
+
+    micro_batch_size: int = 1
+    gradient_accumulation: int = 1
+    device_iterations: int = 1
+    collectives: tuple[CollectiveRecord, ...] = ()
+    replicated_tensor_sharding: bool = False
+    offload_optimiser_state: bool = False
+    sharding_domain: int = 0
+    recomputation: bool = False
+    name: str = "model"
+    available_memory_proportion: float | Mapping[str, float] = DEFAULT_AVAILABLE_MEMORY_PROPORTION
+
+    def __post_init__(self) -> None:
+        for field in ("micro_batch_size", "gradient_accumulation", "device_iterations"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"`{field}` must be a positive integer, got {value!r}.")
+        records = tuple(CollectiveRecord(*r) for r in self.collectives)
+        for record in records:
+            if record.kind not in COLLECTIVE_KINDS:
+                raise ValueError(
+                    f"collective kind {record.kind!r} is unknown: use one of {COLLECTIVE_KINDS}."
+                )
+            if record.method == "auto":
+                raise ValueError(
+                    f"the {record.kind} record holds method 'auto', which gcl settles before it "
+                    "runs: record the method it runs, gcl.collective_method(kind, "
+                    "bytes_per_replica, group_size)."
+                )
+            if record.method not in METHODS:
+                raise ValueError(
+                    f"collective method {record.method!r} is unknown: use one of {METHODS}."
+                )
+        object.__setattr__(self, "collectives", records)
+        proportion_for_ipu(self.available_memory_proportion)  # one-line error when bad
+
+    def run_settings(self) -> dict[str, Any]:
+        """The run's settings alone, by name (to build a profile from a settings value)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(RunSettings)}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepProfile(RunSettings):
+    """The per-replica cost of one training step, independent of the system it runs on:
+    what its programs measure, with the run's settings (:class:`RunSettings`).
 
     Attributes:
         grad_flops: FLOPs of one micro-batch's forward and backward pass (XLA's count).
@@ -105,21 +168,9 @@ class StepProfile:
         host_bytes_per_micro_batch: bytes a replica receives from the host per micro-batch
             (inputs and labels).
         num_ops: primitive operations in the step (sizes the vertex-code estimate).
-        micro_batch_size: samples per micro-batch per replica.
-        gradient_accumulation: micro-batches per weight update.
-        device_iterations: weight updates per step (per host synchronisation).
         precision: "float16" or "float32": the arithmetic the model runs in.
-        collectives: the collectives of one weight update.
-        replicated_tensor_sharding: optimiser state sharded over ``sharding_domain`` replicas.
-        offload_optimiser_state: optimiser state kept in Streaming Memory.
-        sharding_domain: replicas the optimiser state is sharded over (0 = all replicas).
-        recomputation: activations recomputed in the backward pass (already reflected in
-            ``activation_bytes``; kept for the out-of-memory remedies).
-        name: the model's name, for reports.
         matmuls: the step's matmuls and convolutions (``hardware._planner.ConvOp``), planned
             by the convolution planner model; empty leaves the planner out.
-        available_memory_proportion: PopLibs' ``availableMemoryProportion`` of the IPUs, a
-            float or PopTorch's per-IPU mapping ``{"IPU0": 0.6, ...}`` (default 0.6).
         host_cpu_seconds_per_sample: CPU seconds the host spends preparing one sample (the
             data loader's work), measured on the machine that ran the program; 0 = not
             measured (the host's work is then left out).
@@ -148,18 +199,8 @@ class StepProfile:
     temporary_bytes: int = 0
     host_bytes_per_micro_batch: int = 0
     num_ops: int = 0
-    micro_batch_size: int = 1
-    gradient_accumulation: int = 1
-    device_iterations: int = 1
     precision: str = "float32"
-    collectives: tuple[CollectiveRecord, ...] = ()
-    replicated_tensor_sharding: bool = False
-    offload_optimiser_state: bool = False
-    sharding_domain: int = 0
-    recomputation: bool = False
-    name: str = "model"
     matmuls: tuple = ()
-    available_memory_proportion: float | Mapping[str, float] = DEFAULT_AVAILABLE_MEMORY_PROPORTION
     host_cpu_seconds_per_sample: float = 0.0
     host_workers: int = 1
     host_prefetch: bool = True
@@ -167,31 +208,10 @@ class StepProfile:
     outputs_per_step: int = 1
 
     def __post_init__(self) -> None:
-        for field in ("micro_batch_size", "gradient_accumulation", "device_iterations"):
-            value = getattr(self, field)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{field}` must be a positive integer, got {value!r}.")
+        super().__post_init__()
         if self.precision not in ("float16", "bfloat16", "float32"):
             raise ValueError(f"`precision` must be 'float16' or 'float32', got {self.precision!r}.")
-        records = tuple(CollectiveRecord(*r) for r in self.collectives)
-        for record in records:
-            if record.kind not in COLLECTIVE_KINDS:
-                raise ValueError(
-                    f"collective kind {record.kind!r} is unknown: use one of {COLLECTIVE_KINDS}."
-                )
-            if record.method == "auto":
-                raise ValueError(
-                    f"the {record.kind} record holds method 'auto', which gcl settles before it "
-                    "runs: record the method it runs, gcl.collective_method(kind, "
-                    "bytes_per_replica, group_size)."
-                )
-            if record.method not in METHODS:
-                raise ValueError(
-                    f"collective method {record.method!r} is unknown: use one of {METHODS}."
-                )
-        object.__setattr__(self, "collectives", records)
         object.__setattr__(self, "matmuls", tuple(self.matmuls))
-        proportion_for_ipu(self.available_memory_proportion)  # one-line error when bad
         host = self.host_cpu_seconds_per_sample
         if not host >= 0:
             raise ValueError(f"`host_cpu_seconds_per_sample` must be >= 0, got {host}.")

@@ -17,6 +17,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -232,7 +233,7 @@ def profile_step(
         update,
         params=params,
         micro_batch=batch,
-        settings=settings._replace(collectives=tuple(collectives)),
+        settings=dataclasses.replace(settings, collectives=tuple(collectives)),
         opt_state=opt_state,
         loss_fn=None if loss_fn is None else (lambda p, b: loss_fn(p, *b)),
         gradient_bytes=gradient_bytes,

@@ -13,52 +13,33 @@ and its out-of-memory bound before anything is compiled).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import dataclasses
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
-from hardware import (
-    DEFAULT_AVAILABLE_MEMORY_PROPORTION,
-    CollectiveRecord,
-    ConvOp,
-    StepProfile,
-)
+from hardware import CollectiveRecord, ConvOp, RunSettings, StepProfile
 from popdist_emu._options import Options
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.programs._analysis import XlaCost, precision_of
 from popdist_emu.programs._shapes import gradient_nbytes
 
 
-class StepSettings(NamedTuple):
-    """What a step's profile takes from the run rather than from its programs.
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StepSettings(RunSettings):
+    """What a step's profile takes from the run rather than from its programs: the hardware
+    model's :class:`hardware.RunSettings` (micro-batch, accumulation, device iterations,
+    collectives, RTS and offloading, recomputation, name, availableMemoryProportion), the
+    micro-batch required, and what the runtime decides besides.
 
     Attributes:
-        micro_batch_size: samples per micro-batch per replica.
-        gradient_accumulation: micro-batches per weight update.
-        device_iterations: weight updates per step.
-        collectives: the collectives of one update, as the reduce-and-update stage records
-            them.
-        replicated_tensor_sharding: the optimiser state is sharded over ``sharding_domain``.
-        offload_optimiser_state: the optimiser state lives in Streaming Memory.
-        sharding_domain: replicas of the RTS domain (0 = all; unused without RTS).
-        recomputation: whether the step recomputes activations (for the OOM remedies).
-        name: the model's name in reports.
-        available_memory_proportion: PopLibs' availableMemoryProportion, a float or
-            ``{"IPU0": 0.6}``.
         partials_type: PopLibs' ``partialsType`` of the matmuls and convolutions.
         output_mode: ``"all"``: one loss per device iteration goes back to the host;
             ``"final"``: the last.
     """
 
-    micro_batch_size: int
-    gradient_accumulation: int = 1
-    device_iterations: int = 1
-    collectives: tuple[CollectiveRecord, ...] = ()
-    replicated_tensor_sharding: bool = False
-    offload_optimiser_state: bool = False
-    sharding_domain: int = 0
-    recomputation: bool = False
-    name: str = "model"
-    available_memory_proportion: float | Mapping[str, float] = DEFAULT_AVAILABLE_MEMORY_PROPORTION
+    # Required here (a keyword-only field may follow defaults); a bare annotation would
+    # inherit RunSettings' default.
+    micro_batch_size: int = dataclasses.field()
     partials_type: str = "float"
     output_mode: str = "final"
 
@@ -150,18 +131,9 @@ def build_step_profile(
         temporary_bytes=int(counts.temporary_bytes),
         host_bytes_per_micro_batch=tree_nbytes(micro_batch),
         num_ops=int(counts.num_ops),
-        micro_batch_size=int(settings.micro_batch_size),
-        gradient_accumulation=int(settings.gradient_accumulation),
-        device_iterations=int(settings.device_iterations),
         precision=precision_of(params),
-        collectives=tuple(settings.collectives),
-        replicated_tensor_sharding=bool(settings.replicated_tensor_sharding),
-        offload_optimiser_state=bool(settings.offload_optimiser_state),
-        sharding_domain=int(settings.sharding_domain),
-        recomputation=bool(settings.recomputation),
-        name=settings.name,
         matmuls=counts.matmuls,
-        available_memory_proportion=settings.available_memory_proportion,
+        **settings.run_settings(),
         # The Trainer returns each replica's float32 loss of a device iteration.
         host_output_bytes_per_micro_batch=_LOSS_BYTES,
         outputs_per_step=int(settings.device_iterations) if settings.output_mode == "all" else 1,

@@ -109,7 +109,11 @@ def test_auto_is_refused_since_gcl_settles_it_before_a_collective_runs():
     """``auto`` was once priced as the cheapest ring, which gcl never runs for a 4 MiB
     all-reduce (gcl's rule runs the clockwise ring there, 1.9x the cheapest's time)."""
     with pytest.raises(ValueError, match=r"record the method it runs, gcl\.collective_method"):
-        hardware.StepProfile(1.0, 1.0, collectives=(("all_reduce", "auto", "all", 4 << 20),))
+        hardware.StepProfile(
+            grad_flops=1.0,
+            grad_bytes_accessed=1.0,
+            collectives=(("all_reduce", "auto", "all", 4 << 20),),
+        )
     with pytest.raises(ValueError, match="is not a GCL method"):
         hardware.ring_seconds("all_reduce", "auto", 16, 4 << 20, 1e10, 1e-6)
 

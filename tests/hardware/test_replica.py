@@ -90,7 +90,12 @@ def test_a_data_parallel_replica_is_a_one_stage_pipeline_bit_for_bit(
 @pytest.mark.parametrize("strategy", ["pipelined", "sharded"])
 def test_the_stage_is_what_the_profile_holds(strategy):
     profile = hardware.StepProfile(
-        3e9, 1e8, num_ops=500, parameter_bytes=7, gradient_bytes=14, activation_bytes=21
+        grad_flops=3e9,
+        grad_bytes_accessed=1e8,
+        num_ops=500,
+        parameter_bytes=7,
+        gradient_bytes=14,
+        activation_bytes=21,
     )
     stage = hardware.micro_step_stage(profile)
     assert (stage.ipu, stage.num_ops, stage.forward) == (0, 500, hardware.PassCounts())

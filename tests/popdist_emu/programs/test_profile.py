@@ -153,3 +153,25 @@ def test_larger_micro_batch_never_less_memory_or_time():
     compute = [s.phases["compute"] for s in sims]
     assert compute == sorted(compute)
     assert np.all(np.diff([s.profile.grad_flops for s in sims]) > 0)
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        ({"micro_batch_size": 0}, "`micro_batch_size` must be a positive integer, got 0"),
+        ({"micro_batch_size": 2, "device_iterations": 1.5}, "`device_iterations` must be"),
+        (
+            {"micro_batch_size": 2, "collectives": (("all_reduce", "auto", "all", 64),)},
+            "holds method 'auto'",
+        ),
+    ],
+)
+def test_settings_are_checked_when_made_as_the_profile_checks_them(fields, words):
+    """StepSettings extends hardware.RunSettings: one definition of each setting and of its
+    check, so a bad value is refused where it is written, not at the first profile."""
+    assert issubclass(StepSettings, hardware.RunSettings)
+    assert issubclass(hardware.StepProfile, hardware.RunSettings)
+    with pytest.raises(ValueError, match=words):
+        StepSettings(**fields)
+    with pytest.raises(TypeError, match="micro_batch_size"):
+        StepSettings()
