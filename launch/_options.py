@@ -12,6 +12,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import shlex
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
@@ -322,7 +323,15 @@ def _convert(spec: OptionSpec, flag: str, text: str) -> object:
 
 
 def _unknown(token: str) -> UsageError:
+    """An unknown option, with the closest of PopRun's flags when one is close (a misspelt
+    ``--num-replica``), as argparse suggests since Python 3.12."""
     name = token.split("=", 1)[0]
+    close = difflib.get_close_matches(name, _BY_FLAG, n=1, cutoff=0.75)
+    if close:
+        return UsageError(
+            f"unknown option {name}: did you mean {close[0]}? See `poprun-emu --help` for the "
+            f"options supported."
+        )
     return UsageError(
         f"unknown option {name}: see `poprun-emu --help` for the options supported; put "
         f"options meant for the program after the program name."

@@ -135,7 +135,9 @@ def test_help_and_version_need_no_program():
     ("words", "match"),
     [
         (["--bogus", "t.py"], "unknown option --bogus"),
-        (["--num-replica=4", "t.py"], "unknown option --num-replica"),
+        (["--num-replica=4", "t.py"], "unknown option --num-replica: did you mean --num-replicas"),
+        (["--ipus-per-replca", "2", "t.py"], "did you mean --ipus-per-replica"),
+        (["--offline", "t.py"], "unknown option --offline: did you mean --offline-mode"),
         (["-x", "t.py"], "unknown option -x"),
         (["--num-replicas"], "--num-replicas needs a value"),
         (
