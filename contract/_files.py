@@ -55,9 +55,60 @@ def _remove_stale_temporaries(directory: str, name: str) -> None:
                     os.unlink(entry.path)
 
 
+_KINDS = (
+    (stat.S_ISCHR, "character device"),
+    (stat.S_ISFIFO, "FIFO"),
+    (stat.S_ISDIR, "directory"),
+    (stat.S_ISBLK, "block device"),
+    (stat.S_ISSOCK, "socket"),
+)
+_STREAMS = ("character device", "FIFO")  # written in place, never replaced
+
+
+def special_kind(path: str | os.PathLike) -> str | None:
+    """What ``path`` is when it is not a regular file (a FIFO, a device, a directory, a
+    socket), followed through symlinks; None when it is a regular file or does not exist."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    return next((kind for test, kind in _KINDS if test(mode)), None)
+
+
+def _fd_link(path: str) -> bool:
+    """Whether ``path`` is a link to a process's open file (``/dev/stdout`` and ``/dev/fd/N``
+    point into ``/proc/self/fd``): a write goes to that stream, never replaces the link."""
+    with contextlib.suppress(OSError):
+        return os.path.islink(path) and os.readlink(path).startswith("/proc/")
+    return False
+
+
+@contextlib.contextmanager
+def _write_in_place(path: str, kind: str, mode: str) -> Iterator[IO]:
+    """Writes a stream destination (a character device, a FIFO, ``/dev/stdout``) in place;
+    a FIFO nobody reads is refused instead of blocking (opened ``O_NONBLOCK``: ``ENXIO``).
+    ``O_APPEND``: ``/dev/stdout`` redirected to a file adds to it, as the shell's own writes
+    do, instead of writing over its start."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as error:
+        if error.errno == errno.ENXIO:
+            raise OSError(errno.ENXIO, f"a {kind} that no process reads") from None
+        raise
+    os.set_blocking(fd, True)
+    encoding = None if "b" in mode else "utf-8"
+    with os.fdopen(fd, mode, encoding=encoding) as f:
+        yield f
+
+
 @contextlib.contextmanager
 def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     """Yields a file to write ``path``'s new content into; renamed into place on success.
+
+    A destination that is not a regular file is never replaced: a character device
+    (``/dev/null``), a FIFO with a reader and ``/dev/stdout`` are written in place (a FIFO
+    with no reader is refused rather than waited on), and a directory, a block device or a
+    socket is refused, each with ``OSError`` whose ``strerror`` says what the path is.
 
     Args:
         path: the destination; its directory must exist.
@@ -70,6 +121,13 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     if mode not in ("wb", "w"):
         raise ValueError(f"atomic_write: `mode` must be 'wb' or 'w', got {mode!r}.")
     path = os.fspath(path)
+    kind = special_kind(path) or ("stream" if _fd_link(path) else None)
+    if kind in (*_STREAMS, "stream"):
+        with _write_in_place(path, kind or "stream", mode) as stream:
+            yield stream
+        return
+    if kind is not None:
+        raise OSError(errno.EINVAL, f"a {kind}, not a regular file")
     directory = os.path.dirname(os.path.abspath(path))
     name = os.path.basename(path)
     _remove_stale_temporaries(directory, name)
@@ -102,14 +160,23 @@ class FileTooLargeError(ValueError):
 def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
     """``path``'s content, read without ever holding more than ``limit`` + 1 bytes.
 
-    A device (``/dev/zero``, ``/dev/urandom``) or a file of any size is refused after
-    ``limit`` + 1 bytes, so a wrong path cannot make the reader's memory grow without bound.
+    Only a regular file is read: a FIFO, a device (``/dev/zero``) or a socket is refused
+    before anything is read (opened ``O_NONBLOCK``, so a FIFO without a writer cannot block
+    the open), and a file of any size after ``limit`` + 1 bytes, so a wrong path can neither
+    hang the reader nor make its memory grow without bound.
 
     Raises:
-        OSError: the file cannot be opened or read.
+        OSError: the file cannot be opened or read, or is not a regular file (``EINVAL``,
+            its ``strerror`` saying what it is).
         FileTooLargeError: it holds more than ``limit`` bytes.
     """
-    with open(path, "rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((kind for test, kind in _KINDS if test(mode)), "special file")
+            raise OSError(errno.EINVAL, f"a {kind}, not a regular file")
+        os.set_blocking(fd, True)
         data = f.read(limit + 1)
     if len(data) > limit:
         raise FileTooLargeError(f"holds more than {limit} bytes")

@@ -1,9 +1,13 @@
-"""Atomic writes: the old file or the whole new one, never a part; symlinks not followed."""
+"""Atomic writes: the old file or the whole new one, never a part; symlinks not followed;
+special files written in place or refused, never replaced."""
 
+import errno
 import os
 import signal
+import stat
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -124,8 +128,15 @@ def test_read_bounded_stops_after_its_bound(tmp_path):
     assert read_bounded(tmp_path / "f", 3) == b"abc"
     with pytest.raises(FileTooLargeError):
         read_bounded(tmp_path / "f", 2)
-    with pytest.raises(FileTooLargeError):
-        read_bounded("/dev/zero", 1 << 20)  # a device without end: refused, not read whole
+    with pytest.raises(OSError, match="a character device, not a regular file"):
+        read_bounded("/dev/zero", 1 << 20)  # a device without end: refused, not read
+
+
+def test_read_bounded_refuses_a_fifo_without_waiting_for_a_writer(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="a FIFO, not a regular file"):
+        read_bounded(fifo, 100)  # open() alone would block until a writer came
 
 
 def test_output_problem_tries_a_probe_and_leaves_nothing(tmp_path):
@@ -161,3 +172,68 @@ def test_make_directories_checks_every_part_from_its_base(tmp_path):
     os.chmod(tmp_path / "logs" / "3", 0o777)
     with pytest.raises(PermissionError, match="is world-writable"):
         make_directories(tmp_path / "logs" / "3" / "x", base=tmp_path / "logs")
+
+
+# --- Destinations that are not regular files: written in place or refused, never replaced ---
+ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="making a device node needs root")
+
+
+def _device(path, minor):
+    """A character device node in the test's own directory (1, minor: null 3, full 7)."""
+    os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, minor))
+    return path
+
+
+@ROOT
+def test_a_character_device_is_written_in_place_and_stays_a_device(tmp_path):
+    null = _device(tmp_path / "null", 3)
+    link = tmp_path / "to-null"
+    link.symlink_to(null)
+    write_atomically(null, "{}\n")
+    write_atomically(link, "{}\n")
+    assert stat.S_ISCHR(os.lstat(null).st_mode) and link.is_symlink()
+    assert sorted(os.listdir(tmp_path)) == ["null", "to-null"]
+
+
+@ROOT
+def test_a_full_device_fails_the_write_and_stays_a_device(tmp_path):
+    full = _device(tmp_path / "full", 7)
+    with pytest.raises(OSError) as error:
+        write_atomically(full, "x" * 100_000)
+    assert error.value.errno == errno.ENOSPC
+    assert stat.S_ISCHR(os.lstat(full).st_mode)
+
+
+def test_a_fifo_with_a_reader_is_written_and_one_without_is_refused_at_once(tmp_path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="a FIFO that no process reads"):
+        write_atomically(fifo, "lost")
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while True:  # until cat has opened its end
+        try:
+            write_atomically(fifo, "read\n")
+            break
+        except OSError:
+            assert time.monotonic() < deadline, "cat never opened the FIFO"
+            time.sleep(0.05)
+    assert reader.communicate(timeout=30)[0] == b"read\n"
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+
+
+def test_a_link_to_an_open_file_descriptor_is_written_through(tmp_path):
+    """``/dev/fd/N`` and ``/dev/stdout`` point into ``/proc/self/fd``: the stream is written,
+    the link is not replaced (the link is read, never written, so /dev is untouched)."""
+    read_end, write_end = os.pipe()
+    try:
+        write_atomically(f"/dev/fd/{write_end}", "through the pipe")
+        os.close(write_end)
+        assert os.read(read_end, 100) == b"through the pipe"
+    finally:
+        os.close(read_end)
+
+
+def test_a_directory_destination_is_refused_in_words(tmp_path):
+    with pytest.raises(OSError, match="a directory, not a regular file"):
+        write_atomically(tmp_path, "x")

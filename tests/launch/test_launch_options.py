@@ -201,7 +201,7 @@ def test_a_config_repeating_an_option_is_refused_the_command_line_overrides_it(t
 
 
 def test_a_config_is_read_up_to_arg_max_bytes(tmp_path):
-    with pytest.raises(UsageError, match=r"'/dev/zero' holds more than \d+ bytes \(ARG_MAX"):
+    with pytest.raises(UsageError, match=r"'/dev/zero' cannot be read \(a character device"):
         parse_command_line(["--import-config=/dev/zero", "t.py"])
     big = tmp_path / "big.json"
     big.write_text(json.dumps(["-v"] * (os.sysconf("SC_ARG_MAX") // 5)))

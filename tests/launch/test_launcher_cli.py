@@ -2,6 +2,7 @@
 
 import os
 import re
+import stat
 import subprocess
 import sys
 
@@ -149,7 +150,13 @@ def test_exports_too_big_to_exec_are_refused_before_anything_starts(capsys, scri
 
 def test_import_and_export_config_refusals_are_one_line(capsys, script, tmp_path):
     err = _refusal(capsys, ["--import-config=/dev/zero", script])
-    assert "ARG_MAX" in err
+    assert "a character device, not a regular file" in err
+    os.mkfifo(tmp_path / "fifo")
+    err = _refusal(capsys, [f"--import-config={tmp_path}/fifo", script])
+    assert "a FIFO, not a regular file" in err
+    err = _refusal(capsys, [f"--export-config={tmp_path}/fifo", "--overwrite-config=yes", script])
+    assert "cannot be written (a FIFO that no process reads)" in err
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "fifo").st_mode)
     err = _refusal(capsys, [f"--export-config={tmp_path}/no/c.json", script])
     assert "does not exist" in err
     err = _refusal(capsys, ["-H", "h[0-" + "9" * 5000 + "]", script])

@@ -65,8 +65,9 @@ def run(cwd, name, *words, timeout=300):
         (["--num-replicas", "16", "--ipus-per-replica", "\u0664", "--out", "o", TRAIN], "ASCII"),
         (["--num-replicas", "16", "--timeout", "nan", "--out", "o", TRAIN], "finite"),
         (["--num-replicas", "16", "--timeout", "inf", "--out", "o", TRAIN], "finite"),
-        (["--num-replicas", "16", "--published", "/dev/urandom", "--out", "o", TRAIN], "holds"),
-        (["--num-replicas", "16", "--published", "/dev/zero", "--out", "o", TRAIN], "holds"),
+        (["--num-replicas", "16", "--published", "/dev/urandom", "--out", "o", TRAIN], "device"),
+        (["--num-replicas", "16", "--published", "/dev/zero", "--out", "o", TRAIN], "device"),
+        (["--num-replicas", "16", "--published", "fifo", "--out", "o", TRAIN], "a FIFO, not"),
         (["--num-replicas", "16", "--published", "bin.csv", "--out", "o", TRAIN], "UTF-8"),
         (["--num-replicas", "16", "--out", "file/o", TRAIN], "which is a file"),
         (["--num-replicas", "16", "--out", "file", TRAIN], "is a file"),
@@ -75,6 +76,7 @@ def run(cwd, name, *words, timeout=300):
 def test_bad_arguments_get_one_line_and_exit_2(tmp_path, words, needle):
     (tmp_path / "file").write_text("")
     (tmp_path / "bin.csv").write_bytes(b"replicas,throughput,label\n\xff\xfe,1,x\n")
+    os.mkfifo(tmp_path / "fifo")  # no writer: opening it plainly would block forever
     result = run(tmp_path, "poprun-emu-scaling", *words, timeout=60)
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
