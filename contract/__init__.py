@@ -63,6 +63,9 @@ from contract._files import read_bounded as read_bounded
 from contract._files import write_atomically as write_atomically
 from contract._machine import available_memory_bytes as available_memory_bytes
 from contract._machine import total_memory_bytes as total_memory_bytes
+from contract._numbers import MAX_TIMEOUT_S as MAX_TIMEOUT_S
+from contract._numbers import MIN_TIMEOUT_S as MIN_TIMEOUT_S
+from contract._numbers import ascii_seconds as ascii_seconds
 from contract._sweep import COLLECTIVE_PHASES as COLLECTIVE_PHASES
 from contract._sweep import TIER_PHASES as TIER_PHASES
 from contract._sweep import SweepPoint as SweepPoint
@@ -99,6 +102,8 @@ __all__ = [
     "ENV_SCALING_REQUEST",
     "ENV_SYSTEM",
     "ENV_UNIFORM_REPLICAS_PER_INSTANCE",
+    "MAX_TIMEOUT_S",
+    "MIN_TIMEOUT_S",
     "POPRUN_VARIABLES",
     "TIER_PHASES",
     "FileTooLargeError",
@@ -106,6 +111,7 @@ __all__ = [
     "JobConfig",
     "SweepPoint",
     "arg_max",
+    "ascii_seconds",
     "atomic_write",
     "available_memory_bytes",
     "directory_problem",

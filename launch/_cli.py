@@ -24,6 +24,7 @@ from contract import (
     ENV_GCL_TIMEOUT,
     ENV_MPI4PY_LIBMPI,
     ENV_MPIEXEC,
+    MIN_TIMEOUT_S,
     JobConfig,
 )
 from hardware import LayoutError, ReplicaLayout, SystemSelectionError, select_system
@@ -338,8 +339,8 @@ def _leave_timeout(exports: Sequence[tuple[str, str]]) -> float:
         seconds = None
     if seconds is None:
         raise UsageError(
-            f"-x {ENV_GCL_TIMEOUT}={text!r} is not a positive number of seconds: use "
-            f"--collective-timeout SECONDS instead."
+            f"-x {ENV_GCL_TIMEOUT}={text!r} is not a number of seconds in ASCII digits "
+            f"(at least {MIN_TIMEOUT_S:g}): use --collective-timeout SECONDS instead."
         )
     return seconds
 

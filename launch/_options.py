@@ -144,7 +144,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "str",
         "collective_timeout",
         "Emulator: seconds a collective waits for the other instances before the job is "
-        "ended (exported as GCL_EMU_TIMEOUT; default 120).",
+        "ended, in ASCII digits from 1 to 604800 (exported as GCL_EMU_TIMEOUT; default 120).",
         "SECONDS",
     ),
     OptionSpec(

@@ -13,32 +13,38 @@ References:
 from __future__ import annotations
 
 import glob
-import math
 import os
 
-from contract import DEFAULT_GCL_TIMEOUT_S, arg_max, output_problem, total_memory_bytes
+from contract import (
+    DEFAULT_GCL_TIMEOUT_S,
+    MAX_TIMEOUT_S,
+    MIN_TIMEOUT_S,
+    arg_max,
+    ascii_seconds,
+    output_problem,
+    total_memory_bytes,
+)
 from launch._errors import UsageError
+from launch._hosts import short
 
 # Peak resident memory of one instance of examples/train.py (JAX on the CPU, optax, the
 # digits data set): 439 MiB measured (getrusage ru_maxrss) on the development machine; a
 # smaller JAX program peaks near 270 MiB.
 INSTANCE_BYTES = 450 * 2**20
-_MAX_TIMEOUT_S = 7 * 24 * 3600.0
 COMPUTE_DEVICES = ("cpu", "gpu")
 
 
 def collective_timeout(text: str) -> float | None:
-    """``--collective-timeout SECONDS``: a positive, finite number of seconds (None: unset)."""
+    """``--collective-timeout SECONDS``: seconds in ASCII digits from ``MIN_TIMEOUT_S`` to
+    ``MAX_TIMEOUT_S`` (``contract.ascii_seconds``; None: unset)."""
     if not text:
         return None
-    try:
-        seconds = float(text)
-    except ValueError:
-        seconds = math.nan
-    if not (math.isfinite(seconds) and 0 < seconds <= _MAX_TIMEOUT_S):
+    seconds = ascii_seconds(text)
+    if seconds is None:
         raise UsageError(
-            f"--collective-timeout {text!r} is not a number of seconds in (0, {_MAX_TIMEOUT_S:g}]"
-            f": write e.g. --collective-timeout 60 (default {DEFAULT_GCL_TIMEOUT_S:g})."
+            f"--collective-timeout {short(text)} is not a number of seconds from "
+            f"{MIN_TIMEOUT_S:g} to {MAX_TIMEOUT_S:g} in ASCII digits: write e.g. "
+            f"--collective-timeout 60 (default {DEFAULT_GCL_TIMEOUT_S:g})."
         )
     return seconds
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import math
 import os
 import re
 import shlex
@@ -39,7 +38,10 @@ from tqdm import tqdm
 
 import hardware
 from contract import (
+    MAX_TIMEOUT_S,
+    MIN_TIMEOUT_S,
     FileTooLargeError,
+    ascii_seconds,
     make_directories,
     output_problem,
     read_bounded,
@@ -149,8 +151,7 @@ def _parser() -> _Parser:
     parser.add_argument("--out", required=True, metavar="DIR", help="where the report goes")
     parser.add_argument(
         "--timeout",
-        type=float,
-        default=DEFAULT_TIMEOUT,
+        default=f"{DEFAULT_TIMEOUT:g}",
         metavar="SECONDS",
         help="per series run of the program (1800)",
     )
@@ -287,8 +288,12 @@ def parse(argv: Sequence[str]) -> SweepConfig:
         batches = _per_point(
             _ints(ns.global_batch, "--global-batch"), len(replicas), "--global-batch"
         )
-    if not (math.isfinite(ns.timeout) and ns.timeout > 0):
-        raise UsageError(f"--timeout {ns.timeout} must be a positive, finite number of seconds.")
+    timeout = ascii_seconds(ns.timeout)
+    if timeout is None:
+        raise UsageError(
+            f"--timeout {ns.timeout!r} is not a number of seconds from {MIN_TIMEOUT_S:g} to "
+            f"{MAX_TIMEOUT_S:g} in ASCII digits: write e.g. --timeout 600."
+        )
     if ns.program.endswith(".py") and not os.path.isfile(ns.program):
         raise UsageError(f"program {ns.program!r} does not exist.")
     check_out(ns.out)
@@ -319,7 +324,7 @@ def parse(argv: Sequence[str]) -> SweepConfig:
         series=tuple(series),
         published=tuple(read_published(ns.published)) if ns.published else (),
         out=ns.out,
-        timeout=ns.timeout,
+        timeout=timeout,
     )
 
 

@@ -19,9 +19,12 @@ from launch._preflight import (
 def test_collective_timeout_values():
     assert collective_timeout("") is None
     assert collective_timeout("2.5") == 2.5
-    for bad in ("0", "-1", "nan", "inf", "soon", "1e9"):
-        with pytest.raises(UsageError, match="--collective-timeout"):
-            collective_timeout(bad)
+    assert collective_timeout("1") == 1.0
+    # One rule for every number: ASCII digits, no exponent, at least a second.
+    bad = ("0", "-1", "nan", "inf", "soon", "1e9", "\uff11\uff10", "1_0", "1e-300", "1e-9", "0.5")
+    for text in bad:
+        with pytest.raises(UsageError, match="from 1 to 604800 in ASCII digits"):
+            collective_timeout(text)
 
 
 def test_the_cpu_is_the_default_device_and_the_gpu_is_shared_without_preallocation():
