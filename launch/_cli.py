@@ -31,7 +31,14 @@ from hardware import LayoutError, ReplicaLayout, SystemSelectionError, select_sy
 from launch._cache import executable_cache_dir
 from launch._errors import UsageError
 from launch._job import instance_environment, pid_space
-from launch._mpi import Flavour, adapt_mpi_args, find_mpiexec, mpi_flavour, mpiexec_command
+from launch._mpi import (
+    Flavour,
+    adapt_mpi_args,
+    check_with_mpiexec,
+    find_mpiexec,
+    mpi_flavour,
+    mpiexec_command,
+)
 from launch._options import OPTIONS, LaunchOptions, parse_command_line
 from launch._output import log_problem
 from launch._placement import find_libmpi, hosts_argument, offline_capacity
@@ -43,6 +50,7 @@ from launch._preflight import (
     compute_device_exports,
 )
 from launch._program import program_command
+from launch._stale import claim, sweep_stale
 from launch._subnet import host_subnet_arguments
 from launch._topology import format_topology
 from launch._version import launcher_version
@@ -231,6 +239,8 @@ def launch(
             )
     global_args = adapt_mpi_args(options.mpi_global_args, flavour, os.environ)
     local_args = adapt_mpi_args(options.mpi_local_args, flavour, os.environ)
+    if global_args.unknown + local_args.unknown:
+        check_with_mpiexec(mpiexec, flavour, global_args.args + local_args.args)
     dropped = global_args.dropped + local_args.dropped
     if dropped:
         _log(f"MPI arguments not honoured ({flavour}): {'; '.join(dropped)}")
@@ -248,12 +258,19 @@ def launch(
     leave_timeout = _leave_timeout(exports)
     if libmpi and ENV_MPI4PY_LIBMPI not in dict(exports):
         exports += ((ENV_MPI4PY_LIBMPI, libmpi),)
+    stale = sweep_stale()
+    if stale:
+        _log(
+            f"removed {len(stale)} job director{'y' if len(stale) == 1 else 'ies'} of "
+            f"launchers no longer running: {', '.join(stale)}"
+        )
     # Real hosts see the job directory only where the working directory is shared.
     job_dir = tempfile.mkdtemp(
         prefix=".poprun-emu-" if options.real_hosts else "poprun-emu-",
         dir=os.getcwd() if options.real_hosts else None,
     )
     try:
+        claim(job_dir)
         config = JobConfig(
             layout=layout,
             job_dir=job_dir,

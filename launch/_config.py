@@ -35,6 +35,10 @@ def refuse_repeats(options: list[tuple[str, str, str | None]], where: str) -> No
         seen.setdefault(dest, flag)
 
 
+# The options about config files themselves: never written into one, refused in one.
+CONFIG_DESTS = ("import_config", "export_config", "overwrite_config")
+
+
 def read_config(path: str) -> list[str]:
     """The words of a config file written by --export-config (a JSON list of words)."""
     # The file stands for command-line words, which the kernel bounds by ARG_MAX.
@@ -80,7 +84,7 @@ def export_config(path: str, options: list[tuple[str, str, str | None]], overwri
     last = {dest: i for i, (dest, _, _) in enumerate(options) if dest not in ACCUMULATING}
     words = []
     for i, (dest, flag, value) in enumerate(options):
-        if dest in ("import_config", "export_config", "overwrite_config") or last.get(dest, i) != i:
+        if dest in CONFIG_DESTS or last.get(dest, i) != i:
             continue
         words.append(flag if value is None else f"{flag}={value}")
     try:

@@ -13,6 +13,7 @@ References:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -20,8 +21,9 @@ import sysconfig
 from collections.abc import Mapping, Sequence
 from typing import Literal, NamedTuple
 
-from contract import ENV_MPIEXEC
+from contract import EMULATOR_VARIABLES, ENV_MPIEXEC, POPRUN_VARIABLES
 from launch._errors import UsageError
+from launch._hosts import short
 
 Flavour = Literal["hydra", "openmpi", "other", "none"]  # none: no mpiexec runs
 
@@ -94,6 +96,27 @@ _HYDRA = {
     "nameserver": 1,
     "localhost": 1,
 }
+# Options whose first value names an environment variable (Hydra's), checked as -x names are.
+_NAMING = ("genv", "env", "genvlist", "envlist")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def check_variable_name(name: str, option: str) -> None:
+    """Refuses an exported name that is no variable name (``-x =v``) or one poprun-emu sets
+    for each instance (the layout PopDist reads, the bootstrap's configuration): a user's
+    value would give the instances another job than the one launched."""
+    if not _NAME.fullmatch(name):
+        raise UsageError(
+            f"{option} {short(name)} is not a variable name (letters, digits and _, not first "
+            f"a digit): write {option} NAME=VALUE."
+        )
+    if name in EMULATOR_VARIABLES or name in POPRUN_VARIABLES:
+        raise UsageError(
+            f"{option} {name}: poprun-emu sets {name} for each instance from its own options "
+            f"(the layout, the job); set those options instead."
+        )
+
+
 # bind-to values the launch honours as given: the MPI binds nothing (PopRun's own mpirun
 # passes --bind-to none) and the bootstrap pins each instance to one CPU.
 _ONE_CPU_BINDINGS = ("none", "core", "hwthread", "cpu")
@@ -158,6 +181,7 @@ class MpiArgs(NamedTuple):
         output_dir: ``--output-filename DIR`` (absolute), or "".
         translated: options honoured by poprun-emu itself rather than by mpiexec.
         tag_output: ``--tag-output`` was given: tag every line, even of one instance.
+        unknown: options passed to mpiexec that are in none of our tables.
     """
 
     args: tuple[str, ...]
@@ -166,6 +190,38 @@ class MpiArgs(NamedTuple):
     output_dir: str = ""
     translated: tuple[str, ...] = ()
     tag_output: bool = False
+    unknown: tuple[str, ...] = ()
+
+
+def check_with_mpiexec(mpiexec: str, flavour: Flavour, args: Sequence[str]) -> None:
+    """Asks Hydra whether it accepts ``args`` before anything is launched: ``mpiexec ARGS
+    --version`` parses every argument and exits without starting a process, 255 with
+    "unrecognized argument X" for one it does not know (which would otherwise end the
+    launched job with mpiexec's 255). Other MPIs are not asked.
+
+    Raises:
+        UsageError: Hydra refused an argument (its own words, in one line).
+    """
+    if flavour != "hydra" or not args:
+        return
+    try:
+        out = subprocess.run(
+            [mpiexec, *args, "--version"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return  # the launch itself will report what is wrong with mpiexec
+    if out.returncode != 0:
+        words = re.search(r"unrecognized argument (\S+)", out.stderr)
+        what = f"does not know {words.group(1)!r}" if words else "refused them"
+        raise UsageError(
+            f"MPI arguments {short(' '.join(args))}: MPICH's mpiexec (Hydra) {what}: remove "
+            f"it from --mpi-global-args/--mpi-local-args (see mpiexec -help)."
+        )
 
 
 def _flavour_name(flavour: Flavour) -> str:
@@ -219,6 +275,8 @@ def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str
     dropped: list[str] = []
     translated: list[str] = []
     output_dir = ""
+    unknown: list[str] = []
+    after_unknown = False
     i = 0
     while i < len(tokens):
         token = tokens[i]
@@ -233,17 +291,30 @@ def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str
                 value = tokens[i + 1]
                 i += 1
             name, has_value, text = value.partition("=")
+            check_variable_name(name, "-x")
             if has_value:
                 exports.append((name, text))
             elif name in environ:
                 exports.append((name, environ[name]))
             i += 1
             continue
+        if token == ":":
+            raise UsageError(
+                "MPI argument ':' starts another program (MPMD), but poprun-emu starts one: "
+                "remove it from --mpi-global-args/--mpi-local-args."
+            )
         if not token.startswith("-") or token == "-":
+            if not after_unknown:
+                raise UsageError(
+                    f"MPI argument {short(token)} is neither an option nor an option's value: "
+                    f"remove it from --mpi-global-args/--mpi-local-args (the program and its "
+                    f"arguments follow poprun-emu's options)."
+                )
             if flavour != "none":
                 args.append(token)  # a value of a passed-through option
             i += 1
             continue
+        after_unknown = False
         name = token.lstrip("-").partition("=")[0]
 
         if name in _REFUSED:
@@ -278,6 +349,9 @@ def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str
             args.extend([token, *values])
         elif flavour == "hydra" and name in _HYDRA:
             values, i = _values(tokens, i, token, _HYDRA[name])
+            if name in _NAMING:
+                for variable in values[0].split(","):
+                    check_variable_name(variable, token.split("=")[0])
             args.extend([token, *values])
         elif name in _OPENMPI and flavour != "other":
             values, i = _values(tokens, i, token, _OPENMPI[name])
@@ -289,11 +363,21 @@ def adapt_mpi_args(tokens: Sequence[str], flavour: Flavour, environ: Mapping[str
         elif flavour == "other" and name in _OPENMPI:
             _, i = _values(tokens, i, token, _OPENMPI[name])  # syntax check only
         else:
-            args.append(token)  # not ours to judge: the MPI in use reads it (or fails on it)
+            # Not in our tables: the MPI in use reads it; Hydra's is checked before launch
+            # (check_with_mpiexec). A bare word after it may be its value.
+            args.append(token)
+            unknown.append(token)
+            after_unknown = True
         i += 1
     tag_output = any(t.startswith("--tag-output") for t in translated)
     return MpiArgs(
-        tuple(args), tuple(exports), tuple(dropped), output_dir, tuple(translated), tag_output
+        tuple(args),
+        tuple(exports),
+        tuple(dropped),
+        output_dir,
+        tuple(translated),
+        tag_output,
+        tuple(unknown),
     )
 
 

@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
 
-from launch._config import export_config, read_config, refuse_repeats
+from launch._config import CONFIG_DESTS, export_config, read_config, refuse_repeats
 from launch._errors import UsageError
 from launch._hosts import parse_hosts, short
 from launch._values import FALSE, TRUE, parse_bool, parse_int
@@ -412,6 +412,12 @@ def parse_command_line(argv: Sequence[str]) -> LaunchOptions:
                 f"the words after it would be dropped: write the file with --export-config."
             )
         refuse_repeats(config_options, f"--import-config {short(imported[-1])}: ")
+        nested = [flag for dest, flag, _ in config_options if dest in CONFIG_DESTS]
+        if nested:
+            raise UsageError(
+                f"--import-config {short(imported[-1])}: a config cannot hold {nested[0]} (one "
+                f"file, no chain or cycle of imports): write the file with --export-config."
+            )
         options = config_options + options
     values: dict[str, object] = {"program": tuple(program)}
     counts: dict[str, int] = {}

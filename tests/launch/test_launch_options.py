@@ -223,3 +223,12 @@ def test_an_exported_config_of_an_overridden_import_reads_back(tmp_path):
     assert json.loads(second.read_text()) == ["--num-instances=2", "-v", "--num-replicas=4", "-v"]
     again = parse_command_line([f"--import-config={second}", "t.py"])
     assert (again.num_replicas, again.num_instances, again.verbosity) == (4, 2, 2)
+
+
+@pytest.mark.parametrize("option", ["--import-config={self}", "--export-config=out.json"])
+def test_a_config_cannot_import_or_export_another(tmp_path, option):
+    """One file, no chain: a config naming itself (or another) was accepted silently."""
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps([option.format(self=path), "--num-replicas=2"]))
+    with pytest.raises(UsageError, match=r"a config cannot hold --(import|export)-config"):
+        parse_command_line([f"--import-config={path}", "t.py"])

@@ -44,6 +44,11 @@ def _refusal(capsys, words):
         (["--only-output-from-instance", "-1"], r"--only-output-from-instance -1 is outside"),
         (["--frobnicate"], "unknown option --frobnicate"),
         (["--print-topology", "--mpi-local-args=-x"], "-x needs NAME or NAME=VALUE"),
+        # Hydra is asked before launch (mpiexec ARGS --version) about options we do not know.
+        (
+            ["--num-replicas", "2", "--num-instances", "2", "--mpi-global-args=--bogus"],
+            r"MPICH's mpiexec \(Hydra\) does not know 'bogus'",
+        ),
     ],
 )
 def test_layout_and_option_refusals(capsys, script, words, match):

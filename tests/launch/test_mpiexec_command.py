@@ -107,3 +107,30 @@ def test_openmpi_command_unbinds_oversubscribes_and_allows_root(is_root):
     assert command[:4] == ["mpirun", "--bind-to", "none", "--oversubscribe"]
     assert ("--allow-run-as-root" in command) is is_root
     assert command[-3:] == ["-n", "2", "b"]
+
+
+@pytest.mark.parametrize(
+    ("words", "match"),
+    [
+        (("-x", "=v"), "-x '' is not a variable name"),
+        (("-x=1A=2",), "-x '1A' is not a variable name"),
+        (("-x", "POPDIST_EMU_BOOTSTRAP={}"), "poprun-emu sets POPDIST_EMU_BOOTSTRAP for each"),
+        (("-x", "POPDIST_NUM_TOTAL_REPLICAS=4"), "sets POPDIST_NUM_TOTAL_REPLICAS"),
+        (("-genv", "POPDIST_EMU_BOOTSTRAP", "{}"), "-genv POPDIST_EMU_BOOTSTRAP: poprun-emu"),
+        (("-genvlist", "A,POPDIST_EMU_INSTANCE_INDEX"), "sets POPDIST_EMU_INSTANCE_INDEX"),
+        ((":", "-n", "1", "other"), "':' starts another program"),
+        (("-prepend-rank", "stray"), "'stray' is neither an option nor an option's value"),
+        (("stray",), "'stray' is neither an option"),
+    ],
+)
+def test_exports_and_words_mpiexec_would_misread_are_refused(words, match):
+    """-x =v exported a variable with no name, -genv POPDIST_EMU_BOOTSTRAP {} broke the
+    bootstrap with a KeyError traceback, and a bare word or ':' reached mpiexec (rc 255)."""
+    with pytest.raises(UsageError, match=match):
+        adapt_mpi_args(words, "hydra", {})
+
+
+def test_an_unknown_option_keeps_its_value_for_the_mpi_to_judge():
+    adapted = adapt_mpi_args(("-outfile-pattern", "out.%r", "-prepend-rank"), "hydra", {})
+    assert adapted.args == ("-outfile-pattern", "out.%r", "-prepend-rank")
+    assert adapted.unknown == ("-outfile-pattern",)
