@@ -3,12 +3,12 @@ and checkpoints."""
 
 from popdist_emu.programs import StepShapes as StepShapes
 from popdist_emu.programs import accumulator_struct as accumulator_struct
-from popdist_emu.runtime._checkpoint import CheckpointError as CheckpointError
 from popdist_emu.runtime._checkpoint import check_fits as check_checkpoint
-from popdist_emu.runtime._checkpoint import claim_directory as claim_checkpoint_dir
 from popdist_emu.runtime._checkpoint import read_meta as read_checkpoint_meta
 from popdist_emu.runtime._checkpoint import restore_checkpoint as restore_checkpoint
 from popdist_emu.runtime._checkpoint import save_checkpoint as save_checkpoint
+from popdist_emu.runtime._checkpoint_owner import CheckpointError as CheckpointError
+from popdist_emu.runtime._checkpoint_owner import claim_directory as claim_checkpoint_dir
 from popdist_emu.runtime._compiled import CompiledStep as CompiledStep
 from popdist_emu.runtime._compiled import UpdateProgram as UpdateProgram
 from popdist_emu.runtime._diagnostics import NonFiniteGradientError as NonFiniteGradientError

@@ -1,7 +1,7 @@
 """Checkpoint and resume of a :class:`~popdist_emu.Trainer`: one file, any layout.
 
 A checkpoint is ``<dir>/checkpoint.npz``, written by instance 0 through
-:func:`popdist_emu._files.atomic_write` (temporary file, fsync, rename: a failure keeps the
+:func:`contract.atomic_write` (temporary file, fsync, rename: a failure keeps the
 previous checkpoint whole). It holds the parameters, the FULL optimiser state (RTS shards
 gathered, offloaded state streamed back as host arrays), the number of optimiser steps done
 and the caller's metadata (the example stores its seed and batch settings: the loader is a
@@ -13,7 +13,7 @@ bit for bit as if the run had never stopped.
 Why not orbax-checkpoint: it writes one directory per step through TensorStore (a 22 MB
 native wheel, plus asyncio machinery) and, in a multi-process job, expects every process to
 write its shards; here one instance writes one small file, and the project's one atomic-write
-path (``popdist_emu._files``) is the contract for every file it writes.
+path (``contract.atomic_write``) is the contract for every file it writes.
 
 References:
     numpy ``savez`` (an ``.npz`` is a zip of ``.npy`` files; given a file object it writes
@@ -23,13 +23,9 @@ References:
 
 from __future__ import annotations
 
-import atexit
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
-import socket
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -37,27 +33,21 @@ import jax
 import numpy as np
 
 import gcl
-from contract import InstanceEnvironment, atomic_write, pid_alive, write_atomically
+from contract import atomic_write
 from popdist_emu._progress import LOGGER
+from popdist_emu.runtime._checkpoint_owner import CheckpointError, claim_for
 from popdist_emu.runtime._offload import StreamingState, stream_out
 from popdist_emu.runtime._replica_step import TrainState
 from popdist_emu.runtime._sharded_update import ShardedOptState, shard_state, unshard_state
 from popdist_emu.runtime._trainer import Trainer
 
 CHECKPOINT_FILE = "checkpoint.npz"
-OWNER_FILE = ".checkpoint.owner"  # the job that writes and reads this directory
-_LOCK_FILE = ".checkpoint.lock"  # flock'd while the owner is read or changed
-_claimed: set[str] = set()
 _META = "__meta__"
 # A leaf of the trainer's weights or optimiser state, or its shape: what has a dtype and a
 # shape to save, check or restore.
 LeafLike = np.ndarray | jax.Array | jax.ShapeDtypeStruct
 # A metadata value, kept as it is by a filter.
 V = TypeVar("V")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that is missing or does not fit the trainer resuming from it."""
 
 
 def checkpoint_path(directory: str | os.PathLike[str]) -> str:
@@ -171,6 +161,12 @@ def load_checkpoint(
         raise _damaged(path, "it carries no checksum")
     if _checksum(arrays, info) != info["checksum"]:
         raise _damaged(path, "its checksum does not match its content")
+    step = info.get("step")
+    if type(step) is not int or step < 0:  # bool is an int to isinstance
+        raise CheckpointError(
+            f"{path}: its step {step!r} is not a whole number of optimiser steps >= 0, so it "
+            f"was edited: resume from an intact checkpoint, or start again."
+        )
     for key in sorted(arrays):
         x = arrays[key]
         if x.dtype.kind in "fc" and not np.isfinite(x).all():
@@ -191,7 +187,7 @@ def check_fits(directory: str | os.PathLike[str], trainer: Trainer) -> dict[str,
         CheckpointError: as :func:`load_checkpoint`, or another parameter or optimiser-state
             layout (another model size or optimiser) than the trainer's.
     """
-    info, _ = load_checkpoint(directory)
+    info, arrays = load_checkpoint(directory)
     params_like, opt_like = _trainer_leaves(trainer)
     path = checkpoint_path(directory)
     for name, like in (("params", params_like), ("opt_state", opt_like)):
@@ -208,82 +204,36 @@ def check_fits(directory: str | os.PathLike[str], trainer: Trainer) -> dict[str,
                 f"{have[first] if first < len(have) else None}): resume with the model and "
                 f"optimiser that wrote the checkpoint."
             )
+    _check_counts(info, arrays, trainer, path)
     return _public(info)
 
 
-def _job(job_dir: str) -> dict[str, str | int]:
-    """This job: the launcher's job directory (one per poprun-emu run, shared by its
-    instances), else this process; and who holds the claim (host, pid) to tell if it lives."""
-    job = job_dir or f"process {os.getpid()}"
-    return {
-        "job": f"{socket.gethostname()}:{job}",
-        "host": socket.gethostname(),
-        "pid": os.getpid(),
-    }
-
-
-def _claim_for(directory: str | os.PathLike[str], trainer: Trainer) -> None:
-    """The trainer's job claims ``directory``. Without a job directory (an explicit layout)
-    the other instances of the job cannot be told from another job's, so instance 0's claim
-    alone guards the directory."""
-    options = trainer.options
-    if options.job_dir or options.instance_index == 0:
-        claim_directory(directory, options.job_dir)
-
-
-def claim_directory(directory: str | os.PathLike[str], job_dir: str | None = None) -> None:
-    """Makes this job the one job that writes and reads checkpoints in ``directory``.
-
-    Every instance calls it (``popdist_emu.claim_checkpoint_dir``, before compiling;
-    ``save_checkpoint`` and ``restore_checkpoint`` call it too); the first records the job
-    in ``OWNER_FILE`` under an exclusive ``flock``, the job's other instances find their own
-    job there. The record is removed
-    when its writer exits; one left by a process that died is taken over.
-
-    Args:
-        directory: the checkpoint directory (made if missing).
-        job_dir: the job's ``Options().job_dir``; None reads ``poprun-emu``'s job directory
-            from the environment now (a program's own call, before it builds a trainer).
-
-    Raises:
-        CheckpointError: another job that is still running holds the directory.
-    """
-    directory = os.path.abspath(os.fspath(directory))
-    if directory in _claimed:
-        return
-    os.makedirs(directory, exist_ok=True)
-    if job_dir is None:
-        job_dir = InstanceEnvironment.from_environ().job_dir
-    me = _job(job_dir)
-    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(os.path.join(directory, _LOCK_FILE), flags, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        owner_path = os.path.join(directory, OWNER_FILE)
-        owner: dict[str, Any] = {}
-        with contextlib.suppress(OSError, ValueError), open(owner_path) as f:
-            owner = json.load(f)
-        if owner and owner.get("job") != me["job"]:
-            alive = owner.get("host") != me["host"] or pid_alive(int(owner.get("pid", 0)))
-            if alive:
-                raise CheckpointError(
-                    f"{directory} is in use by another job ({owner.get('job')}, pid "
-                    f"{owner.get('pid')}): its checkpoints would interleave with this job's; "
-                    f"wait for it to end or give another --checkpoint-dir (remove "
-                    f"{owner_path} only if that job is gone)."
-                )
-        if owner.get("job") != me["job"]:
-            write_atomically(owner_path, json.dumps(me) + "\n")
-            atexit.register(_release, owner_path, me)
-        _claimed.add(directory)
-    finally:
-        os.close(fd)  # the flock goes with it
-
-
-def _release(owner_path: str, me: Mapping[str, str | int]) -> None:
-    with contextlib.suppress(OSError, ValueError), open(owner_path) as f:
-        if json.load(f) == dict(me):
-            os.unlink(owner_path)
+def _check_counts(
+    info: Mapping[str, Any], arrays: Mapping[str, np.ndarray], trainer: Trainer, path: str
+) -> None:
+    """Refuses a checkpoint whose step disagrees with the optimiser's own step count (optax's
+    ``count`` leaves: Adam's, a schedule's, injected hyperparameters'), which the weights
+    were trained with: resuming would replay or skip data on already-trained weights. An
+    optimiser without a count (plain SGD) leaves the step unchecked."""
+    current = _live_state(trainer, "checkpoint").opt_state
+    tree = (
+        jax.tree_util.tree_unflatten(current.treedef, range(current.treedef.num_leaves))
+        if isinstance(current, StreamingState | ShardedOptState)
+        else current
+    )
+    for index, (key_path, _) in enumerate(jax.tree_util.tree_flatten_with_path(tree)[0]):
+        last = key_path[-1] if key_path else None
+        if getattr(last, "name", None) != "count":
+            continue
+        saved = arrays.get(f"opt_state/{index:05d}")
+        if saved is None or saved.shape != () or saved.dtype.kind not in "iu":
+            continue
+        if int(saved) != info["step"]:
+            raise CheckpointError(
+                f"{path}: its step {info['step']} disagrees with the optimiser's own count "
+                f"{int(saved)} ({jax.tree_util.keystr(key_path)}), so one of them was edited: "
+                f"resume from an intact checkpoint, or start again."
+            )
 
 
 def save_checkpoint(
@@ -301,7 +251,7 @@ def save_checkpoint(
     opt_state = full_opt_state(trainer)
     if trainer.options.instance_index != 0:
         return None
-    _claim_for(directory, trainer)
+    claim_for(directory, trainer)
     state = _live_state(trainer, "save_checkpoint")
     params = [np.array(x) for x in jax.tree_util.tree_leaves(state.params)]
     opt = jax.tree_util.tree_leaves(opt_state)
@@ -375,9 +325,10 @@ def restore_checkpoint(directory: str | os.PathLike[str], trainer: Trainer) -> d
     Returns:
         The checkpoint's metadata (``step`` and what the writer stored).
     """
-    _claim_for(directory, trainer)  # no other job writes it while this one reads
+    claim_for(directory, trainer)  # no other job writes it while this one reads
     meta, saved = load_checkpoint(directory)
     path = checkpoint_path(directory)
+    _check_counts(meta, saved, trainer, path)
     state = _live_state(trainer, "restore_checkpoint")
     params_def = jax.tree_util.tree_structure(state.params)
     current = state.opt_state

@@ -19,10 +19,7 @@ from hypothesis import strategies as st
 from popdist_emu import Options, ReplicaLoader, Trainer
 from popdist_emu.runtime._checkpoint import (
     CHECKPOINT_FILE,
-    OWNER_FILE,
-    CheckpointError,
     _checksum,
-    claim_directory,
     load_checkpoint,
     read_meta,
     restore_checkpoint,
@@ -31,6 +28,7 @@ from popdist_emu.runtime._checkpoint import (
 from popdist_emu.runtime._checkpoint import (
     check_fits as check_checkpoint,
 )
+from popdist_emu.runtime._checkpoint_owner import OWNER_FILE, CheckpointError, claim_directory
 
 IN, OUT, REPLICAS = 6, 4, 4
 ADAMW = optax.adamw(0.05)  # shared, so the trainers share compiled code
@@ -243,9 +241,40 @@ def test_another_model_is_refused_before_any_compile(tmp_path):
     assert check_checkpoint(tmp_path, same) == {"step": 1, "seed": 3}
 
 
+@pytest.mark.parametrize("step", [-20, "20", 20.5, True, None])
+def test_a_step_that_is_no_count_of_steps_is_refused_in_one_line(tmp_path, step):
+    """A checkpoint edited and its checksum recomputed: ``step`` -20, "20" or 20.5 gave raw
+    tracebacks after start-up; ``true`` resumed silently."""
+    _rewritten(_saved(tmp_path), lambda _arrays, info: info.update(step=step))
+    with pytest.raises(CheckpointError, match="is not a whole number of optimiser steps") as no:
+        read_meta(tmp_path)
+    assert "\n" not in str(no.value)
+
+
+@pytest.mark.parametrize("holder", ["plain", "rts-domain-2", "offloaded"])
+@pytest.mark.parametrize("step", [0, 15])
+def test_a_step_that_disagrees_with_the_optimisers_count_is_refused(tmp_path, holder, step):
+    """Step 15 or 0 with the weights of step 1 resumed silently and trained on
+    already-trained weights; AdamW's own count says which step the weights are of."""
+    _rewritten(_saved(tmp_path), lambda _arrays, info: info.update(step=step))
+    trainer, _ = trainer_for(holder)
+    words = f"its step {step} disagrees with the optimiser's own count 1"
+    with pytest.raises(CheckpointError, match=words):
+        check_checkpoint(tmp_path, trainer)
+    with pytest.raises(CheckpointError, match=words):
+        restore_checkpoint(tmp_path, trainer)
+
+
+@pytest.mark.parametrize("name", [OWNER_FILE, ".checkpoint.lock"])
+def test_an_owner_or_lock_path_that_is_no_file_is_refused_in_one_line(tmp_path, name):
+    (tmp_path / name).mkdir()
+    with pytest.raises(CheckpointError, match=f"{name} is a directory, where this job records"):
+        claim_directory(tmp_path, None)
+
+
 HOLDER = (
     "import sys, time\n"
-    "from popdist_emu.runtime._checkpoint import claim_directory\n"
+    "from popdist_emu.runtime._checkpoint_owner import claim_directory\n"
     "claim_directory(sys.argv[1])\n"
     "print('claimed', flush=True)\n"
     "time.sleep(float(sys.argv[2]))\n"
