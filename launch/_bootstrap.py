@@ -139,6 +139,23 @@ def _watch_launcher(launcher_pid: int, child: subprocess.Popen) -> None:
             return
 
 
+def _watch_parent(parent: int, child: subprocess.Popen, orphaned: threading.Event) -> None:
+    """Ends the child when the process that started this bootstrap dies (MPICH's
+    ``hydra_pmi_proxy`` or Open MPI's daemon, killed): this bootstrap is then re-parented,
+    mpiexec keeps waiting on the dead proxy's connections instead of exiting, and the
+    launcher would learn nothing until the program finished by itself."""
+    while child.poll() is None:
+        time.sleep(HEARTBEAT_SECONDS)
+        if os.getppid() != parent:
+            orphaned.set()
+            child.terminate()
+            try:
+                child.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+            return
+
+
 def _heartbeat(job_dir: str, instance: int, child: subprocess.Popen) -> None:
     """Renews the pid file's modification time while the program runs: the launcher's sign
     that this instance lives, where it cannot see the process (another host)."""
@@ -173,6 +190,7 @@ def run_instance(program: list[str], config: JobConfig) -> int:
     local_index = _first_int(os.environ, _LOCAL_RANK_VARIABLES)
     _pin_to_one_cpu(instance if local_index is None or forced is not None else local_index)
     job_dir = config.job_dir
+    parent = os.getppid()  # mpiexec's process manager, watched while the program runs
     # A process group of our own (MPICH already gives each rank a session), so the watchdog
     # can end this instance and everything it started with one killpg.
     if os.getpgrp() != os.getpid():
@@ -249,6 +267,11 @@ def run_instance(program: list[str], config: JobConfig) -> int:
     # Only where the launcher's pid means the launcher: on another host it is someone else's.
     watched = isinstance(launcher_pid, int) and config.launcher_pid_space == pid_space()
     watchers = [threading.Thread(target=_heartbeat, args=(job_dir, instance, child), daemon=True)]
+    orphaned = threading.Event()
+    if config.instance is None:  # started by mpiexec's process manager, not the launcher
+        watchers.append(
+            threading.Thread(target=_watch_parent, args=(parent, child, orphaned), daemon=True)
+        )
     if watched:
         watchers.append(
             threading.Thread(target=_watch_launcher, args=(launcher_pid, child), daemon=True)
@@ -258,6 +281,12 @@ def run_instance(program: list[str], config: JobConfig) -> int:
     code = child.wait()  # retried after a forwarded signal (PEP 475)
     if code != 0:
         error_pump.join(timeout=1)  # the last lines, unless a grandchild holds the pipe
+    if orphaned.is_set():
+        code = 1
+        tail.append(
+            f"poprun-emu: the MPI process manager of instance {instance} (pid {parent}) died; "
+            f"its program was ended\n".encode()
+        )
     # The job directory is gone only if the launcher died and another instance removed it.
     with contextlib.suppress(FileNotFoundError):
         if code != 0:

@@ -199,6 +199,17 @@ def _stopped(groups: _Groups, exits: Mapping[int, InstanceExit]) -> list[int]:
     return sorted(stopped)
 
 
+def _stopped_bootstraps(groups: _Groups, exits: Mapping[int, InstanceExit]) -> set[int]:
+    """Instances (without an exit status) whose bootstrap itself is stopped: its program
+    may run on, but nothing relays its output or its end while it is."""
+    stopped = set()
+    for i, (pid, _) in groups().items():
+        fields = None if i in exits else _stat_fields(pid)
+        if fields is not None and fields[0] in ("T", "t"):
+            stopped.add(i)
+    return stopped
+
+
 def _report_tail(job_dir: str, instance: int) -> None:
     """The failing instance's last stderr lines (shown even if its output was silenced)."""
     try:
@@ -284,6 +295,7 @@ def run_job(
         return lost
 
     seen_stopped: set[int] = set()  # looked for every second, to name them if the job fails
+    bootstrap_stopped: dict[int, float] = {}  # instance -> since when its bootstrap is stopped
     returned: dict[int, float] = {}  # instance -> when its exit 0 was first seen (monotonic)
     next_scan = time.monotonic() + 1.0
     try:
@@ -300,6 +312,18 @@ def run_job(
             if time.monotonic() > next_scan:
                 seen_stopped.update(_stopped(groups, exits))
                 next_scan = time.monotonic() + 1.0
+                halted = _stopped_bootstraps(groups, exits)
+                now = time.monotonic()
+                bootstrap_stopped = {i: bootstrap_stopped.get(i, now) for i in halted}
+                overdue = [i for i, t in bootstrap_stopped.items() if now - t > leave_timeout]
+                if overdue:
+                    end_job_and_output()
+                    _report(
+                        f"the bootstrap of instance {overdue[0]} was stopped (SIGSTOP or a "
+                        f"debugger) for over {leave_timeout:g} s (the collective timeout), so "
+                        f"its program's output and end could not be relayed; ended the job"
+                    )
+                    return 1
             failures = sorted(
                 (e for e in (*exits.values(), *leaving.values()) if e.code != 0),
                 key=lambda e: (e.when_ns, e.instance),
@@ -369,6 +393,21 @@ def run_job(
                 _report(left_early(exits, instances, returned, stopped))
                 return 1
             if finished:
+                running = [  # started (a pid file, on any host) and no exit status
+                    i for i in instances if i not in exits and os.path.exists(pid_path(job_dir, i))
+                ]
+                if proc.returncode != 0 and running:
+                    # mpiexec, or the process manager under it (hydra_pmi_proxy, Open MPI's
+                    # prted), died while instances ran: their output pipes stay open, so
+                    # end them now rather than drain until their programs finish.
+                    end_on_hosts(exits)
+                    output.show_hidden()
+                    _report(
+                        f"mpiexec {how_it_ended(proc.returncode)} while instance(s) "
+                        f"{', '.join(map(str, running))} still ran (was its process manager, "
+                        f"such as hydra_pmi_proxy, killed?); ended them"
+                    )
+                    return shell_code(proc.returncode) or 1
                 output.drain()
                 break
             time.sleep(POLL_SECONDS)

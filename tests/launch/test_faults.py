@@ -138,7 +138,7 @@ def test_an_instance_that_returns_before_its_first_collective_ends_the_job(popru
 def test_a_collective_timeout_exported_with_x_is_checked_before_launch(poprun, tmp_path):
     result = poprun("--mpi-global-args=-x GCL_EMU_TIMEOUT=soon", PROGRAM, "during", str(tmp_path))
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1
-    assert "GCL_EMU_TIMEOUT='soon' is not a positive number of seconds" in result.stderr
+    assert "GCL_EMU_TIMEOUT='soon' is not a number of seconds in ASCII digits" in result.stderr
 
 
 def test_offline_instances_may_end_apart(poprun, tmp_path):

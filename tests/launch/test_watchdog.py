@@ -132,11 +132,19 @@ def test_instances_end_when_the_launcher_is_killed(failing, tmp_path):
     _assert_all_ended(pids, 2)
 
 
-def test_an_mpiexec_that_fails_to_start_is_reported(poprun, failing):
+def test_an_mpiexec_that_fails_to_start_is_reported(poprun, failing, tmp_path):
+    """An mpiexec that ends before starting any instance (an option Hydra refuses is now
+    caught before launch, so a stand-in mpiexec that fails at once plays it)."""
     program, pids = failing
-    result = poprun("--mpi-global-args=-no-such-hydra-flag", program, "exit", str(pids))
-    assert result.returncode != 0
-    assert "poprun-emu: mpiexec exited with code" in result.stderr
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "libmpi.so.12").write_bytes(b"\x7fELF")  # never loaded
+    mpiexec = tmp_path / "bin" / "mpiexec"
+    mpiexec.write_text("#!/bin/sh\necho 'mpiexec: cannot start' >&2\nexit 3\n")
+    mpiexec.chmod(0o755)
+    result = poprun(f"--mpiexec={mpiexec}", program, "exit", str(pids))
+    assert result.returncode == 3, result.stderr
+    assert "poprun-emu: mpiexec exited with code 3" in result.stderr
     assert "instances [0] reported no exit status" in result.stderr
 
 
