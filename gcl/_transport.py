@@ -378,16 +378,11 @@ class Transport:
         peers: list[int] | None = None,
         probe: bool = True,
     ) -> None:
-        """Wait for every request, bounded by ``deadline``.
-
-        Args:
-            peers: the peer instance of each request, as :meth:`wait_some` takes them;
-                default: every request is a collective exchange among all instances (-1).
-        """
+        """Wait for every request, bounded by ``deadline``; ``peers`` as :meth:`wait_some`
+        takes them (default: each request an exchange among all instances, -1)."""
         from mpi4py import MPI
 
-        if peers is None:
-            peers = [-1] * len(requests)
+        peers = [-1] * len(requests) if peers is None else peers
         pending = [i for i, r in enumerate(requests) if r != MPI.REQUEST_NULL]
         reqs = [requests[i] for i in pending]
         prs = [peers[i] for i in pending]
