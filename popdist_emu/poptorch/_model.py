@@ -414,7 +414,9 @@ class PoplarExecutor:
         if not self._simulated:
             out = self._output_shape(self._trainer.step_shapes(batch).params, batch)
             name, fields = type(self._user_model).__name__, self._mode_fields
-            simulate_step(self._trainer, batch, name=name, outputs=out, fields=fields)
+            simulate_step(
+                self._trainer, batch, name=name, outputs=out, fields=fields, mode=self._output
+            )
             self._simulated = True
 
     def detachFromDevice(self) -> None:  # noqa: N802
