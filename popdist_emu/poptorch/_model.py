@@ -16,10 +16,11 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
   micro-batch, laid out as PopART's anchors for the output mode (All, Final, EveryN, Sum,
   Default; see ``_outputs``): never a mean over replicas or instances. Each micro-batch's
   outputs come from its own forward with its device iteration's weights: inside the step
-  (the Trainer's ``has_aux``), or, for blocks on several IPUs (whose stages the step runs
-  one by one) and a forward that changes buffers, from the module's forward as one program
-  beside the step (the same numbers within float rounding; for blocks only the returned
-  micro-batches run). Inference runs the forward micro-batch by micro-batch too;
+  (the Trainer's ``has_aux``), or, for blocks on several IPUs (the step runs their stages)
+  and a forward that changes buffers, from the module's forward as one program beside the
+  step (the same numbers within float rounding; for blocks only the returned micro-batches
+  run). Inference runs micro-batch by micro-batch too, each keyed by its first sample's
+  index in the call; EveryN's period must divide the device iterations; Sum keeps dtypes;
 - random operations (dropout) draw from a key per micro-batch: the options' ``randomSeed``
   (else ``torch.initial_seed()``) folded with the global index of the micro-batch's first
   sample, which reaches the step as one more input (4 bytes a sample over the simulated
