@@ -9,7 +9,8 @@ download. Run it under the launcher, one IPU or the tutorial's four:
     poprun-emu --num-replicas 1 --ipus-per-replica 4 examples/poptorch_tutorial.py
     poprun-emu --num-replicas 4 --num-instances 2 examples/poptorch_tutorial.py
 
-It prints one JSON line: the loss of every optimiser step (one per device iteration), the
+It prints one JSON line: the loss of every optimiser step (one per device iteration, the mean
+over every replica's micro-batches, gathered from the instances' own replicas), the
 test accuracy, and the wall seconds per step after the first call (which compiles).
 ``--reference N`` trains the same network in plain PyTorch on the CPU instead (same initial
 weights, data order and optimiser, N replicas' worth of samples per step).
@@ -37,7 +38,7 @@ BATCH, ACCUMULATION, ITERATIONS = 1, 8, 2  # accumulation >= 2 x 4 - 1 pipeline 
 
 
 def make_dataset(train: bool = True) -> torch.utils.data.TensorDataset:
-    """The digits' training (1,437) or test (360) split as ``[n, 1, 8, 8]`` images and labels."""
+    """The digits' training (1,438) or test (359) split as ``[n, 1, 8, 8]`` images and labels."""
     split = load_digits_split()
     images = split.train_images if train else split.test_images
     labels = split.train_labels if train else split.test_labels
@@ -137,6 +138,21 @@ def reference(steps: int, replicas: int, lr: float) -> Run:
     return Run(losses, params, float("nan"), _steady(clock, steps - 1))
 
 
+def step_losses(loss: torch.Tensor) -> list[float]:
+    """Each optimiser step's loss over all replicas' micro-batches. PopTorch returns this
+    instance's replicas' losses, one per micro-batch (``OutputMode.All``: ``[iterations x
+    accumulation x local replicas]``); the instances' sums are added up over MPI, in float64
+    (exact for these float32 values, so any layout of the replicas gives the same bits)."""
+    sums = loss.double().reshape(ITERATIONS, -1).sum(1).numpy()
+    if popdist.getNumInstances() > 1:
+        from mpi4py import MPI  # initialises MPI: only under the launcher's instances
+
+        total = np.empty_like(sums)
+        MPI.COMM_WORLD.Allreduce(sums, total, op=MPI.SUM)
+        sums = total
+    return (sums / (ACCUMULATION * popdist.getNumTotalReplicas())).tolist()
+
+
 def train(epochs: int, steps: int, lr: float, strategy: str = "") -> Run:
     """The PopTorch program: ``epochs`` over the data (at most ``steps`` optimiser steps when
     ``steps`` is not 0), then the test accuracy."""
@@ -159,7 +175,7 @@ def train(epochs: int, steps: int, lr: float, strategy: str = "") -> Run:
     for _ in range(epochs):
         for x, y in loader:
             _, loss = training(x, y)
-            losses.extend(loss.tolist())
+            losses.extend(step_losses(loss))
             if not first:
                 clock, first = time.perf_counter(), len(losses)
             if steps and len(losses) >= steps:
@@ -170,7 +186,10 @@ def train(epochs: int, steps: int, lr: float, strategy: str = "") -> Run:
     training.detachFromDevice()
     inference = poptorch.inferenceModel(model.model, poptorch.Options())
     images, labels = make_dataset(train=False).tensors
-    accuracy = float((inference(images).argmax(1) == labels).float().mean())
+    # The combined batch is split over the local replicas: pad it to a multiple of them.
+    pad = -len(images) % popdist.getNumLocalReplicas()
+    padded = torch.cat([images, images[:pad]])
+    accuracy = float((inference(padded)[: len(images)].argmax(1) == labels).float().mean())
     params = {k: v.detach().numpy() for k, v in model.named_parameters()}
     return Run(losses[:steps] if steps else losses, params, accuracy, seconds_per_step)
 

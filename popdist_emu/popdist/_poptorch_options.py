@@ -264,6 +264,9 @@ class Options:
         # the forward changes; False keeps each replica's own (``poptorch._buffers``).
         self.broadcast_buffers = True
         self.executable_cache_dir: str | None = None
+        # ``outputMode``'s: PopTorch's mode by name (None: Default) and EveryN's period.
+        self.poptorch_output_mode: str | None = None
+        self.output_return_period = 1
         self.process_id = (popdist.getInstanceIndex(), popdist.getNumInstances())
         self.Training = _Training(self)
         self.TensorLocations = _TensorLocations(self)
@@ -337,14 +340,34 @@ class Options:
         return self._set(executable_cache_dir=str(path))
 
     def outputMode(self, mode: object, output_return_period: int | None = None) -> Options:  # noqa: N802
+        """Which micro-batches' outputs a call returns (``popdist_emu.poptorch._outputs``):
+        All, Final, EveryN (every ``output_return_period``-th device iteration), Sum or
+        Default (Final in training, All in inference)."""
         name = _name(mode)
-        if name not in ("all", "final"):
+        if name not in ("all", "final", "everyn", "sum", "default"):
             raise ValueError(
-                f"outputMode({name!r}): the emulator returns the loss of every step ('All') or "
-                f"of the last ('Final'); 'Sum' and 'EveryN' would return other numbers."
+                f"outputMode({name!r}): PopTorch's modes are All, Final, EveryN, Sum and "
+                f"Default; pass one of poptorch.OutputMode's members."
             )
-        self._fields["output_mode"] = name
-        return self
+        period = 1
+        if name == "everyn":
+            if (
+                isinstance(output_return_period, bool)
+                or not isinstance(output_return_period, int)
+                or output_return_period < 1
+            ):
+                raise ValueError(
+                    f"outputMode(EveryN, {output_return_period!r}): EveryN needs a period of at "
+                    f"least 1, e.g. outputMode(poptorch.OutputMode.EveryN, 10)."
+                )
+            period = output_return_period
+        # The Trainer's own mode (the simulated copies of a plain Trainer): a loss per device
+        # iteration for All and EveryN, the last for Final and Sum; Default leaves it unset.
+        if name == "default":
+            self._fields.pop("output_mode", None)
+        else:
+            self._fields["output_mode"] = "all" if name in ("all", "everyn") else "final"
+        return self._set(poptorch_output_mode=name, output_return_period=period)
 
     anchorMode = outputMode  # PopTorch's older name  # noqa: N815
 

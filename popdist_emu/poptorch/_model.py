@@ -12,12 +12,15 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
 - the loss is the forward's output if it returns one tensor, else its last output (the
   tutorial's ``return output, loss``); PopTorch finds it through ``identity_loss`` or the
   loss function, which is the same tensor for such programs;
-- the returned loss is the Trainer's global mean over replicas and micro-batches (a scalar
-  for output mode Final/Default, ``[device_iterations]`` for All); per-sample outputs come
-  from each micro-batch's forward inside the step, with its device iteration's weights, as
-  PopTorch computes them; others (a scalar, a nested structure; or with blocks) from one
-  forward over the combined batch with the call's first weights, and, for a model whose
-  forward changes buffers, micro-batch by micro-batch (exact, batch statistics included);
+- a call returns this instance's replicas' outputs, the loss included, micro-batch by
+  micro-batch, laid out as PopART's anchors for the output mode (All, Final, EveryN, Sum,
+  Default; see ``_outputs``): never a mean over replicas or instances. Each micro-batch's
+  outputs come from its own forward with its device iteration's weights: inside the step
+  (the Trainer's ``has_aux``), or, for blocks on several IPUs (the step runs their stages)
+  and a forward that changes buffers, from the module's forward as one program beside the
+  step (the same numbers within float rounding; for blocks only the returned micro-batches
+  run). Inference runs micro-batch by micro-batch too, each keyed by its first sample's
+  index in the call; EveryN's period must divide the device iterations; Sum keeps dtypes;
 - random operations (dropout) draw from a key per micro-batch: the options' ``randomSeed``
   (else ``torch.initial_seed()``) folded with the global index of the micro-batch's first
   sample, which reaches the step as one more input (4 bytes a sample over the simulated
@@ -44,6 +47,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -61,8 +65,6 @@ from popdist_emu.poptorch._arrays import (
     MicroBatch,
     Weights,
     combined_layout,
-    end_to_end,
-    outputs_per_sample,
     to_jax_array,
     to_torch,
 )
@@ -85,6 +87,15 @@ from popdist_emu.poptorch._buffers import (
     write_buffers,
 )
 from popdist_emu.poptorch._offline import end_program, simulate_step
+from popdist_emu.poptorch._outputs import (
+    IterationOutputs,
+    OutputMode,
+    from_records,
+    from_step,
+    micro_batch_forwards,
+    resolve_mode,
+    returned_micro_batches,
+)
 from popdist_emu.poptorch._random import (
     draws_random,
     holding_key,
@@ -120,6 +131,13 @@ class PoplarExecutor:
         if optimizer is None and training:
             self._optimizer = optim.SGD(model.parameters(), lr=0.01)
         self._mode_fields = self.options.to_options()
+        fields = self._mode_fields
+        self._output: OutputMode = resolve_mode(
+            getattr(self.options, "poptorch_output_mode", None),
+            getattr(self.options, "output_return_period", 1),
+            training=training,
+            iterations=fields.device_iterations,
+        )
         self._blocks = block_names(model)  # BeginBlock's; poptorch.Block's when traced
         check_strategy(self._mode_fields.execution_strategy)  # before any compile
         self._strategy: popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution | None = None
@@ -140,6 +158,7 @@ class PoplarExecutor:
         self._random: bool | None = None  # whether training draws random numbers (dropout)
         self._calls = 0
         self._forward = jax.jit(self._run_state)
+        self._micro_forwards = jax.jit(functools.partial(micro_batch_forwards, self._run_state))
         self._attached = True
 
     # --------------------------------------------------------------------- helpers
@@ -182,12 +201,10 @@ class PoplarExecutor:
         out = self._outputs(params, micro_batch)
         return out[-1] if isinstance(out, tuple | list) else out
 
-    def _loss_and_outputs(
-        self, params: Weights, micro_batch: MicroBatch
-    ) -> tuple[jax.Array, tuple[Any, ...]]:
-        """The loss and the other outputs, for a trainer that returns them (``has_aux``)."""
+    def _loss_and_outputs(self, params: Weights, micro_batch: MicroBatch) -> tuple[jax.Array, Any]:
+        """The loss and all the outputs, for a trainer that returns them (``has_aux``)."""
         out = self._outputs(params, micro_batch)
-        return out[-1], tuple(out[:-1])
+        return (out[-1] if isinstance(out, tuple | list) else out), out
 
     def _training_batch(
         self, args: tuple[torch.Tensor | npt.ArrayLike, ...]
@@ -230,7 +247,7 @@ class PoplarExecutor:
                     self.options.to_options(), execution_strategy=self._strategy
                 )
             self._check_buffers(batch, weights)  # before the trainer is kept: refusals stay
-            with_outputs = self._outputs_in_step(params, batch)
+            with_outputs = self._outputs_in_step()
             if with_outputs:
                 loss = self._loss_and_outputs
             self._trainer = popdist_emu.Trainer(
@@ -238,12 +255,10 @@ class PoplarExecutor:
             )
         return self._trainer
 
-    def _outputs_in_step(self, params: Weights, batch: HostBatch) -> bool:
-        """Whether the step returns the per-sample outputs (a functional, unpipelined run)."""
-        if self._strategy is not None or self._replicas is not None or self._mode_fields.offline:
-            return False
-        out = self._output_shape(params, batch)
-        return outputs_per_sample(self._outputs, params, batch, out)
+    def _outputs_in_step(self) -> bool:
+        """Whether the step returns each micro-batch's outputs (a functional run of one
+        program, whose buffers do not change)."""
+        return self._strategy is None and self._replicas is None and not self._mode_fields.offline
 
     def _changed_buffers(
         self, weights: Weights, args: tuple[np.ndarray | jax.Array, ...], first: ArrayLike
@@ -303,65 +318,48 @@ class PoplarExecutor:
         first = np.int32(self._calls * arrays[0].shape[0] % 2**31)
         self._calls += 1
         weights = {**self._weights(), **self._device_buffers}
-        out, buffers = self._forward(weights, arrays, first)
-        changing = self._changed_buffers(weights, arrays, first)
+        micro = self._layout(arrays)  # [iterations, 1, replicas, micro, ...]
+        out, buffers = self._micro_forwards(weights, micro, first)
+        changing = self._changed_buffers(weights, tuple(a[0, 0, 0] for a in micro), first)
         if changing:
             fields = self._mode_fields
             check_inference_buffers(changing, fields.device_iterations, fields.num_total_replicas)
             self._device_buffers = {n: buffers[n] for n in changing}
-        return to_torch(out)
+        return to_torch(from_step(jax.tree.map(np.asarray, out), self._output))
 
     def _train(self, args: tuple[torch.Tensor | npt.ArrayLike, ...]) -> Any:
-        """A training call: ``device_iterations`` optimiser steps."""
+        """A training call: ``device_iterations`` optimiser steps; the outputs of this
+        instance's replicas as the output mode lays them out (``_outputs``)."""
         self._attached = True
-        mode = self._mode_fields.output_mode
-        arrays, batch, index = self._training_batch(args)
+        arrays, batch, _ = self._training_batch(args)
         self._calls += 1
         trainer = self._make_trainer(batch)
         if trainer.offline:
             self._simulate(batch)
             end_program(self._mode_fields)
-        out_shape = self._output_shape(trainer.params, batch)
-        only_loss = not isinstance(out_shape, tuple | list) or len(out_shape) == 1
         if trainer.has_aux:  # each micro-batch's outputs from its own forward in the step
             stepped = trainer.step(batch)
             assert isinstance(stepped, tuple)  # with has_aux: (losses, outputs)
             self.copyWeightsToHost()
-            combined = end_to_end(stepped[1], all_iterations=mode == "all")
-            return type(out_shape)(
-                [*to_torch(combined), torch.tensor(np.asarray(stepped[0], np.float32))]
-            )
-        # A host copy for the outputs: the step donates (reuses) the parameter buffers.
-        before = (
-            None
-            if only_loss or self._replicas is not None
-            else {**jax.tree.map(np.array, trainer.params), **self._constants}
+            return to_torch(from_step(stepped[1], self._output))
+        fields = self._mode_fields
+        shape = (fields.device_iterations, fields.gradient_accumulation)
+        # Each micro-batch's forward beside the step: all of them where buffers change.
+        passes = self._replicas or IterationOutputs(
+            returned_micro_batches(self._output, *shape), fields.replication_factor
         )
-        hook = None
-        if self._replicas is not None:
-            hook = self._replicas.each_iteration(
-                self._forward,
-                lambda params: {**self._constants, **params},
-                batch,
-                inputs=len(arrays),
-                accumulation=self._mode_fields.gradient_accumulation,
-                keyed=bool(self._random),
-            )
-        losses = trainer.step(batch, each_iteration=hook)
+        weights_of = lambda params: {**self._constants, **params}  # noqa: E731
+        hook = passes.each_iteration(
+            self._forward, weights_of, batch, inputs=len(arrays), accumulation=shape[1],
+            keyed=bool(self._random),
+        )  # fmt: skip
+        trainer.step(batch, each_iteration=hook)
         self.copyWeightsToHost()
-        loss = torch.tensor(np.asarray(losses, dtype=np.float32))
-        if only_loss:
-            return loss
-        if self._replicas is not None:  # each micro-batch's, as the buffers' passes gave them
-            combined = self._replicas.combined_outputs()
-        else:
-            combined = jax.tree.map(np.array, self._forward(before, arrays, index[0])[0])
-        if mode != "all":  # the last device iteration's
-            size = arrays[0].shape[0] // self._mode_fields.device_iterations
-            combined = jax.tree.map(lambda o: o[-size:] if o.ndim else o, combined)
-        outputs = list(to_torch(combined))
-        outputs[-1] = loss
-        return type(out_shape)(outputs)
+        host = from_records(
+            passes.outputs, self._output, iterations=shape[0], accumulation=shape[1],
+            replicas=fields.replication_factor,
+        )  # fmt: skip
+        return to_torch(host)
 
     def copyWeightsToHost(self) -> None:  # noqa: N802
         """Copies the trained parameters, and buffers the forward changed, into the torch
@@ -392,8 +390,8 @@ class PoplarExecutor:
         """Compiles the step for this combined batch's shapes without running it."""
         with in_mode(self._user_model, self.training):
             if not self.training:
-                arrays = tuple(to_jax_array(a) for a in args)
-                self._forward.lower(self._weights(), arrays, np.int32(0))
+                arrays = self._layout(tuple(to_jax_array(a) for a in args))
+                self._micro_forwards.lower(self._weights(), arrays, np.int32(0))
                 return
             _, batch, _ = self._training_batch(args)
             trainer = self._make_trainer(batch)
@@ -417,7 +415,9 @@ class PoplarExecutor:
         if not self._simulated:
             out = self._output_shape(self._trainer.step_shapes(batch).params, batch)
             name, fields = type(self._user_model).__name__, self._mode_fields
-            simulate_step(self._trainer, batch, name=name, outputs=out, fields=fields)
+            simulate_step(
+                self._trainer, batch, name=name, outputs=out, fields=fields, mode=self._output
+            )
             self._simulated = True
 
     def detachFromDevice(self) -> None:  # noqa: N802

@@ -22,6 +22,7 @@ import popdist_emu
 from popdist_emu._options import Options
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.poptorch._data import active_loader
+from popdist_emu.poptorch._outputs import OutputMode, outputs_per_step
 
 if TYPE_CHECKING:
     from popdist_emu.runtime import Trainer
@@ -34,15 +35,17 @@ def simulate_step(
     name: str,
     outputs: Any,
     fields: Options,
+    mode: OutputMode,
 ) -> None:
     """Simulates one step of ``trainer`` on the job's IPU system and reports it, with what
-    the host does: the program's data loader, and the ``outputs`` (one micro-batch's shapes)
-    going back to it, every micro-batch's (``OutputMode.All``) or the last one's (Final),
-    each as soon as it is computed."""
-    returned = fields.gradient_accumulation * fields.device_iterations
+    the host does: the program's data loader, and the ``outputs`` (one micro-batch's shapes,
+    per replica) going back to it, each as soon as it is computed: every micro-batch's
+    (``OutputMode.All``), those of every n-th device iteration (EveryN), or one copy per
+    call (Final; Sum, whose sum is kept on the device), as ``mode`` says."""
+    returned = outputs_per_step(mode, fields.device_iterations, fields.gradient_accumulation)
     host: dict[str, Any] = {
         "host_output_bytes_per_micro_batch": tree_nbytes(outputs),
-        "outputs_per_step": returned if fields.output_mode == "all" else 1,
+        "outputs_per_step": returned,
     }
     loader = active_loader()
     if loader is not None:  # what the program's data loader costs the host

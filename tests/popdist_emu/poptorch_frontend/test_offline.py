@@ -157,9 +157,10 @@ model(torch.randn(64, 16), torch.randint(0, 32768, (64,)))
 
 def test_the_output_mode_decides_what_goes_back_to_the_host(tmp_path: Path) -> None:
     summaries = {}
-    for mode in ("All", "Final"):
+    modes = {"All": "All", "Final": "Final", "EveryN": "EveryN, 2", "Sum": "Sum"}
+    for mode, call in modes.items():
         program = tmp_path / f"logits_{mode}.py"
-        program.write_text(OUTPUT_MODE_PROGRAM.replace("MODE", mode))
+        program.write_text(OUTPUT_MODE_PROGRAM.replace("MODE", call))
         report = tmp_path / mode
         out = _run(
             "poprun-emu", "--offline-mode", "--num-replicas", "1", "--report-dir", str(report),
@@ -171,6 +172,9 @@ def test_the_output_mode_decides_what_goes_back_to_the_host(tmp_path: Path) -> N
     # One micro-batch's outputs: 8 x 32768 float32 logits and the loss.
     assert every["host_output_bytes_per_micro_batch"] == 8 * 32768 * 4 + 4
     assert (every["outputs_per_step"], final["outputs_per_step"]) == (4 * 2, 1)
+    # EveryN(2) of 2 device iterations: the 4 micro-batches of the second; Sum adds up on
+    # the device and copies once, as Final.
+    assert (summaries["EveryN"]["outputs_per_step"], summaries["Sum"]["outputs_per_step"]) == (4, 1)
     assert every["host_io_seconds"] > final["host_io_seconds"]
     # The copies overlap the compute as far as the host link allows: never faster.
     assert every["samples_per_second"] <= final["samples_per_second"]

@@ -199,7 +199,8 @@ def _train_lamb(rts: bool, steps: int = 4) -> tuple[list[float], list[np.ndarray
         )
     lamb = poptorch.optim.LAMB(model.parameters(), lr=0.05, weight_decay=0.1)
     wrapped = poptorch.trainingModel(model, opts, lamb)
-    losses = [float(wrapped(x, y)) for _ in range(steps)]
+    # Each call returns the 4 replicas' losses (OutputMode Final): their mean is the step's.
+    losses = [float(wrapped(x, y).mean()) for _ in range(steps)]
     stage = wrapped._trainer.reduce_update  # the runtime's reduce-and-update stage
     return losses, [p.detach().numpy().copy() for p in model.parameters()], stage
 
