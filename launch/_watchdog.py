@@ -393,10 +393,10 @@ def run_job(
                 _report(left_early(exits, instances, returned, stopped))
                 return 1
             if finished:
-                running = [  # started (a pid file, on any host) and no exit status
+                still_running = [  # started (a pid file, on any host) and no exit status
                     i for i in instances if i not in exits and os.path.exists(pid_path(job_dir, i))
                 ]
-                if proc.returncode != 0 and running:
+                if proc.returncode != 0 and still_running:
                     # mpiexec, or the process manager under it (hydra_pmi_proxy, Open MPI's
                     # prted), died while instances ran: their output pipes stay open, so
                     # end them now rather than drain until their programs finish.
@@ -404,7 +404,7 @@ def run_job(
                     output.show_hidden()
                     _report(
                         f"mpiexec {how_it_ended(proc.returncode)} while instance(s) "
-                        f"{', '.join(map(str, running))} still ran (was its process manager, "
+                        f"{', '.join(map(str, still_running))} still ran (was its process manager, "
                         f"such as hydra_pmi_proxy, killed?); ended them"
                     )
                     return shell_code(proc.returncode) or 1
