@@ -113,12 +113,15 @@ class BlockTrace:
         ipus: each block's IPU (the first given; None if never given).
         ended: for the k-th ``with poptorch.Block`` that ended, its name and the block
             context still open around it (None at the top).
+        refused: why the blocks cannot be (one line each), raised once the trace is done
+            (an error raised inside the trace would reach the program with JAX's notes).
     """
 
     begin: Callable[[str], None]
     names: list[str] = dataclasses.field(default_factory=list)
     ipus: dict[str, int | None] = dataclasses.field(default_factory=dict)
     ended: list[tuple[str, str | None]] = dataclasses.field(default_factory=list)
+    refused: list[str] = dataclasses.field(default_factory=list)
     _auto: int = 0
     _hooks: dict[int, str] = dataclasses.field(default_factory=dict)
     _open: list[str] = dataclasses.field(default_factory=list)
@@ -139,7 +142,7 @@ class BlockTrace:
             self.names.append(name)
             self.ipus[name] = ipu
         elif ipu is not None and self.ipus[name] not in (None, ipu):
-            raise ValueError(
+            self.refused.append(
                 f"block {name!r} is entered on IPU {self.ipus[name]} and again on IPU {ipu}; "
                 "entries with one id are one block, which runs on one IPU: give them the "
                 "same ipu_id, or different ids."
@@ -196,8 +199,13 @@ def BeginBlock(  # noqa: N802
     """``poptorch.BeginBlock``: a block starts at each call of ``module`` (returned).
 
     Raises:
-        ValueError: ``module`` already begins a block.
+        ValueError: ``module`` is not a ``torch.nn.Module``, or already begins a block.
     """
+    if not hasattr(module, "register_forward_pre_hook"):
+        raise ValueError(
+            f"poptorch.BeginBlock({module!r}, {user_id!r}): pass a torch.nn.Module (a block "
+            "begins at its forward); around other code write `with poptorch.Block(...):`."
+        )
     before = getattr(module, _BLOCK_ATTRIBUTE, None)
     if before is not None:
         raise ValueError(

@@ -8,7 +8,7 @@ blocks pass on, as a tuple, exactly the values later blocks (or the loss) use. E
 before the first block belong to the first block.
 
 ``trainingModel`` runs the BlockModel under the strategy that ``PipelinedExecution`` or
-``ShardedExecution`` maps onto (``_blocks.emulator_strategy``).
+``ShardedExecution`` maps onto (``_stages.emulator_strategy``).
 
 References:
     JAX documentation, "Understanding jaxprs" and "Writing custom Jaxpr interpreters"

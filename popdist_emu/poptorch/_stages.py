@@ -68,6 +68,8 @@ def blocked_loss(
     """
     with block_scopes() as begin, tracing_blocks(begin) as trace:
         closed = jax.make_jaxpr(loss)(params, micro_batch)
+    if trace.refused:
+        raise ValueError(trace.refused[0])
     _check_active_block(closed, trace)
     blocks = [(name, trace.ipus[name]) for name in trace.names]
     if strategy is None and not any(ipu for _, ipu in blocks):

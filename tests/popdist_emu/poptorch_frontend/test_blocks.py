@@ -274,7 +274,7 @@ class _Refused(torch.nn.Module):
                 x = torch.relu(x)
         with poptorch.Block("B", ipu_id=0 if self.case == "two-ipus" else 1):
             out = self.b(x)
-        with poptorch.Block("B", ipu_id=1):
+        with poptorch.Block(*(("A", None) if self.case == "apart" else ("B", 1))):
             loss = F.cross_entropy(out, y)
         return out, loss
 
@@ -285,6 +285,7 @@ class _Refused(torch.nn.Module):
         ("after", None, r"runs after `with poptorch.Block\('A'\):` ended, in no block;"),
         ("nested", None, r"'inner'\):` ended, in no block \(.* enclosing block 'A'\)"),
         ("two-ipus", None, r"block 'B' is entered on IPU 0 and again on IPU 1; .* same ipu_id"),
+        ("apart", ("A", "B"), r"block 'A' runs in two separate parts .*'B' runs between them"),
         ("ok", ("A", "C"), r"stage 1 names block 'C', which the model never runs .*\['A', 'B'\]"),
         ("ok", ("A",), r"block 'B' runs in the model but no stage holds it .*Stage\('B'\)"),
         ("ok", ("A", "B", "B"), r"block 'B' is in stage 1 and stage 2; .* list it once"),
@@ -303,7 +304,11 @@ def test_what_poptorch_refuses_is_refused_in_one_line(
 
 
 def test_annotations_poptorch_refuses_are_refused_in_one_line() -> None:
-    """A module that already begins a block, and a block id that is not a string."""
+    """A module that already begins a block, a function instead of a module, and a block
+    id that is not a string."""
+    with pytest.raises(ValueError, match=r"pass a torch.nn.Module .*with poptorch.Block") as info:
+        poptorch.BeginBlock(torch.relu, "A")  # type: ignore[type-var]
+    assert "\n" not in str(info.value)
     layer = poptorch.BeginBlock(torch.nn.Linear(2, 2), "A", ipu_id=0)
     with pytest.raises(ValueError, match=r"already begins block 'A' \(ipu_id 0\)") as info:
         poptorch.BeginBlock(layer, "B", ipu_id=1)
