@@ -92,8 +92,9 @@ def _eager(
         None,  # PopTorch's default: pipelined by the blocks' IPUs
         lambda: poptorch.PipelinedExecution(),  # AutoStage.SameAsIpu
         lambda: poptorch.PipelinedExecution("A", ["B"]),  # ids; the blocks' IPUs place them
+        lambda: poptorch.ShardedExecution(poptorch.Stage("A"), poptorch.Stage("B")),
     ],
-    ids=["default", "same-as-ipu", "block-ids"],
+    ids=["default", "same-as-ipu", "block-ids", "sharded"],
 )
 def test_a_context_block_after_a_begin_block_makes_its_own_stage(
     monkeypatch: pytest.MonkeyPatch, strategy: Callable[[], Any] | None
