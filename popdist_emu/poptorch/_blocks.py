@@ -23,9 +23,12 @@ belongs to the block active when it ran. The styles mix in one model, as PopTorc
 Strategies and stages are mapped onto the emulator's in ``_stages``; the traced program is
 cut into :class:`popdist_emu.BlockModel` blocks in ``_split``.
 
-Decision (PopTorch's documentation is silent): a ``BeginBlock`` module already annotated
-is refused, as PopTorch's ``BeginBlock`` refuses it ("module has already been assigned to
-a block"), naming both blocks.
+Decisions (PopTorch's user guide is silent): a module passed to ``BeginBlock`` twice is
+refused naming both blocks, as PopTorch's ``BeginBlock`` refuses it ("module has already
+been assigned to a block"); automatic ids count from 0 at every trace (PopTorch traces a
+model once); a block entered in two separate parts of the forward (another block between)
+is refused by ``_split``: PopTorch makes one block of them, the emulator's stages need each
+block contiguous.
 
 References:
     PopTorch User Guide, "Multi-IPU execution strategies" / "Annotations"
@@ -129,15 +132,19 @@ class BlockTrace:
     def enter(self, user_id: str | None, ipu_id: int | None, hook: object = None) -> str:
         """Begins block ``user_id`` (None: the next automatic id; a BeginBlock ``hook``
         keeps its first) and returns its name."""
-        if user_id is None and hook is not None and id(hook) in self._hooks:
+        if not user_id and hook is not None and id(hook) in self._hooks:
             name = self._hooks[id(hook)]
-        elif user_id is None:
+        elif not user_id:  # PopTorch: ``user_id or nextAutoId()``
             name, self._auto = str(self._auto), self._auto + 1
             if hook is not None:
                 self._hooks[id(hook)] = name
         else:
             name = str(user_id)
-        ipu = None if ipu_id is None else int(ipu_id)
+        try:
+            ipu = ipu_index(name, ipu_id)
+        except ValueError as error:
+            self.refused.append(str(error))
+            ipu = None
         if name not in self.ipus:
             self.names.append(name)
             self.ipus[name] = ipu
@@ -168,6 +175,26 @@ class BlockTrace:
 
 
 _TRACES: list[BlockTrace] = []  # the trace in progress (innermost last)
+
+
+def ipu_index(block: str | None, ipu_id: object) -> int | None:
+    """``ipu_id`` as an IPU index (None: not given).
+
+    Raises:
+        ValueError: neither None nor a whole number from 0.
+    """
+    if ipu_id is None:
+        return None
+    try:
+        ipu = int(ipu_id)  # type: ignore[call-overload]  # any int-like, as PopTorch's
+    except (TypeError, ValueError):
+        ipu = -1
+    if ipu < 0 or ipu != ipu_id:
+        raise ValueError(
+            f"block {block!r}: ipu_id={ipu_id!r} is not an IPU index: give a whole number from "
+            "0 (the replica's first IPU), or None."
+        )
+    return ipu
 
 
 @contextlib.contextmanager
@@ -213,6 +240,7 @@ def BeginBlock(  # noqa: N802
             f"begins block {before[0]!r} (ipu_id {before[1]}); a module begins one block: "
             "annotate it once, or wrap it in a module of its own."
         )
+    ipu_index(user_id, ipu_id)
     setattr(module, _BLOCK_ATTRIBUTE, (user_id, ipu_id))
     module.register_forward_pre_hook(_BlockHook(user_id, ipu_id))
     return module

@@ -269,7 +269,7 @@ class _Refused(torch.nn.Module):
                     x = self.a(x)
                 x = torch.relu(x)  # after "inner" ended: PopTorch has no active block
         else:
-            with poptorch.Block("A", ipu_id=0):
+            with poptorch.Block("A", ipu_id=1.5 if self.case == "bad-ipu" else 0):
                 x = self.a(x)
             if self.case == "after":
                 x = torch.relu(x)
@@ -286,6 +286,7 @@ class _Refused(torch.nn.Module):
         ("after", None, r"runs after `with poptorch.Block\('A'\):` ended, in no block;"),
         ("nested", None, r"'inner'\):` ended, in no block \(.* enclosing block 'A'\)"),
         ("two-ipus", None, r"block 'B' is entered on IPU 0 and again on IPU 1; .* same ipu_id"),
+        ("bad-ipu", None, r"block 'A': ipu_id=1.5 is not an IPU index: give a whole number"),
         ("apart", ("A", "B"), r"block 'A' runs in two separate parts .*'B' runs between them"),
         ("ok", ("A", "C"), r"stage 1 names block 'C', which the model never runs .*\['A', 'B'\]"),
         ("ok", ("A",), r"block 'B' runs in the model but no stage holds it .*Stage\('B'\)"),
@@ -305,10 +306,13 @@ def test_what_poptorch_refuses_is_refused_in_one_line(
 
 
 def test_annotations_poptorch_refuses_are_refused_in_one_line() -> None:
-    """A module that already begins a block, a function instead of a module, and a block
-    id that is not a string."""
+    """A module that already begins a block, a function instead of a module, an IPU that is
+    none, and a block id that is not a string."""
     with pytest.raises(ValueError, match=r"pass a torch.nn.Module .*with poptorch.Block") as info:
         poptorch.BeginBlock(torch.relu, "A")  # type: ignore[type-var]
+    assert "\n" not in str(info.value)
+    with pytest.raises(ValueError, match=r"block 'A': ipu_id=-1 is not an IPU index") as info:
+        poptorch.BeginBlock(torch.nn.Linear(2, 2), "A", ipu_id=-1)
     assert "\n" not in str(info.value)
     layer = poptorch.BeginBlock(torch.nn.Linear(2, 2), "A", ipu_id=0)
     with pytest.raises(ValueError, match=r"already begins block 'A' \(ipu_id 0\)") as info:
