@@ -1,37 +1,60 @@
 """PopTorch's model-parallel annotations: ``BeginBlock``, ``Block``, stages and strategies.
 
-``BeginBlock`` annotates a module; when a training model has an execution strategy or a
-block on an IPU above 0, the forward is traced with each block's name scope (the module's
-forward pre-hook switches it) and cut into :class:`popdist_emu.BlockModel` blocks
-(``_split``), run by the emulator's ``PipelinedExecution``/``ShardedExecution``. Without a
-strategy PopTorch's default applies: pipelined, one stage per run of blocks on one IPU.
-``with poptorch.Block(name, ipu_id):`` switches the block the same way while it is entered;
-such blocks are found by tracing the forward once (:func:`recording_blocks`), in the order
-they run.
+A model's blocks are found by tracing its forward once (:func:`tracing_blocks`): every
+block it enters, in whichever style, is recorded in the order it runs, and each operation
+belongs to the block active when it ran. The styles mix in one model, as PopTorch allows
+("You can use any, or a combination, of these three annotation options"):
+
+- ``poptorch.BeginBlock(module, user_id, ipu_id)`` registers a forward pre-hook on the
+  module (at once, as PopTorch's hook is, so its place among the module's other hooks is
+  PopTorch's); each call of the module begins the block, and operations stay in it until
+  the next block begins;
+- ``with poptorch.Block(user_id, ipu_id):`` begins the block on entry; on exit no block is
+  active (PopTorch does not return to an enclosing block), so operations run before the
+  next block begins are refused in one line, as PopTorch refuses them ("No active Block";
+  "You must declare all the layers inside a Block scope");
+- blocks without a ``user_id`` are named ``"0"``, ``"1"``, ... in the order they begin (a
+  ``BeginBlock`` module keeps the id of its first call), counting from 0 at each trace;
+  ``poptorch.Block.useAutoId()`` restarts the count, as PopTorch's does;
+- entries of one ``user_id`` are one block (PopTorch: "Blocks with the same ID are
+  considered as being a single block"); given two different IPUs they are refused;
+- operations before the first block belong to the first block (PopTorch's default IPU 0).
+
+Strategies and stages are mapped onto the emulator's in ``_stages``; the traced program is
+cut into :class:`popdist_emu.BlockModel` blocks in ``_split``.
+
+Decisions (PopTorch's user guide is silent): a module passed to ``BeginBlock`` twice is
+refused naming both blocks, as PopTorch's ``BeginBlock`` refuses it ("module has already
+been assigned to a block"); automatic ids count from 0 at every trace (PopTorch traces a
+model once); a block entered in two separate parts of the forward (another block between)
+is refused by ``_split``: PopTorch makes one block of them, the emulator's stages need each
+block contiguous.
 
 References:
-    PopTorch User Guide, "Multi-IPU execution strategies" (``poptorch.BeginBlock(module,
-    user_id, ipu_id)``, ``poptorch.Block(user_id, ipu_id)``, ``poptorch.Stage``,
-    ``poptorch.AutoStage``, ``poptorch.PipelinedExecution``, ``poptorch.ShardedExecution``),
-    "Recomputation" (``poptorch.recomputationCheckpoint``) and "Available memory"
-    (``poptorch.set_available_memory``).
+    PopTorch User Guide, "Multi-IPU execution strategies" / "Annotations"
+    (``poptorch.BeginBlock(module, user_id, ipu_id)``, ``poptorch.Block(user_id, ipu_id)``,
+    ``poptorch.Block.useAutoId``, ``poptorch.Stage``, ``poptorch.AutoStage``,
+    ``poptorch.PipelinedExecution``, ``poptorch.ShardedExecution``), "Recomputation"
+    (``poptorch.recomputationCheckpoint``) and "Available memory"
+    (``poptorch.set_available_memory``); PopTorch's API reference, ``poptorch.Block``
+    (github.com/graphcore/poptorch, ``python/ops.py`` docstrings).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import enum
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 if TYPE_CHECKING:
     import torch
 
-    import popdist_emu
-
 _BLOCK_ATTRIBUTE = "_popdist_emu_block"
-_ACTIVE: list[tuple[str | None, int | None]] = []
 _Module = TypeVar("_Module", bound="torch.nn.Module")
+SCOPE = "popdist_emu_block"  # the name scope of block k is f"{SCOPE}{k}"
+NO_BLOCK = "popdist_emu_no_block"  # after the k-th Block context ended: f"{NO_BLOCK}{k}"
 
 
 class AutoStage(enum.Enum):
@@ -43,9 +66,20 @@ class AutoStage(enum.Enum):
 
 
 class Stage:
-    """``poptorch.Stage(*block_ids)``: blocks run together; ``ipu(n)`` places them."""
+    """``poptorch.Stage(*block_ids)``: blocks run together; ``ipu(n)`` places them.
+
+    Raises:
+        ValueError: a block id that is not a string (PopTorch's ids are strings; an
+            automatic id is ``"0"``, not ``0``).
+    """
 
     def __init__(self, *block_ids: str) -> None:
+        for block in block_ids:
+            if not isinstance(block, str):
+                raise ValueError(
+                    f"poptorch.Stage({block!r}): block ids are strings (automatic ids too): "
+                    f"write poptorch.Stage({str(block)!r})."
+                )
         self.blocks = tuple(block_ids)
         self.ipu_id: int | None = None
 
@@ -58,7 +92,7 @@ class Stage:
 class _Strategy:
     """Base of the execution strategies: the stages, in order."""
 
-    def __init__(self, *stages: Stage | str | AutoStage) -> None:
+    def __init__(self, *stages: Stage | str | list[str] | tuple[str, ...] | AutoStage) -> None:
         self.stages = stages
 
 
@@ -70,52 +104,176 @@ class ShardedExecution(_Strategy):
     """``poptorch.ShardedExecution(*stages_or_block_ids)``."""
 
 
+@dataclasses.dataclass
+class BlockTrace:
+    """The blocks one trace of the forward enters, in order, and the scope switch.
+
+    Attributes:
+        begin: switches the ``jax.named_scope`` of the operations that follow (``_split``'s
+            ``block_scopes``).
+        names: each block's name, in the order first entered; its scope is
+            ``f"{SCOPE}{k}"`` for the block at index k.
+        ipus: each block's IPU (the first given; None if never given).
+        ended: for the k-th ``with poptorch.Block`` that ended, its name and the block
+            context still open around it (None at the top).
+        refused: why the blocks cannot be (one line each), raised once the trace is done
+            (an error raised inside the trace would reach the program with JAX's notes).
+    """
+
+    begin: Callable[[str], None]
+    names: list[str] = dataclasses.field(default_factory=list)
+    ipus: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    ended: list[tuple[str, str | None]] = dataclasses.field(default_factory=list)
+    refused: list[str] = dataclasses.field(default_factory=list)
+    _auto: int = 0
+    _hooks: dict[int, str] = dataclasses.field(default_factory=dict)
+    _open: list[str] = dataclasses.field(default_factory=list)
+
+    def enter(self, user_id: str | None, ipu_id: int | None, hook: object = None) -> str:
+        """Begins block ``user_id`` (None: the next automatic id; a BeginBlock ``hook``
+        keeps its first) and returns its name."""
+        if not user_id and hook is not None and id(hook) in self._hooks:
+            name = self._hooks[id(hook)]
+        elif not user_id:  # PopTorch: ``user_id or nextAutoId()``
+            name, self._auto = str(self._auto), self._auto + 1
+            if hook is not None:
+                self._hooks[id(hook)] = name
+        else:
+            name = str(user_id)
+        try:
+            ipu = ipu_index(name, ipu_id)
+        except ValueError as error:
+            self.refused.append(str(error))
+            ipu = None
+        if name not in self.ipus:
+            self.names.append(name)
+            self.ipus[name] = ipu
+        elif ipu is not None and self.ipus[name] not in (None, ipu):
+            self.refused.append(
+                f"block {name!r} is entered on IPU {self.ipus[name]} and again on IPU {ipu}; "
+                "entries with one id are one block, which runs on one IPU: give them the "
+                "same ipu_id, or different ids."
+            )
+        elif ipu is not None:
+            self.ipus[name] = ipu
+        self.begin(f"{SCOPE}{self.names.index(name)}")
+        return name
+
+    def open(self, name: str) -> None:
+        """A ``with poptorch.Block`` context named ``name`` was entered."""
+        self._open.append(name)
+
+    def close(self) -> None:
+        """The innermost ``with poptorch.Block`` ended: no block is active until the next."""
+        name = self._open.pop()
+        self.ended.append((name, self._open[-1] if self._open else None))
+        self.begin(f"{NO_BLOCK}{len(self.ended) - 1}")
+
+    def restart_ids(self) -> None:
+        """``poptorch.Block.useAutoId()``: automatic ids count from 0 again."""
+        self._auto = 0
+
+
+_TRACES: list[BlockTrace] = []  # the trace in progress (innermost last)
+
+
+def ipu_index(block: str | None, ipu_id: object) -> int | None:
+    """``ipu_id`` as an IPU index (None: not given).
+
+    Raises:
+        ValueError: neither None nor a whole number from 0.
+    """
+    if ipu_id is None:
+        return None
+    try:
+        ipu = int(ipu_id)  # type: ignore[call-overload]  # any int-like, as PopTorch's
+    except (TypeError, ValueError):
+        ipu = -1
+    if ipu < 0 or ipu != ipu_id:
+        raise ValueError(
+            f"block {block!r}: ipu_id={ipu_id!r} is not an IPU index: give a whole number from "
+            "0 (the replica's first IPU), or None."
+        )
+    return ipu
+
+
+@contextlib.contextmanager
+def tracing_blocks(begin: Callable[[str], None]) -> Iterator[BlockTrace]:
+    """Records the blocks the body's trace enters; ``begin`` switches the name scope."""
+    trace = BlockTrace(begin)
+    _TRACES.append(trace)
+    try:
+        yield trace
+    finally:
+        _TRACES.pop()
+
+
+class _BlockHook:
+    """BeginBlock's forward pre-hook: begins the block while a forward is traced; returns
+    None (a hook's other results would replace the module's inputs)."""
+
+    def __init__(self, user_id: str | None, ipu_id: int | None) -> None:
+        self.user_id, self.ipu_id = user_id, ipu_id
+
+    def __call__(self, *_: object) -> None:
+        if _TRACES:
+            _TRACES[-1].enter(self.user_id, self.ipu_id, hook=self)
+
+
 def BeginBlock(  # noqa: N802
     module: _Module, user_id: str | None = None, ipu_id: int | None = None
 ) -> _Module:
-    """``poptorch.BeginBlock``: a new block starts at ``module`` (returned, annotated)."""
+    """``poptorch.BeginBlock``: a block starts at each call of ``module`` (returned).
+
+    Raises:
+        ValueError: ``module`` is not a ``torch.nn.Module``, or already begins a block.
+    """
+    if not hasattr(module, "register_forward_pre_hook"):
+        raise ValueError(
+            f"poptorch.BeginBlock({module!r}, {user_id!r}): pass a torch.nn.Module (a block "
+            "begins at its forward); around other code write `with poptorch.Block(...):`."
+        )
+    before = getattr(module, _BLOCK_ATTRIBUTE, None)
+    if before is not None:
+        raise ValueError(
+            f"poptorch.BeginBlock({type(module).__name__}, {user_id!r}): the module already "
+            f"begins block {before[0]!r} (ipu_id {before[1]}); a module begins one block: "
+            "annotate it once, or wrap it in a module of its own."
+        )
+    ipu_index(user_id, ipu_id)
     setattr(module, _BLOCK_ATTRIBUTE, (user_id, ipu_id))
+    module.register_forward_pre_hook(_BlockHook(user_id, ipu_id))
     return module
 
 
-@contextlib.contextmanager
-def Block(user_id: str | None = None, ipu_id: int | None = None) -> Iterator[None]:  # noqa: N802
+class Block:
     """``with poptorch.Block(user_id, ipu_id):``: operations in the body form a block.
 
-    Operations after the body stay in it until the next block begins, as after a
-    ``BeginBlock``. A block without a name is named by its place among the blocks entered.
+    Outside a traced training forward (eager PyTorch, inference) it changes nothing.
     """
-    name = user_id or f"block{len(_RECORD[-1]) if _RECORD else 0}"
-    if _RECORD:
-        _RECORD[-1].append((name, None if ipu_id is None else int(ipu_id)))
-    if _SWITCH:
-        _SWITCH[-1](name)
-    _ACTIVE.append((user_id, ipu_id))
-    try:
-        yield
-    finally:
-        _ACTIVE.pop()
 
+    def __init__(self, user_id: str | None = None, ipu_id: int | None = None) -> None:
+        self.user_id, self.ipu_id = user_id, ipu_id
 
-_RECORD: list[list[tuple[str, int | None]]] = []  # blocks entered while recording
+    @staticmethod
+    def useAutoId() -> None:  # noqa: N802
+        """Restarts automatic block ids at ``"0"`` (call it at the start of ``forward``)."""
+        if _TRACES:
+            _TRACES[-1].restart_ids()
 
+    @staticmethod
+    def start(user_id: str | None = None, ipu_id: int | None = None) -> None:
+        """``poptorch.Block.start``: begins a block that lasts until the next one begins."""
+        if _TRACES:
+            _TRACES[-1].enter(user_id, ipu_id)
 
-@contextlib.contextmanager
-def recording_blocks() -> Iterator[list[tuple[str, int | None]]]:
-    """The ``(name, ipu_id)`` of the ``poptorch.Block`` contexts entered in the body, each
-    once, in the order first entered (an IPU given on any entry is kept)."""
-    entered: list[tuple[str, int | None]] = []
-    _RECORD.append(entered)
-    found: list[tuple[str, int | None]] = []
-    try:
-        yield found
-    finally:
-        _RECORD.pop()
-        ipus: dict[str, int | None] = {}
-        for name, ipu in entered:
-            if ipus.get(name) is None:
-                ipus[name] = ipu
-        found.extend(ipus.items())
+    def __enter__(self) -> None:
+        if _TRACES:
+            _TRACES[-1].open(_TRACES[-1].enter(self.user_id, self.ipu_id))
+
+    def __exit__(self, *_: Any) -> None:
+        if _TRACES:
+            _TRACES[-1].close()
 
 
 @overload
@@ -143,50 +301,6 @@ def set_available_memory(tensor: torch.Tensor, available_memory_proportion: floa
     return tensor
 
 
-_SWITCH: list[Callable[[str], None]] = []  # the active block_scopes switch while a model is traced
-
-
-def block_names(model: torch.nn.Module) -> list[tuple[str, int | None]]:
-    """``(name, ipu_id)`` of every ``BeginBlock`` in module order; hooks switch the scope.
-
-    Each annotated module gets a forward pre-hook (once) that, while a model is traced under
-    :func:`tracing_blocks`, closes the active block's name scope and opens its own.
-    """
-    found = []
-    for k, (_, module) in enumerate(model.named_modules()):
-        annotation = getattr(module, _BLOCK_ATTRIBUTE, None)
-        if annotation is None:
-            continue
-        user_id, ipu_id = annotation
-        name = user_id or f"block{k}"
-        if not getattr(module, "_popdist_emu_hooked", False):
-            module.register_forward_pre_hook(_switch_hook(name))
-            setattr(module, "_popdist_emu_hooked", True)  # noqa: B010 (not a Tensor/Module)
-        found.append((name, ipu_id))
-    return found
-
-
-def _switch_hook(name: str) -> Callable[..., None]:
-    """A forward pre-hook entering block ``name`` while tracing; it returns None (a hook's
-    non-None result would replace the module's inputs)."""
-
-    def hook(*_: object) -> None:
-        if _SWITCH:
-            _SWITCH[-1](name)
-
-    return hook
-
-
-@contextlib.contextmanager
-def tracing_blocks(begin: Callable[[str], None]) -> Iterator[None]:
-    """Makes ``begin`` (a ``block_scopes`` switch) the one BeginBlock's hooks call."""
-    _SWITCH.append(begin)
-    try:
-        yield
-    finally:
-        _SWITCH.pop()
-
-
 def check_strategy(strategy: object) -> None:
     """Refuses what ``setExecutionStrategy`` was given unless it is PopTorch's strategy."""
     if strategy is not None and not isinstance(strategy, _Strategy):
@@ -194,93 +308,3 @@ def check_strategy(strategy: object) -> None:
             f"setExecutionStrategy({strategy!r}): pass poptorch.PipelinedExecution(...) or "
             f"poptorch.ShardedExecution(...)."
         )
-
-
-def emulator_strategy(
-    strategy: object, blocks: list[tuple[str, int | None]]
-) -> popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution:
-    """The ``popdist_emu`` strategy for PopTorch's (None: the blocks' IPUs, pipelined).
-
-    Args:
-        strategy: ``poptorch.PipelinedExecution``/``ShardedExecution`` or None.
-        blocks: ``(name, ipu_id)`` of the model's blocks, in order.
-
-    Returns:
-        ``popdist_emu.PipelinedExecution`` or ``ShardedExecution`` of ``popdist_emu.Stage``s.
-    """
-    import popdist_emu
-
-    if not blocks:
-        raise ValueError(
-            "setExecutionStrategy: the model has no blocks; annotate its parts with "
-            "poptorch.BeginBlock(module, name) or `with poptorch.Block(name):`."
-        )
-    if strategy is None:  # PopTorch's default: pipelined, one stage per run of one IPU
-        runs = _runs_by_ipu([(name, ipu or 0) for name, ipu in blocks])
-        return popdist_emu.PipelinedExecution(
-            *(popdist_emu.Stage(*names, ipu=ipu) for ipu, names in runs)
-        )
-    check_strategy(strategy)
-    assert isinstance(strategy, _Strategy)  # check_strategy refused anything else
-    cls = (
-        popdist_emu.ShardedExecution
-        if isinstance(strategy, ShardedExecution)
-        else popdist_emu.PipelinedExecution
-    )
-    if len(strategy.stages) == 1 and isinstance(strategy.stages[0], AutoStage):
-        return cls(*_auto_stages(strategy, blocks))
-    ipu_of = dict(blocks)
-    emu = []
-    for stage in strategy.stages:
-        if isinstance(stage, Stage):
-            emu.append(popdist_emu.Stage(*stage.blocks, ipu=stage.ipu_id))
-        else:
-            emu.append(popdist_emu.Stage(str(stage), ipu=ipu_of.get(str(stage))))
-    return cls(*emu)
-
-
-def _auto_stages(
-    strategy: _Strategy, blocks: list[tuple[str, int | None]]
-) -> list[popdist_emu.Stage]:
-    """The stages ``PipelinedExecution(AutoStage.X)`` (or sharded) makes of the blocks, each
-    placed by its ``ipu_id``: ``AutoIncrement``, a stage per block, in the order they run
-    (blocks on one IPU become stages of their own on it); ``SameAsIpu``, stage k holds the
-    blocks on IPU k, which must then run one after the other.
-
-    Raises:
-        ValueError: a block without an ``ipu_id``, or ``SameAsIpu`` blocks on one IPU that
-            another IPU's block separates.
-    """
-    import popdist_emu
-
-    auto, name = cast(AutoStage, strategy.stages[0]), type(strategy).__name__
-    missing = [block for block, ipu in blocks if ipu is None]
-    if missing:
-        raise ValueError(
-            f"{name}(AutoStage.{auto.name}): block {missing[0]!r} has no ipu_id; AutoStage "
-            "places each block by its ipu_id: give BeginBlock/Block an ipu_id, or list the "
-            "stages as poptorch.Stage(...).ipu(n)."
-        )
-    if auto is AutoStage.AutoIncrement:
-        return [popdist_emu.Stage(block, ipu=ipu) for block, ipu in blocks]
-    runs = _runs_by_ipu([(block, int(ipu)) for block, ipu in blocks if ipu is not None])
-    for i, (ipu, names) in enumerate(runs):
-        if any(earlier == ipu for earlier, _ in runs[:i]):
-            before_ipu, before = runs[i - 1]
-            raise ValueError(
-                f"{name}(AutoStage.SameAsIpu): block {names[0]!r} returns to IPU {ipu} after "
-                f"block {before[-1]!r} on IPU {before_ipu}, but a stage must be one "
-                "run of blocks: use AutoStage.AutoIncrement (a stage per block)."
-            )
-    return [popdist_emu.Stage(*names, ipu=ipu) for ipu, names in runs]
-
-
-def _runs_by_ipu(blocks: list[tuple[str, int]]) -> list[tuple[int, list[str]]]:
-    """``(ipu, block names)`` of each run of consecutive blocks on one IPU, in order."""
-    runs: list[tuple[int, list[str]]] = []
-    for block, ipu in blocks:
-        if runs and runs[-1][0] == ipu:
-            runs[-1][1].append(block)
-        else:
-            runs.append((ipu, [block]))
-    return runs

@@ -68,13 +68,7 @@ from popdist_emu.poptorch._arrays import (
     to_jax_array,
     to_torch,
 )
-from popdist_emu.poptorch._blocks import (
-    block_names,
-    check_strategy,
-    emulator_strategy,
-    recording_blocks,
-    tracing_blocks,
-)
+from popdist_emu.poptorch._blocks import check_strategy
 from popdist_emu.poptorch._buffers import (
     ReplicaBuffers,
     buffers_read_by,
@@ -102,7 +96,7 @@ from popdist_emu.poptorch._random import (
     micro_batch_key,
     sample_indices,
 )
-from popdist_emu.poptorch._split import block_scopes, split_blocks
+from popdist_emu.poptorch._stages import blocked_loss
 
 
 class PoplarExecutor:
@@ -138,7 +132,6 @@ class PoplarExecutor:
             training=training,
             iterations=fields.device_iterations,
         )
-        self._blocks = block_names(model)  # BeginBlock's; poptorch.Block's when traced
         check_strategy(self._mode_fields.execution_strategy)  # before any compile
         self._strategy: popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution | None = None
         model.train(training)
@@ -236,13 +229,12 @@ class PoplarExecutor:
             loss: Any = self._loss
             options: Any = self.options
             micro_batch = tuple(a[0, 0, 0] for a in batch)
-            self._strategy = self._execution_strategy(params, micro_batch)
-            if self._strategy is not None:
-                # The blocks become the emulator's: trace with each block's name scope.
-                with block_scopes() as begin, tracing_blocks(begin):
-                    loss = split_blocks(
-                        self._loss, params, micro_batch, [n for n, _ in self._blocks]
-                    )
+            # The blocks of every style, found by one trace, become the emulator's stages.
+            self._strategy, blocked = blocked_loss(
+                self._loss, params, micro_batch, self._mode_fields.execution_strategy
+            )
+            if blocked is not None:
+                loss = blocked
                 options = dataclasses.replace(
                     self.options.to_options(), execution_strategy=self._strategy
                 )
@@ -286,22 +278,6 @@ class PoplarExecutor:
             changing, read, fields.num_total_replicas, self.options.broadcast_buffers
         )
         self._replicas = ReplicaBuffers(buffers, fields.replication_factor)
-
-    def _execution_strategy(
-        self, params: Weights, micro_batch: HostBatch
-    ) -> popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution | None:
-        """The emulator's strategy for the options' and the blocks (None: one program).
-
-        Inference runs the forward as one program: the same numbers, whatever the IPUs.
-        """
-        if not self._blocks:  # blocks written as ``with poptorch.Block(...)``: trace once
-            with recording_blocks() as found:
-                jax.eval_shape(self._loss, params, micro_batch)
-            self._blocks = found
-        strategy = self._mode_fields.execution_strategy
-        if strategy is None and not any(ipu for _, ipu in self._blocks):
-            return None
-        return emulator_strategy(strategy, self._blocks)
 
     # ------------------------------------------------------------ PopTorch's calls
     def __call__(self, *args: Any) -> Any:

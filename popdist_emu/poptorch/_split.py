@@ -8,7 +8,7 @@ blocks pass on, as a tuple, exactly the values later blocks (or the loss) use. E
 before the first block belong to the first block.
 
 ``trainingModel`` runs the BlockModel under the strategy that ``PipelinedExecution`` or
-``ShardedExecution`` maps onto (``_blocks.emulator_strategy``).
+``ShardedExecution`` maps onto (``_stages.emulator_strategy``).
 
 References:
     JAX documentation, "Understanding jaxprs" and "Writing custom Jaxpr interpreters"
@@ -48,13 +48,25 @@ def split_blocks(
     micro_batch: Any,
     names: Sequence[str],
 ) -> popdist_emu.BlockModel:
-    """``fn(params, micro_batch) -> loss`` as a BlockModel of the blocks ``names``.
+    """``fn(params, micro_batch) -> loss``, traced, as a BlockModel of the blocks ``names``
+    (each block's name scope is its name; see :func:`cut_blocks`)."""
+    return cut_blocks(jax.make_jaxpr(fn)(params, micro_batch), params, names)
+
+
+def cut_blocks(
+    closed: jcore.ClosedJaxpr,
+    params: Mapping[str, jax.Array | jax.ShapeDtypeStruct],
+    scopes: Sequence[str],
+    names: Sequence[str] | None = None,
+) -> popdist_emu.BlockModel:
+    """The traced ``loss(params, micro_batch)`` as a BlockModel of its blocks.
 
     Args:
-        fn: the loss function, traced with ``jax.named_scope(name)`` around each block.
-        params: the weights by name (arrays or shapes).
-        micro_batch: one micro-batch (arrays or shapes), a pytree.
-        names: the block names, in model order.
+        closed: the loss function's jaxpr, traced with ``jax.named_scope(scope)`` around
+            each block's operations.
+        params: the weights by name (arrays or shapes): the jaxpr's first inputs.
+        scopes: each block's name scope, in model order.
+        names: each block's name (None: its scope).
 
     Returns:
         The BlockModel; each block owns the weights its equations read (a weight two
@@ -63,21 +75,23 @@ def split_blocks(
     Raises:
         ValueError: a block runs in two separate places.
     """
-    closed = jax.make_jaxpr(fn)(params, micro_batch)
+    label = dict(zip(scopes, scopes if names is None else names, strict=True))
     jaxpr = closed.jaxpr
     weight_names = list(params)
     n_weights = len(jax.tree.leaves(params))
     weight_vars = dict(zip(jaxpr.invars[:n_weights], sorted(weight_names), strict=True))
     batch_vars = jaxpr.invars[n_weights:]
     runs: list[tuple[str, list[jcore.JaxprEqn]]] = []
-    current = names[0]
+    current = scopes[0]
     for eqn in jaxpr.eqns:
-        current = _block_of(eqn, names, current)
+        current = _block_of(eqn, scopes, current)
         if not runs or runs[-1][0] != current:
             if any(name == current for name, _ in runs):
                 raise ValueError(
-                    f"block {current!r} runs in two separate parts of the forward; a block "
-                    f"must be one contiguous part."
+                    f"block {label[current]!r} runs in two separate parts of the forward "
+                    f"(block {label[runs[-1][0]]!r} runs between them); the emulator's "
+                    "stages need each block to be one contiguous part: give the parts "
+                    "different ids."
                 )
             runs.append((current, []))
         runs[-1][1].append(eqn)
@@ -102,7 +116,7 @@ def split_blocks(
         run = _runner(eqns, list(carried_in), outs, own, weight_vars, constants, last)
         blocks.append((name, run, out_vars, own))
     return popdist_emu.BlockModel(
-        [popdist_emu.Block(name, run, own) for name, run, _, own in blocks]
+        [popdist_emu.Block(label[name], run, own) for name, run, _, own in blocks]
     )
 
 
