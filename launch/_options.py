@@ -327,14 +327,10 @@ def _unknown(token: str) -> UsageError:
     ``--num-replica``), as argparse suggests since Python 3.12."""
     name = token.split("=", 1)[0]
     close = difflib.get_close_matches(name, _BY_FLAG, n=1, cutoff=0.75)
-    if close:
-        return UsageError(
-            f"unknown option {name}: did you mean {close[0]}? See `poprun-emu --help` for the "
-            f"options supported."
-        )
+    fix = f"did you mean {close[0]}? See" if close else "see"
+    program = "" if close else "; put options meant for the program after the program name"
     return UsageError(
-        f"unknown option {name}: see `poprun-emu --help` for the options supported; put "
-        f"options meant for the program after the program name."
+        f"unknown option {name}: {fix} `poprun-emu --help` for the options supported{program}."
     )
 
 
