@@ -125,17 +125,22 @@ def _is_running(pid: int) -> bool:
         return True
 
 
+def _end(child: subprocess.Popen) -> None:
+    """SIGTERM to the program, SIGKILL if it has not ended 5 s later."""
+    child.terminate()
+    try:
+        child.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        child.kill()
+
+
 def _watch_launcher(launcher_pid: int, child: subprocess.Popen) -> None:
     """Ends the child if the launcher dies without ending the job (e.g. SIGKILL): a job
     whose launcher is gone has no one to report to, so it must not run on unseen."""
     while child.poll() is None:
         time.sleep(1.0)
         if not _is_running(launcher_pid):
-            child.terminate()
-            try:
-                child.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                child.kill()
+            _end(child)
             return
 
 
@@ -148,11 +153,7 @@ def _watch_parent(parent: int, child: subprocess.Popen, orphaned: threading.Even
         time.sleep(HEARTBEAT_SECONDS)
         if os.getppid() != parent:
             orphaned.set()
-            child.terminate()
-            try:
-                child.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                child.kill()
+            _end(child)
             return
 
 

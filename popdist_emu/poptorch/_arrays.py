@@ -12,7 +12,7 @@ References:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -62,3 +62,19 @@ def combined_layout(
         )
     micro = size // per_call
     return tuple(a.reshape(iterations, accumulation, replicas, micro, *a.shape[1:]) for a in arrays)
+
+
+class LaidOutBatch(NamedTuple):
+    """A training call's batch, each leaf laid out ``[iterations, accumulation, replicas,
+    micro]``: the module's ``inputs`` leaves, then the samples' indices when ``keyed`` (the
+    module draws random numbers keyed by a micro-batch's first sample)."""
+
+    leaves: HostBatch
+    inputs: int
+    keyed: bool
+
+    def micro_batch(self, d: int, a: int, k: int) -> tuple[MicroBatch, Any]:
+        """Replica ``k``'s micro-batch ``a`` of device iteration ``d``, and its first
+        sample's index (0 when the module draws nothing)."""
+        micro = tuple(leaf[d, a, k] for leaf in self.leaves[: self.inputs])
+        return micro, self.leaves[-1][d, a, k][0] if self.keyed else np.int32(0)

@@ -38,6 +38,8 @@ import torchax
 from jax.typing import ArrayLike
 from torchax.interop import JittableModule
 
+from popdist_emu.poptorch._arrays import LaidOutBatch
+
 _INSTALLED: list[bool] = []
 
 # ``fn(weights, micro_batch) -> (outputs, buffers)``: the module's forward as a pure function
@@ -241,11 +243,7 @@ class ReplicaBuffers:
             tuple[Any, dict[str, jax.Array]],
         ],
         weights_of: Callable[[dict[str, jax.Array]], dict[str, jax.Array]],
-        batch: tuple[np.ndarray, ...],
-        *,
-        inputs: int,
-        accumulation: int,
-        keyed: bool,
+        batch: LaidOutBatch,
     ) -> Callable[[int, dict[str, jax.Array]], None]:
         """What the step calls at each device iteration: every local replica's buffers
         through its micro-batches, in order, from the iteration's weights; each
@@ -256,12 +254,9 @@ class ReplicaBuffers:
                 jitted.
             weights_of: the module's weights for the step's parameters (with its other
                 buffers).
-            batch: the call's batch laid out ``[iterations, accumulation, replicas, micro]``
-                per input, then the samples' indices when ``keyed``.
-            inputs: how many of ``batch``'s leaves are the module's inputs.
-            accumulation: micro-batches per replica and iteration.
-            keyed: whether the forward draws random numbers keyed by the first sample.
+            batch: the call's batch, laid out.
         """
+        accumulation = batch.leaves[0].shape[1]
 
         def run(d: int, params: dict[str, jax.Array]) -> None:
             if d == 0:
@@ -269,8 +264,7 @@ class ReplicaBuffers:
             weights = weights_of(params)
             for k, buffers in enumerate(self.per_replica):
                 for a in range(accumulation):
-                    micro = tuple(leaf[d, a, k] for leaf in batch[:inputs])
-                    first = batch[-1][d, a, k][0] if keyed else np.int32(0)
+                    micro, first = batch.micro_batch(d, a, k)
                     outputs, out = forward({**weights, **buffers}, micro, first)
                     self.outputs[d, a, k] = outputs
                     buffers = {n: out[n] for n in buffers}

@@ -62,6 +62,7 @@ from popdist_emu.popdist import PopTorchOptions
 from popdist_emu.poptorch import optim
 from popdist_emu.poptorch._arrays import (
     HostBatch,
+    LaidOutBatch,
     MicroBatch,
     Weights,
     combined_layout,
@@ -325,10 +326,8 @@ class PoplarExecutor:
             returned_micro_batches(self._output, *shape), fields.replication_factor
         )
         weights_of = lambda params: {**self._constants, **params}  # noqa: E731
-        hook = passes.each_iteration(
-            self._forward, weights_of, batch, inputs=len(arrays), accumulation=shape[1],
-            keyed=bool(self._random),
-        )  # fmt: skip
+        laid_out = LaidOutBatch(batch, len(arrays), bool(self._random))
+        hook = passes.each_iteration(self._forward, weights_of, laid_out)
         trainer.step(batch, each_iteration=hook)
         self.copyWeightsToHost()
         host = from_records(

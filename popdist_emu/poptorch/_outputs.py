@@ -37,6 +37,8 @@ import jax
 import numpy as np
 from jax.typing import ArrayLike
 
+from popdist_emu.poptorch._arrays import LaidOutBatch
+
 # ``forward(weights, micro_batch, first_index) -> (outputs, buffers)``, jitted.
 Forward = Callable[[dict[str, jax.Array], tuple[jax.Array, ...], ArrayLike], tuple[Any, Any]]
 
@@ -149,22 +151,15 @@ class IterationOutputs:
         self,
         forward: Forward,
         weights_of: Callable[[dict[str, jax.Array]], dict[str, jax.Array]],
-        batch: tuple[np.ndarray, ...],
-        *,
-        inputs: int,
-        accumulation: int,
-        keyed: bool,
+        batch: LaidOutBatch,
     ) -> Callable[[int, dict[str, jax.Array]], None]:
         """What the step calls at the start of device iteration ``d`` with its weights (the
-        signature of ``ReplicaBuffers.each_iteration``; ``accumulation`` is the batch's).
+        signature of ``ReplicaBuffers.each_iteration``).
 
         Args:
             forward: the module's jitted forward.
             weights_of: the module's weights for the step's parameters.
-            batch: the call's batch ``[iterations, accumulation, replicas, micro]`` per input,
-                then the samples' indices when ``keyed``.
-            inputs: how many of ``batch``'s leaves are the module's inputs.
-            keyed: whether the forward draws random numbers keyed by the first sample.
+            batch: the call's batch, laid out.
         """
 
         def run(d: int, params: dict[str, jax.Array]) -> None:
@@ -175,8 +170,7 @@ class IterationOutputs:
                 for dd, a in sorted(self.returned):
                     if dd != d:
                         continue
-                    micro = tuple(leaf[d, a, k] for leaf in batch[:inputs])
-                    first = batch[-1][d, a, k][0] if keyed else np.int32(0)
+                    micro, first = batch.micro_batch(d, a, k)
                     self.outputs[d, a, k] = forward(weights, micro, first)[0]
             # The update reuses the parameters' memory: the forwards read them first.
             jax.block_until_ready(self.outputs)
