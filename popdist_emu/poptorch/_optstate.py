@@ -50,7 +50,7 @@ import optax
 import torch
 
 from popdist_emu.poptorch.optim import LAMB
-from popdist_emu.runtime._checkpoint import full_opt_state, place_opt_state
+from popdist_emu.runtime import full_opt_state, place_opt_state
 
 if TYPE_CHECKING:
     from popdist_emu.poptorch._model import PoplarExecutor
