@@ -14,14 +14,24 @@ it. Here :class:`HostOptimiserState` does both for a :class:`PoplarExecutor`:
   of PopTorch's own ``LAMB.step`` (Adam's);
 - loading: a non-empty ``optimizer.state`` when the trainer is built becomes its initial
   optax state, so a program that saved ``optimizer.state_dict()`` resumes where it stopped,
-  bit for bit (the values are the optax state's own, both ways).
+  bit for bit (the values are the optax state's own, both ways); ``load_state_dict`` on the
+  optimiser of a model already trained replaces the trainer's state at once, as PopTorch
+  writes it to the IPU.
 
-The two layouts hold the same quantities: optax's and PyTorch's SGD trace (no dampening),
-Adam moments (uncorrected; the bias correction is applied to the update, from the step
-count) and RMSprop averages are the same recurrences; optax's count is the number of
-updates done, which is PyTorch's ``step``. PopTorch's own documentation says its state
-dictionary differs from PyTorch's in names and structure; the emulator uses PyTorch's, so a
-state from eager PyTorch loads too (a decision: PopTorch's layout is not public).
+The two layouts hold the same quantities, so the mapping is exact for what the emulator
+computes: SGD's trace is PyTorch's ``momentum_buffer`` (Nesterov's too: both keep the plain
+trace and add ``momentum * buf`` only to the update; ``dampening``, which PyTorch skips on
+the first step, is refused by ``to_optax``); Adam's, AdamW's and LAMB's moments are the
+uncorrected ones in both, the bias correction applied to the update from the step count,
+and optax's count of updates done is PyTorch's ``step``; RMSprop's averages are the same
+recurrences (eps outside the root in both, ``eps_in_sqrt=False``), its ``step`` the count of
+its ``inject_hyperparams`` state. Where the formulas differ only in float32 rounding
+(PyTorch's ``lerp`` for the first moment, ``sqrt(v) / sqrt(1 - b2^t)`` against
+``sqrt(v / (1 - b2^t))``), the state holds the emulator's numbers: within rounding of eager
+PyTorch's, and bit for bit what the emulator resumes from. PopTorch's own documentation says
+its state dictionary differs from PyTorch's in names and structure; the emulator uses
+PyTorch's, so a state from eager PyTorch loads too (a decision: PopTorch's layout is not
+public).
 
 The state is read lazily (when ``state_dict()`` asks, or at detach), not after every call:
 the copy costs host time and, under replicated tensor sharding, a gather of the shards over
@@ -75,11 +85,13 @@ class HostOptimiserState:
             self.follow(executor._optimizer)
 
     def follow(self, optimizer: torch.optim.Optimizer) -> torch.optim.Optimizer:
-        """``optimizer.state_dict()`` reads this model's state from now on; returns it."""
+        """``optimizer.state_dict()`` reads this model's state from now on, and its
+        ``load_state_dict()`` writes it (PopTorch's "to/from the IPU"); returns it."""
         if optimizer not in self._hooked:
             self._hooked.add(optimizer)
             ref: weakref.ref[HostOptimiserState] = weakref.ref(self)
-            optimizer.register_state_dict_pre_hook(lambda opt: _write_through(ref, opt))
+            optimizer.register_state_dict_pre_hook(lambda opt: _through(ref, opt, "write"))
+            optimizer.register_load_state_dict_post_hook(lambda opt: _through(ref, opt, "load"))
         return optimizer
 
     def _named(self) -> dict[str, torch.Tensor]:
@@ -100,8 +112,9 @@ class HostOptimiserState:
         optimizer = None if executor is None else executor._optimizer
         if optimizer is None or trainer.state is None or not any(optimizer.state.values()):
             return trainer
-        named = self._named()
-        full = to_optax_state(optimizer, named, full_opt_state(trainer))
+        # A fresh state as the template (its structure, dtypes, shapes): no gather of shards.
+        like = jax.tree.map(np.asarray, trainer.optimiser.init(trainer.params))
+        full = to_optax_state(optimizer, self._named(), like)
         place_opt_state(trainer, full, f"{type(optimizer).__name__}.state")
         return trainer
 
@@ -128,12 +141,19 @@ class HostOptimiserState:
                     optimizer.state[param] = by_name[name_of[id(param)]]
 
 
-def _write_through(ref: weakref.ref[HostOptimiserState], optimizer: torch.optim.Optimizer) -> None:
-    """The state-dict pre-hook: the model's state, if ``optimizer`` is still its optimiser."""
+def _through(
+    ref: weakref.ref[HostOptimiserState], optimizer: torch.optim.Optimizer, way: str
+) -> None:
+    """The optimiser's hooks: after ``state_dict()`` the model's state is written into it,
+    after ``load_state_dict()`` its state is the trainer's, if it is still the model's."""
     host = ref()
     executor = None if host is None else host._executor()
-    if host is not None and executor is not None and executor._optimizer is optimizer:
+    if host is None or executor is None or executor._optimizer is not optimizer:
+        return
+    if way == "write":
         host.write()
+    elif executor._trainer is not None:
+        host.load(executor._trainer)
 
 
 # ----------------------------------------------------------------- optax -> torch

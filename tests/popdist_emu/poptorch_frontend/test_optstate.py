@@ -7,6 +7,7 @@ bit for bit; states the emulator cannot take are refused in one line. Needs torc
 
 from __future__ import annotations
 
+import copy
 import os
 import runpy
 import subprocess
@@ -155,6 +156,23 @@ def test_detach_and_destroy_write_the_state_into_the_optimiser() -> None:
     assert float(newer.state_dict()["state"][0]["step"]) == 2.0
     training.destroy()
     assert float(newer.state[model.linear.bias]["step"]) == 2.0
+
+
+def test_load_state_dict_on_a_live_model_writes_its_state() -> None:
+    """PopTorch's optimiser ``load_state_dict`` writes the state to the IPU: after it, the
+    model's state is the loaded one, and training goes on from it."""
+    model = _Loss()
+    optimizer = poptorch.optim.Adam(model.parameters(), lr=0.05)
+    training = poptorch.trainingModel(model, poptorch.Options(), optimizer)
+    training(X, Y)
+    first = copy.deepcopy(optimizer.state_dict())
+    training(X, Y)
+    optimizer.load_state_dict(first)
+    again = optimizer.state_dict()["state"]
+    for index, entry in first["state"].items():
+        assert all(torch.equal(again[index][k], v) for k, v in entry.items()), index
+    training(X, Y)
+    assert float(optimizer.state_dict()["state"][0]["step"]) == 2.0
 
 
 def test_a_state_from_eager_pytorch_is_the_start() -> None:
