@@ -4,6 +4,8 @@ test runs it in a new Python process and compares with an uninterrupted run in i
 ``python resume_program.py CHECKPOINT START STEPS OUT`` loads each optimiser's model and
 optimiser state dicts from CHECKPOINT, trains STEPS more steps from step START and saves
 both state dicts to OUT; :func:`train` is the same training, for the test's own process.
+``poprun-emu ... resume_program.py --sharded OUT`` trains AdamW with replicated tensor
+sharding on the launcher's replicas (:func:`sharded_run`).
 """
 
 from __future__ import annotations
@@ -59,7 +61,33 @@ def train(name: str, start: int, steps: int, saved: dict[str, Any] | None = None
     return {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
 
 
+def sharded_run(out: str) -> None:
+    """Under ``poprun-emu``: AdamW, its state sharded over the launcher's replicas, over a
+    ``poptorch.DataLoader``; every instance reads ``state_dict()`` (a gather of the shards),
+    instance 0 saves it and the weights to ``out``."""
+    import popdist
+    import popdist.poptorch
+
+    options = popdist.poptorch.Options()
+    options.TensorLocations.setOptimizerLocation(
+        poptorch.TensorLocationSettings().useReplicatedTensorSharding(True)
+    )
+    model = Loss()
+    optimizer = OPTIMISERS["adamw"](model.parameters())
+    x, y = batch(0)
+    data = torch.utils.data.TensorDataset(torch.cat([x] * 4), torch.cat([y] * 4))
+    training = poptorch.trainingModel(model, options, optimizer)
+    for inputs, labels in poptorch.DataLoader(options, data, batch_size=4, shuffle=False):
+        training(inputs, labels)
+    state = optimizer.state_dict()
+    if popdist.getInstanceIndex() == 0:
+        torch.save({"model": model.state_dict(), "optimizer": state}, out)
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "--sharded":
+        sharded_run(sys.argv[2])
+        sys.exit()
     checkpoint, start, steps, out = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     loaded = torch.load(checkpoint)
     torch.save({name: train(name, start, steps, loaded[name]) for name in loaded}, out)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import os
 import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -235,6 +236,34 @@ def test_resume_in_a_new_process_is_bit_for_bit(tmp_path: Path) -> None:
                     assert torch.equal(again[key], value), (name, index, key)
                 else:
                     assert again[key] == value, (name, index, key)
+
+
+def test_sharded_state_is_gathered_alike_on_one_and_two_instances(tmp_path: Path) -> None:
+    """Under ``poprun-emu``, AdamW's state sharded over 4 replicas on one instance and on two
+    (two each): every instance reads ``state_dict()``, and both give the same bits."""
+    launcher = shutil.which("poprun-emu", path=str(Path(sys.executable).parent))
+    assert launcher is not None, "poprun-emu is not installed beside this Python"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    saved = []
+    for instances in (1, 2):
+        out = tmp_path / f"sharded{instances}.pt"
+        words = ["--num-replicas", "4", "--num-instances", str(instances)]
+        run = subprocess.run(
+            [launcher, *words, str(PROGRAM), "--sharded", str(out)],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+        )
+        assert run.returncode == 0, run.stderr[-2000:]
+        saved.append(torch.load(out))
+    one, two = saved
+    assert one["optimizer"]["state"], "no optimiser state"
+    for key, value in one["model"].items():
+        assert torch.equal(two["model"][key], value), key
+    for index, entry in one["optimizer"]["state"].items():
+        for key, value in entry.items():
+            assert torch.equal(two["optimizer"]["state"][index][key], value), (index, key)
 
 
 def test_replicated_tensor_sharding_gathers_the_state() -> None:
