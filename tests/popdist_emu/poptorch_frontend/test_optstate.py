@@ -50,15 +50,15 @@ def _trained(make: Any, steps: int = 4, options: Any = None) -> tuple[Any, Any]:
     return model, optimizer
 
 
-def _eager(make: Any, steps: int = 4) -> Any:
-    """The optimiser after ``steps`` eager PyTorch steps on the same model and data."""
+def _eager(make: Any, steps: int = 4) -> tuple[Any, Any]:
+    """The module and optimiser after ``steps`` eager PyTorch steps on the same data."""
     model = _Loss()
     optimizer = make(model.parameters())
     for _ in range(steps):
         optimizer.zero_grad()
         model(X, Y).backward()
         optimizer.step()
-    return optimizer
+    return model, optimizer
 
 
 def _assert_states_close(got: dict, want: dict, atol: float = 1e-6) -> None:
@@ -88,7 +88,7 @@ def test_state_dict_is_eager_pytorchs(make: Any) -> None:
     """After training, the optimiser's state dict is what eager PyTorch's holds: the same
     names, dtypes (``step`` a float32 scalar) and values within float rounding."""
     _, optimizer = _trained(make)
-    _assert_states_close(optimizer.state_dict()["state"], _eager(make).state_dict()["state"])
+    _assert_states_close(optimizer.state_dict()["state"], _eager(make)[1].state_dict()["state"])
 
 
 def _two_groups(params: Any) -> Any:
@@ -109,7 +109,7 @@ def test_parameter_groups_state_dict_is_eager_pytorchs(make: Any) -> None:
     group without momentum keeps none, as in PyTorch."""
     _, optimizer = _trained(make)
     state = optimizer.state_dict()["state"]
-    _assert_states_close(state, _eager(make).state_dict()["state"])
+    _assert_states_close(state, _eager(make)[1].state_dict()["state"])
 
 
 def test_lamb_state_follows_its_formula() -> None:
@@ -180,28 +180,18 @@ def test_a_state_from_eager_pytorch_is_the_start() -> None:
     """An optimiser stepped by eager PyTorch, then wrapped: training goes on from its state
     as PyTorch's own steps do (its layout is PyTorch's)."""
     make = lambda p: poptorch.optim.AdamW(p, lr=0.05)  # noqa: E731
-    eager = _eager(make, steps=2)
+    eager_model, eager = _eager(make, steps=2)
     model = _Loss()
-    model.load_state_dict(_eager_model(make, steps=2).state_dict())
+    model.load_state_dict(eager_model.state_dict())
     optimizer = make(model.parameters())
     optimizer.load_state_dict(eager.state_dict())
     training = poptorch.trainingModel(model, poptorch.Options(), optimizer)
     for _ in range(2):
         training(X, Y)
-    want = _eager_model(make, steps=4)
+    want, wanted = _eager(make, steps=4)
     for got, ref in zip(model.parameters(), want.parameters(), strict=True):
         np.testing.assert_allclose(got.detach().numpy(), ref.detach().numpy(), atol=1e-6)
-    _assert_states_close(optimizer.state_dict()["state"], _eager(make).state_dict()["state"])
-
-
-def _eager_model(make: Any, steps: int) -> Any:
-    model = _Loss()
-    optimizer = make(model.parameters())
-    for _ in range(steps):
-        optimizer.zero_grad()
-        model(X, Y).backward()
-        optimizer.step()
-    return model
+    _assert_states_close(optimizer.state_dict()["state"], wanted.state_dict()["state"])
 
 
 def test_resume_in_a_new_process_is_bit_for_bit(tmp_path: Path) -> None:
@@ -312,7 +302,7 @@ def test_replicated_tensor_sharding_gathers_the_state() -> None:
     ids=["adam-into-sgd", "momentum-into-plain-sgd"],
 )
 def test_another_optimisers_state_refused_in_one_line(saved: Any, make: Any, match: str) -> None:
-    state = _eager(saved, steps=1).state_dict()
+    state = _eager(saved, steps=1)[1].state_dict()
     model = _Loss()
     state["param_groups"] = make(model.parameters()).state_dict()["param_groups"]  # settings
     _refused(make, model, state, match)
@@ -320,7 +310,7 @@ def test_another_optimisers_state_refused_in_one_line(saved: Any, make: Any, mat
 
 def test_unmappable_states_refused_in_one_line() -> None:
     make = lambda p: torch.optim.Adam(p, lr=0.1)  # noqa: E731
-    state = _eager(make, steps=1).state_dict()
+    state = _eager(make, steps=1)[1].state_dict()
     wrong = {**state, "state": {**state["state"], 1: {**state["state"][1]}}}
     wrong["state"][1]["exp_avg"] = torch.zeros(5)
     _refused(make, _Loss(), wrong, r"has shape \[5\], the weight \[3\]")
