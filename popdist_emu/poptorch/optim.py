@@ -155,7 +155,7 @@ def optimiser_hyperparams(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The single parameter group's hyper-parameters (what ``setOptimizer`` may change).
 
     Args:
-        optimizer: a ``torch.optim`` (or ``poptorch.optim``) SGD, Adam or AdamW.
+        optimizer: a ``torch.optim`` (or ``poptorch.optim``) SGD, Adam, AdamW or RMSprop.
 
     Returns:
         The group's settings (``lr``, ``momentum``, ``betas``, ...), without ``params``.
@@ -192,7 +192,7 @@ def to_optax(
     ``torch.optim`` keeps them; a weight in no group is not updated, as in PyTorch.
 
     Args:
-        optimizer: ``torch.optim.SGD``/``Adam``/``AdamW`` or PopTorch's.
+        optimizer: ``torch.optim.SGD``/``Adam``/``AdamW``/``RMSprop`` or PopTorch's.
         names: the trained weights by the names of the parameter tree the transformation
             is applied to (needed when there are several groups).
 
