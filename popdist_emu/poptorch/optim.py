@@ -1,7 +1,7 @@
 """``poptorch.optim``: PopTorch's optimisers, and their mapping onto optax for the emulator.
 
-PopTorch's ``SGD``, ``Adam`` and ``AdamW`` are ``torch.optim`` optimisers with extra IPU
-arguments (``loss_scaling``, ``velocity_scaling``, ``accum_type``, ...). Here they are the
+PopTorch's ``SGD``, ``Adam``, ``AdamW`` and ``RMSprop`` are ``torch.optim`` optimisers with
+extra IPU arguments (``loss_scaling``, ``velocity_scaling``, ``accum_type``, ...). Here they are the
 ``torch.optim`` classes with those arguments accepted: loss and velocity scaling cancel out
 mathematically (in float32 they only move the last bits), and the accumulator types are
 float32 in the emulator. :func:`to_optax` turns any of them, or the plain ``torch.optim``
