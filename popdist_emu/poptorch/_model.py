@@ -82,6 +82,7 @@ from popdist_emu.poptorch._buffers import (
     write_buffers,
 )
 from popdist_emu.poptorch._offline import end_program, simulate_step
+from popdist_emu.poptorch._optstate import HostOptimiserState
 from popdist_emu.poptorch._outputs import (
     IterationOutputs,
     OutputMode,
@@ -106,8 +107,8 @@ class PoplarExecutor:
     Args:
         model: the ``torch.nn.Module``; its forward returns the loss (training) or outputs.
         options: ``poptorch.Options`` (None: PopTorch's defaults for one replica).
-        optimizer: a ``torch.optim``/``poptorch.optim`` SGD, Adam or AdamW (None: PopTorch's
-            default, SGD with learning rate 0.01).
+        optimizer: ``torch.optim``/``poptorch.optim`` SGD, Adam, AdamW, RMSprop, LAMB (None:
+            PopTorch's SGD, learning rate 0.01); its ``state_dict()`` both ways (``_optstate``).
         training: train (True) or only run the forward (False).
     """
 
@@ -144,6 +145,7 @@ class PoplarExecutor:
         trainable = {name for name, p in model.named_parameters() if p.requires_grad}
         self._names = [name for name in weights if name in trainable]
         self._constants = {k: v for k, v in weights.items() if k not in trainable}
+        self._host_state = HostOptimiserState(self)  # the optimiser's state_dict(), both ways
         self._trainer: Any = None
         self._simulated = False
         self._out_shape: Any = None  # the forward's output structure, found at the first call
@@ -178,17 +180,13 @@ class PoplarExecutor:
         with holding_key(micro_batch_key(self._seed, first_index)):
             return self._fn_state(weights, args)
 
-    def _run(self, weights: Weights, args: MicroBatch, first_index: ArrayLike) -> Any:
-        """The module's forward, its random draws keyed by its first sample's index."""
-        return self._run_state(weights, args, first_index)[0]
-
     def _outputs(self, params: Weights, micro_batch: MicroBatch) -> Any:
         """The module's outputs for one micro-batch of one replica (the trained weights and
         the constants)."""
         weights = {**self._constants, **params}
         if self._random:
             *inputs, index = micro_batch
-            return self._run(weights, tuple(inputs), index[0])
+            return self._run_state(weights, tuple(inputs), index[0])[0]
         return self._fn(weights, micro_batch)
 
     def _loss(self, params: Weights, micro_batch: MicroBatch) -> jax.Array:
@@ -243,8 +241,8 @@ class PoplarExecutor:
             with_outputs = self._outputs_in_step()
             if with_outputs:
                 loss = self._loss_and_outputs
-            self._trainer = popdist_emu.Trainer(
-                loss, transform, params, options, has_aux=with_outputs
+            self._trainer = self._host_state.load(
+                popdist_emu.Trainer(loss, transform, params, options, has_aux=with_outputs)
             )
         return self._trainer
 
@@ -357,7 +355,7 @@ class PoplarExecutor:
             ValueError: another optimiser class or a change other than the learning rate.
         """
         learning_rate = optim.changed_learning_rate(self._optimizer, optimizer)
-        self._optimizer = optimizer
+        self._optimizer = self._host_state.follow(optimizer)
         if self._trainer is not None:
             optim.set_learning_rate(self._trainer.state.opt_state, learning_rate)
 
@@ -397,6 +395,8 @@ class PoplarExecutor:
 
     def detachFromDevice(self) -> None:  # noqa: N802
         """Releases the (simulated) IPUs; the next call attaches again."""
+        if self.training:  # PopTorch reads the weights and optimiser state back first
+            self._host_state.to_host()
         self._attached = False
 
     def isAttachedToDevice(self) -> bool:  # noqa: N802
@@ -404,8 +404,8 @@ class PoplarExecutor:
         return self._attached
 
     def destroy(self) -> None:
-        """Drops the compiled step and its state (the module keeps the trained weights)."""
-        self.copyWeightsToHost()
+        """Drops the compiled step (the module and optimiser keep the weights and state)."""
+        self._host_state.to_host()
         self._trainer = None
 
 

@@ -1,7 +1,7 @@
 """``poptorch.optim``: PopTorch's optimisers, and their mapping onto optax for the emulator.
 
-PopTorch's ``SGD``, ``Adam`` and ``AdamW`` are ``torch.optim`` optimisers with extra IPU
-arguments (``loss_scaling``, ``velocity_scaling``, ``accum_type``, ...). Here they are the
+PopTorch's ``SGD``, ``Adam``, ``AdamW`` and ``RMSprop`` are ``torch.optim`` optimisers with
+extra IPU arguments (``loss_scaling``, ``velocity_scaling``, ``accum_type``, ...). Here they are the
 ``torch.optim`` classes with those arguments accepted: loss and velocity scaling cancel out
 mathematically (in float32 they only move the last bits), and the accumulator types are
 float32 in the emulator. :func:`to_optax` turns any of them, or the plain ``torch.optim``
@@ -11,6 +11,10 @@ ones, into the optax transformation that makes the same update:
   ``p -= lr * (g' + momentum * buf)``);
 - Adam: L2 weight decay added to the gradient, then Adam with bias correction;
 - AdamW: decoupled weight decay ``p -= lr * wd * p`` beside the Adam step;
+- RMSprop: L2 weight decay, ``v = alpha * v + (1 - alpha) * g^2`` (centred: minus the
+  square of the gradient's average), ``g / (sqrt(v) + eps)`` (``optax.scale_by_rms`` or
+  ``scale_by_stddev`` with ``eps_in_sqrt=False``: eps outside the root, as PyTorch puts
+  it), then momentum as SGD's and the learning rate;
 - LAMB (PopTorch's own, no ``torch.optim`` peer): ``optax.lamb``'s update (see
   :class:`LAMB`), built as ``popdist_emu.runtime.layerwise`` so replicated tensor sharding
   can shard it (its per-tensor norms are reduced over the sharding domain).
@@ -20,15 +24,16 @@ The learning rate is an injected hyper-parameter (``optax.inject_hyperparams``),
 PopTorch does.
 
 References:
-    PopTorch User Guide, "Optimizers" (``poptorch.optim.SGD``, ``Adam``, ``AdamW``: defaults,
-    ``loss_scaling``, ``velocity_scaling``); PyTorch documentation, ``torch.optim.SGD``,
-    ``torch.optim.Adam``, ``torch.optim.AdamW`` (the update rules above); optax documentation,
-    ``optax.sgd``, ``optax.adam``, ``optax.adamw``, ``optax.inject_hyperparams``.
+    PopTorch User Guide, "Optimizers" (``poptorch.optim.SGD``, ``Adam``, ``AdamW``,
+    ``RMSprop``: defaults, ``loss_scaling``, ``velocity_scaling``, ``use_tf_variant``);
+    PyTorch documentation, ``torch.optim.SGD``, ``Adam``, ``AdamW``, ``RMSprop`` (the update
+    rules above); optax documentation, ``optax.sgd``, ``optax.adam``, ``optax.adamw``,
+    ``optax.scale_by_rms``, ``optax.scale_by_stddev``, ``optax.inject_hyperparams``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, cast
 
 import jax
@@ -40,7 +45,7 @@ from popdist_emu.runtime import Optimiser, layerwise
 if TYPE_CHECKING:
     from torch.optim.optimizer import ParamsT
 
-__all__ = ["LAMB", "SGD", "Adam", "AdamW", "optimiser_hyperparams", "to_optax"]
+__all__ = ["LAMB", "SGD", "Adam", "AdamW", "RMSprop", "optimiser_hyperparams", "to_optax"]
 
 # PopTorch-only arguments that change no number of the emulator's float32 update.
 _IPU_ARGUMENTS = (
@@ -90,6 +95,24 @@ class AdamW(torch.optim.AdamW):
         super().__init__(params, lr=lr, **kwargs)
 
 
+class RMSprop(torch.optim.RMSprop):
+    """``poptorch.optim.RMSprop``: ``torch.optim.RMSprop`` plus PopTorch's IPU arguments.
+
+    Raises:
+        ValueError: ``use_tf_variant=True`` (TensorFlow's RMSprop: eps inside the root,
+            the average starting at one): not modelled yet.
+    """
+
+    def __init__(self, params: ParamsT, lr: float = 1e-2, **kwargs: Any) -> None:
+        _pop_ipu_arguments(kwargs, "RMSprop")
+        if kwargs.pop("use_tf_variant", False):
+            raise ValueError(
+                "poptorch.optim.RMSprop(use_tf_variant=True): not modelled by popdist-emu "
+                "yet; remove it."
+            )
+        super().__init__(params, lr=lr, **kwargs)
+
+
 class LAMB(torch.optim.Optimizer):
     """``poptorch.optim.LAMB``: Adam's moments, then a layer-wise trust ratio.
 
@@ -132,7 +155,7 @@ def optimiser_hyperparams(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The single parameter group's hyper-parameters (what ``setOptimizer`` may change).
 
     Args:
-        optimizer: a ``torch.optim`` (or ``poptorch.optim``) SGD, Adam or AdamW.
+        optimizer: a ``torch.optim`` (or ``poptorch.optim``) SGD, Adam, AdamW or RMSprop.
 
     Returns:
         The group's settings (``lr``, ``momentum``, ``betas``, ...), without ``params``.
@@ -169,7 +192,7 @@ def to_optax(
     ``torch.optim`` keeps them; a weight in no group is not updated, as in PyTorch.
 
     Args:
-        optimizer: ``torch.optim.SGD``/``Adam``/``AdamW`` or PopTorch's.
+        optimizer: ``torch.optim.SGD``/``Adam``/``AdamW``/``RMSprop`` or PopTorch's.
         names: the trained weights by the names of the parameter tree the transformation
             is applied to (needed when there are several groups).
 
@@ -273,10 +296,29 @@ def _group_transform(
             return optax.chain(*parts)
 
         return optax.inject_hyperparams(adam)(learning_rate=lr)
+    if isinstance(optimizer, torch.optim.RMSprop):
+        return optax.inject_hyperparams(_rmsprop(group))(learning_rate=lr)
     raise ValueError(
-        f"{type(optimizer).__name__}: popdist-emu maps SGD, Adam, AdamW (torch.optim or "
-        f"poptorch.optim) and poptorch.optim.LAMB so far; use one of those."
+        f"{type(optimizer).__name__}: popdist-emu maps SGD, Adam, AdamW, RMSprop (torch.optim "
+        f"or poptorch.optim) and poptorch.optim.LAMB so far; use one of those."
     )
+
+
+def _rmsprop(group: dict[str, Any]) -> Callable[..., optax.GradientTransformation]:
+    """RMSprop's transformation of one group's settings, its learning rate an argument."""
+    wd, alpha, eps = (float(group[k]) for k in ("weight_decay", "alpha", "eps"))
+    momentum = float(group["momentum"])
+    scale = optax.scale_by_stddev if group["centered"] else optax.scale_by_rms
+
+    def rmsprop(learning_rate: float | jax.Array) -> optax.GradientTransformation:
+        parts = [optax.add_decayed_weights(wd)] if wd else []
+        parts.append(scale(decay=alpha, eps=eps, eps_in_sqrt=False))
+        if momentum:
+            parts.append(optax.trace(decay=momentum))
+        parts.append(optax.scale_by_learning_rate(learning_rate))
+        return optax.chain(*parts)
+
+    return rmsprop
 
 
 def changed_learning_rate(old: torch.optim.Optimizer | None, new: torch.optim.Optimizer) -> float:

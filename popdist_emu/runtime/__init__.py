@@ -4,6 +4,8 @@ and checkpoints."""
 from popdist_emu.programs import StepShapes as StepShapes
 from popdist_emu.programs import accumulator_struct as accumulator_struct
 from popdist_emu.runtime._checkpoint import check_fits as check_checkpoint
+from popdist_emu.runtime._checkpoint import full_opt_state as full_opt_state
+from popdist_emu.runtime._checkpoint import place_opt_state as place_opt_state
 from popdist_emu.runtime._checkpoint import read_meta as read_checkpoint_meta
 from popdist_emu.runtime._checkpoint import restore_checkpoint as restore_checkpoint
 from popdist_emu.runtime._checkpoint import save_checkpoint as save_checkpoint
@@ -60,9 +62,11 @@ __all__ = [
     "check_checkpoint",
     "check_elementwise",
     "claim_checkpoint_dir",
+    "full_opt_state",
     "lamb",
     "lars",
     "layerwise",
+    "place_opt_state",
     "plan_sharding",
     "read_checkpoint_meta",
     "restore_checkpoint",

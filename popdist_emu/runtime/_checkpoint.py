@@ -94,8 +94,12 @@ def full_opt_state(trainer: Trainer) -> Any:
         full = unshard_state(plan, state, [replica], [k])
         leaves = [np.array(x) for x in jax.tree_util.tree_leaves(full)]
         # One whole copy: sharded leaves from the replicas of domain 0 (each owns its part,
-        # zeros elsewhere), unsharded leaves from replica 0; every other replica adds zeros.
-        keep = [replica == 0 if m is None else replica < plan.domain_size for m in state.mirrors]
+        # zeros elsewhere), unsharded leaves (a weight under the sharding threshold's state
+        # too: every replica holds all of it) from replica 0; every other replica adds zeros.
+        keep = [
+            replica < plan.domain_size if m is not None and plan.sharded[m] else replica == 0
+            for m in state.mirrors
+        ]
         parts.append(
             [_as_bits(x if on else np.zeros_like(x)) for x, on in zip(leaves, keep, strict=True)]
         )
@@ -104,6 +108,28 @@ def full_opt_state(trainer: Trainer) -> Any:
         np.asarray(s).view(x.dtype).reshape(x.shape) for s, x in zip(summed, leaves, strict=True)
     ]
     return state.treedef.unflatten(leaves)
+
+
+def place_opt_state(trainer: Trainer, full: Any, where: str = "optimiser state") -> None:
+    """Makes ``full`` (a whole optimiser state, host arrays) the trainer's, in the form its
+    stage keeps: sharded for RTS (each local replica's part), host arrays when offloaded,
+    device copies otherwise (the update may donate them)."""
+    current = _live_state(trainer, "place_opt_state").opt_state
+    opt_state: Any
+    if isinstance(current, StreamingState):
+        opt_state = stream_out(full)
+    elif isinstance(current, ShardedOptState):
+        plan = trainer.sharding_plan
+        if plan is None:
+            raise CheckpointError(
+                f"{where}: the trainer's optimiser state is sharded but it has no sharding "
+                f"plan; build it with Options(replicated_tensor_sharding=True)."
+            )
+        offset = trainer.options.replica_offset
+        opt_state = shard_state(plan, full, range(offset, offset + len(current.shards)))
+    else:
+        opt_state = jax.tree.map(lambda x: jax.device_put(np.array(x)), full)
+    trainer.state = TrainState(trainer.params, opt_state)
 
 
 def _layout(leaves: Sequence[LeafLike]) -> list[list[str | list[int]]]:
@@ -341,24 +367,11 @@ def restore_checkpoint(directory: str | os.PathLike[str], trainer: Trainer) -> d
     params = _restore_leaves(saved, "params", params_like, path)
     opt = _restore_leaves(saved, "opt_state", opt_like, path)
     full = jax.tree_util.tree_unflatten(opt_def, opt)
-    opt_state: Any
-    if isinstance(current, StreamingState):
-        opt_state = stream_out(full)
-    elif isinstance(current, ShardedOptState):
-        plan = trainer.sharding_plan
-        if plan is None:
-            raise CheckpointError(
-                f"{path}: the trainer's optimiser state is sharded but it has no sharding "
-                f"plan; build it with Options(replicated_tensor_sharding=True)."
-            )
-        offset = trainer.options.replica_offset
-        opt_state = shard_state(plan, full, range(offset, offset + len(current.shards)))
-    else:
-        opt_state = jax.tree.map(lambda x: jax.device_put(np.array(x)), full)
     params_tree = jax.tree_util.tree_unflatten(
         params_def, [jax.device_put(np.array(x)) for x in params]
     )
-    trainer.state = TrainState(params_tree, opt_state)
+    trainer.state = TrainState(params_tree, current)
+    place_opt_state(trainer, full, path)
     trainer.steps_done = int(meta["step"])
     if trainer.options.instance_index == 0:
         LOGGER.info("resumed from %s at step %d", path, trainer.steps_done)

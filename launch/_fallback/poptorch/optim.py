@@ -1,5 +1,5 @@
 """``poptorch.optim`` where no Poplar SDK provides it: the emulator's (torch needed)."""
 
-from popdist_emu.poptorch.optim import SGD, Adam, AdamW
+from popdist_emu.poptorch.optim import LAMB, SGD, Adam, AdamW, RMSprop
 
-__all__ = ["SGD", "Adam", "AdamW"]
+__all__ = ["LAMB", "SGD", "Adam", "AdamW", "RMSprop"]

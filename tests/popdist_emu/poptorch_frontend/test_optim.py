@@ -36,6 +36,9 @@ def _run_both(make: object, steps: int = 5) -> float:
         lambda p: optim.Adam(p, lr=0.01, weight_decay=0.1),
         lambda p: optim.AdamW(p, lr=0.01),
         lambda p: torch.optim.AdamW(p, lr=0.01, betas=(0.8, 0.99), eps=1e-6),
+        lambda p: optim.RMSprop(p, lr=0.01, loss_scaling=64.0),
+        lambda p: torch.optim.RMSprop(p, lr=0.01, alpha=0.9, eps=1e-3, weight_decay=0.1),
+        lambda p: optim.RMSprop(p, lr=0.01, momentum=0.9, centered=True),
     ],
 )
 def test_update_matches_pytorch(make: object) -> None:
@@ -82,8 +85,16 @@ def test_unsupported_settings_refused_in_one_line() -> None:
     param = torch.nn.Parameter(torch.zeros(1))
     with pytest.raises(ValueError, match="names are needed"):
         optim.to_optax(torch.optim.SGD([{"params": [param]}, {"params": []}], lr=0.1))
-    with pytest.raises(ValueError, match="maps SGD, Adam, AdamW"):
-        optim.to_optax(torch.optim.RMSprop([param]))
+    with pytest.raises(ValueError, match="maps SGD, Adam, AdamW, RMSprop"):
+        optim.to_optax(torch.optim.Adagrad([param]))
+    with pytest.raises(ValueError, match="use_tf_variant") as info:
+        optim.RMSprop([param], use_tf_variant=True)
+    assert "\n" not in str(info.value)
+
+
+def test_poptorch_rmsprop_defaults_are_torchs() -> None:
+    group = optim.RMSprop([torch.nn.Parameter(torch.zeros(1))]).param_groups[0]
+    assert (group["lr"], group["alpha"], group["eps"], group["momentum"]) == (1e-2, 0.99, 1e-8, 0)
 
 
 def _lamb_reference(w: np.ndarray, grads: list[np.ndarray], lr: float, wd: float) -> np.ndarray:
@@ -128,3 +139,22 @@ def test_lamb_defaults_and_refusals_are_poptorchs() -> None:
         with pytest.raises(ValueError, match="not modelled") as info:
             optim.LAMB([param], **setting)
         assert "\n" not in str(info.value)
+
+
+def test_from_poptorch_optim_imports_every_optimiser_without_the_sdk() -> None:
+    """``from poptorch.optim import LAMB, RMSprop`` (Graphcore's BERT and CNN applications)
+    through the fallback package, as outside ``poprun-emu``."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.meta_path.append(__import__('launch._popdist_finder', "
+        "fromlist=['x']).PopDistFallbackFinder)\n"
+        "from poptorch.optim import LAMB, SGD, Adam, AdamW, RMSprop\n"
+        "import popdist_emu.poptorch.optim as o\n"
+        "print(all(x is getattr(o, x.__name__) for x in (LAMB, SGD, Adam, AdamW, RMSprop)))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert out.stdout.strip() == "True", out.stderr[-2000:]

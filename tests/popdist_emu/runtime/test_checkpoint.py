@@ -20,6 +20,7 @@ from popdist_emu import Options, ReplicaLoader, Trainer
 from popdist_emu.runtime._checkpoint import (
     CHECKPOINT_FILE,
     _checksum,
+    full_opt_state,
     load_checkpoint,
     read_meta,
     restore_checkpoint,
@@ -98,6 +99,25 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path_factory, n, m,
     run(second, options, n, n + m)
     for a, b in zip(leaves(straight), leaves(second), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_the_whole_state_takes_a_weight_too_small_to_shard_once():
+    """A weight with fewer elements than the sharding domain is not sharded: every replica
+    holds all of its state, and the gathered state takes it once (it summed the copies)."""
+    params = {**init_params(), "s": jnp.ones((2,))}
+
+    def scaled(p, batch):
+        return loss_fn(p, batch) * jnp.sum(p["s"])
+
+    states = []
+    for holder in ("plain", "rts-domain-4"):
+        options = Options(replication_factor=REPLICAS, **HOLDERS[holder])
+        trainer = Trainer(scaled, ADAMW, params, options)
+        run(trainer, options, 0, 2)
+        states.append(jax.tree_util.tree_leaves(full_opt_state(trainer)))
+    assert trainer.sharding_plan is not None and not all(trainer.sharding_plan.sharded)
+    for got, want in zip(states[1], states[0], strict=True):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_a_failed_checkpoint_write_keeps_the_previous_one(tmp_path, monkeypatch):
