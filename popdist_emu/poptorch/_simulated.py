@@ -9,7 +9,7 @@ host-bound verdict, uncertainty with the calibrated parameter set), ``--report-d
 sweep). The simulation reads shapes only, so the numbers a functional run computes do not
 change.
 
-- Functional run: the program's first program is reported after its first call ran, so the
+- Functional run: each program is reported after its first call ran, so the first one's
   trace holds the instances' measured wall-clock host track (the compile and that call,
   ``popdist_emu._host_timeline``) beside the simulated tracks; a later program (another
   batch shape, e.g. a short last batch) prints its summary and writes its reports to
@@ -31,6 +31,7 @@ References:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -90,11 +91,15 @@ def simulate_step(
     return popdist_emu.simulate(trainer, batch, name=name, host=host)
 
 
-def report_step(simulation: hardware.StepSimulation, fields: Options, program: int) -> None:
-    """Reports the ``program``-th distinct program (1 first) as every run reports: instance
-    0 prints the summary, the report directory (``program-N`` under it after the first)
-    gets the files; a functional run's instance 0 adds ``WALL_CLOCK_NOTE``."""
-    directory = fields.report_dir
+# The programs this process reported, of all its models: the N-th goes to ``program-N``.
+_REPORTED = itertools.count(1)
+
+
+def report_step(simulation: hardware.StepSimulation, fields: Options) -> None:
+    """Reports a distinct program as every run reports: instance 0 prints the summary, the
+    report directory gets the files (the process's first program's; ``program-N`` under it
+    the N-th's); a functional run's instance 0 adds ``WALL_CLOCK_NOTE``."""
+    directory, program = fields.report_dir, next(_REPORTED)
     if directory and program > 1:
         directory = os.path.join(directory, f"program-{program}")
     popdist_emu.report_simulation(simulation, fields, report_dir=directory)
@@ -125,21 +130,19 @@ class SimulatedPrograms:
         self._fields = fields
         self._seen: set[tuple[tuple[tuple[int, ...], str], ...]] = set()
 
-    def _new(self, batch: tuple[np.ndarray, ...]) -> int | None:
-        """The number of ``batch``'s program (1 first) if it was not simulated yet."""
+    def _new(self, batch: tuple[np.ndarray, ...]) -> bool:
+        """Whether ``batch``'s program was not simulated yet (it is now counted)."""
         key = program_key(batch)
-        if key in self._seen:
-            return None
+        new = key not in self._seen
         self._seen.add(key)
-        return len(self._seen)
+        return new
 
     def compiled(
         self, batch: tuple[np.ndarray, ...], simulate: Callable[[], hardware.StepSimulation]
     ) -> None:
         """``compile`` offline: simulates and reports ``batch``'s program if new."""
-        number = self._new(batch)
-        if number is not None:
-            report_step(simulate(), self._fields, number)
+        if self._new(batch):
+            report_step(simulate(), self._fields)
 
     @contextlib.contextmanager
     def call(
@@ -148,12 +151,11 @@ class SimulatedPrograms:
         """Around a training call: a new program is simulated before the call and reported
         after it ran (functional: the host track then holds it), or reported and the program
         ended (offline, where every call ends it)."""
-        number = self._new(batch)
-        simulation = None if number is None else simulate()
-        if self._fields.offline:
-            if simulation is not None and number is not None:
-                report_step(simulation, self._fields, number)
+        simulation = simulate() if self._new(batch) else None  # a step too large is refused
+        if self._fields.offline:  # nothing runs offline (``compile`` may have reported it)
+            if simulation is not None:
+                report_step(simulation, self._fields)
             end_program(self._fields)
         yield
-        if simulation is not None and number is not None:
-            report_step(simulation, self._fields, number)
+        if simulation is not None:
+            report_step(simulation, self._fields)
