@@ -309,10 +309,12 @@ def main(argv: list[str] | None = None) -> dict:
     }
     shapes = batch_shapes(options, args.micro_batch_size)
     try:
-        # Before any step, as Poplar refuses at compile time a graph that does not fit.
-        # Offline nothing trains, but the host's part is measured on a sample of batches.
-        sample = sample_loader(options, args) if trainer.offline else None
-        simulation = popdist_emu.simulate(trainer, shapes, name="digits-cnn", infeed_stats=sample)
+        # Before any step or any data, as Poplar refuses at compile time a graph that does
+        # not fit: an oversized micro-batch is refused from its shapes alone, in seconds.
+        simulation = popdist_emu.simulate(trainer, shapes, name="digits-cnn")
+        if trainer.offline:  # nothing trains: the host's part is measured on a sample
+            sample, sampled = sample_loader(options, args)
+            simulation = popdist_emu.with_infeed_stats(simulation, sample, sampled)
     except hardware.OutOfMemoryError as error:
         print(error, file=sys.stderr, flush=True)
         raise SystemExit(1) from None
@@ -355,16 +357,28 @@ def offline_report(trainer: popdist_emu.Trainer, shapes: tuple, profile) -> dict
     }
 
 
-def sample_loader(options: popdist_emu.Options, args: argparse.Namespace, calls: int = 3):
-    """What the training's infeed would measure, from its first ``calls`` batches alone."""
+# Samples per call the offline host measure prepares at most: the host's work is per sample,
+# so a few thousand measure it, whatever the micro-batch being sized.
+SAMPLE_BOUND = 4096
+
+
+def sample_loader(
+    options: popdist_emu.Options, args: argparse.Namespace, calls: int = 3
+) -> tuple[popdist_emu.InfeedStats, int]:
+    """What the training's infeed would measure, from its first ``calls`` batches alone, at
+    a micro-batch bounded so that a call prepares at most ``SAMPLE_BOUND`` samples: the
+    stats and the micro-batch they were measured at (for ``with_infeed_stats``)."""
+    per_call = options.device_iterations * options.gradient_accumulation
+    per_call *= options.replication_factor
+    micro = max(1, min(args.micro_batch_size, SAMPLE_BOUND // per_call))
     data = popdist_emu.load_digits_split(seed=0)
     loader = popdist_emu.ReplicaLoader(
-        (data.train_images, data.train_labels), args.micro_batch_size, options, seed=args.seed
+        (data.train_images, data.train_labels), micro, options, seed=args.seed
     )
     with popdist_emu.Infeed(loader.batch, calls, prefetch_depth=options.prefetch_depth) as feed:
         for _ in feed:
             pass
-    return feed.stats
+    return feed.stats, micro
 
 
 def train(

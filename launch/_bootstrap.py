@@ -128,9 +128,9 @@ def _is_running(pid: int) -> bool:
 def _end(child: subprocess.Popen) -> None:
     """SIGTERM to the program, SIGKILL if it has not ended 5 s later."""
     child.terminate()
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         child.wait(timeout=5)
-    except subprocess.TimeoutExpired:
+    if child.poll() is None:
         child.kill()
 
 

@@ -32,10 +32,21 @@ import copy
 import dataclasses
 import warnings
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from popdist_emu._options import Options as EmulatorOptions
 from popdist_emu.popdist import api as popdist
+from popdist_emu.popdist._poptorch_groups import (
+    TensorLocationSettings as TensorLocationSettings,
+)
+from popdist_emu.popdist._poptorch_groups import (
+    _Distributed,
+    _Group,
+    _name,
+    _Precision,
+    _TensorLocations,
+    _Training,
+)
 
 _WARNED: set[str] = set()
 
@@ -78,14 +89,8 @@ _NO_EFFECT = {
 }
 # Refused: the emulator would compute other numbers than PopTorch does if it ignored them.
 _REFUSED = {
-    ("Options", "enableSyntheticData"): "synthetic data replaces the host's data on the IPU",
     ("Training", "clipNormOfGradients"): "gradient clipping changes every update",
 }
-
-
-def _name(value: object) -> str:
-    """The enumeration member's name, lower case: ``OutputMode.All`` -> ``"all"``."""
-    return str(getattr(value, "name", value)).rsplit(".", 1)[-1].lower()
 
 
 def _warn_once(method: str) -> None:
@@ -96,140 +101,6 @@ def _warn_once(method: str) -> None:
             f"changes neither its numbers nor its simulated time)",
             stacklevel=3,
         )
-
-
-class _Placement(Protocol):
-    """What the setters read of a TensorLocationSettings (ours, or any with these)."""
-
-    @property
-    def on_chip(self) -> bool: ...
-
-    @property
-    def replicated_tensor_sharding(self) -> bool: ...
-
-
-class TensorLocationSettings:
-    """PopTorch's ``TensorLocationSettings``: where a kind of tensor lives.
-
-    ``useOnChipStorage(False)`` streams the tensors from host memory (the emulator's
-    optimiser-state offloading); ``useReplicatedTensorSharding(True)`` shards them over the
-    replicas (RTS). The ``minElements...`` thresholds are kept.
-    """
-
-    def __init__(self) -> None:
-        self.on_chip = True
-        self.replicated_tensor_sharding = False
-        self.min_elements_for_off_chip = 0
-        self.min_elements_for_rts = 0
-        self.io_tiles_to_load = False
-
-    def _set(self, **values: object) -> TensorLocationSettings:
-        """PopTorch's setters: set, then return the settings for the next call."""
-        vars(self).update(values)
-        return self
-
-    def useOnChipStorage(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
-        return self._set(on_chip=bool(use))
-
-    def useReplicatedTensorSharding(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
-        return self._set(replicated_tensor_sharding=bool(use))
-
-    def minElementsForOffChip(self, n: int) -> TensorLocationSettings:  # noqa: N802
-        return self._set(min_elements_for_off_chip=int(n))
-
-    def minElementsForReplicatedTensorSharding(self, n: int) -> TensorLocationSettings:  # noqa: N802
-        return self._set(min_elements_for_rts=int(n))
-
-    def useIOTilesToLoad(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
-        return self._set(io_tiles_to_load=bool(use))
-
-
-def _read_settings(settings: _Placement, method: str) -> tuple[bool, bool]:
-    """``(on_chip, rts)`` of a TensorLocationSettings (ours, or any with those attributes)."""
-    try:
-        return bool(settings.on_chip), bool(settings.replicated_tensor_sharding)
-    except AttributeError:
-        raise TypeError(
-            f"TensorLocations.{method}: expected popdist.poptorch.TensorLocationSettings, got "
-            f"{type(settings).__name__}; build it with TensorLocationSettings()"
-            f".useOnChipStorage(...)."
-        ) from None
-
-
-class _Group:
-    """One of PopTorch's option groups (``opts.Training``, ``opts.Precision``, ...)."""
-
-    _group = ""
-
-    def __init__(self, owner: Options) -> None:
-        self._owner = owner
-
-    def __getattr__(self, method: str) -> Callable[..., Options]:
-        if method.startswith("__"):
-            raise AttributeError(method)
-        return self._owner._method(self._group, method)
-
-
-class _Training(_Group):
-    _group = "Training"
-
-    def gradientAccumulation(self, n: int) -> Options:  # noqa: N802
-        self._owner._fields["gradient_accumulation"] = int(n)
-        return self._owner
-
-    def accumulationAndReplicationReductionType(self, reduction: object) -> Options:  # noqa: N802
-        name = _name(reduction)
-        if name not in ("mean", "sum"):
-            raise ValueError(
-                f"Training.accumulationAndReplicationReductionType({name!r}): the emulator "
-                f"reduces gradients by 'mean' or 'sum' only; a running mean would add in another "
-                f"order and give other bits."
-            )
-        self._owner._fields["reduction"] = name
-        return self._owner
-
-
-class _Precision(_Group):
-    _group = "Precision"
-
-    def setPartialsType(self, dtype: object) -> Options:  # noqa: N802
-        name = str(getattr(dtype, "name", dtype)).removeprefix("torch.")
-        partials = {"half": "half", "float16": "half", "float": "float", "float32": "float"}
-        if name not in partials:
-            raise ValueError(
-                f"Precision.setPartialsType({dtype!r}): PopTorch takes torch.half or torch.float."
-            )
-        self._owner._fields["partials_type"] = partials[name]
-        return self._owner
-
-
-class _TensorLocations(_Group):
-    _group = "TensorLocations"
-
-    def setOptimizerLocation(self, settings: _Placement) -> Options:  # noqa: N802
-        on_chip, rts = _read_settings(settings, "setOptimizerLocation")
-        self._owner._fields["offload_optimiser"] = not on_chip
-        self._owner._fields["replicated_tensor_sharding"] = rts
-        return self._owner
-
-    def _only_default(self, settings: _Placement, method: str, what: str) -> Options:
-        on_chip, rts = _read_settings(settings, method)
-        if not on_chip or rts:
-            raise ValueError(
-                f"TensorLocations.{method}: the emulator keeps {what} on chip and unsharded; "
-                f"streaming or sharding them would change its simulated memory and time. Set "
-                f"the optimiser state's location instead (setOptimizerLocation)."
-            )
-        return self._owner
-
-    def setWeightLocation(self, settings: _Placement) -> Options:  # noqa: N802
-        return self._only_default(settings, "setWeightLocation", "weights")
-
-    def setAccumulatorLocation(self, settings: _Placement) -> Options:  # noqa: N802
-        return self._only_default(settings, "setAccumulatorLocation", "gradient accumulators")
-
-    def setActivationLocation(self, settings: _Placement) -> Options:  # noqa: N802
-        return self._only_default(settings, "setActivationLocation", "activations")
 
 
 class Options:
@@ -273,7 +144,7 @@ class Options:
         self.Precision = _Precision(self)
         self.Jit = type("_Jit", (_Group,), {"_group": "Jit"})(self)
         self._Popart = type("_PopartGroup", (_Group,), {"_group": "_Popart"})(self)
-        self.Distributed = type("_Distributed", (_Group,), {"_group": "Distributed"})(self)
+        self.Distributed = _Distributed(self)
 
     def _method(self, group: str, method: str) -> Callable[..., Options]:
         """A PopTorch method this class does not define: no-effect (warn) or refused."""
@@ -324,6 +195,18 @@ class Options:
 
     def replicationFactor(self, n: int) -> Options:  # noqa: N802
         self._fields["replication_factor"] = int(n)
+        return self
+
+    def enableSyntheticData(self, enabled: bool) -> Options:  # noqa: N802
+        """``False`` (host data, PopTorch's default) is accepted; ``True`` is refused: PopTorch
+        then feeds the model random-normal data made on the IPU, which the emulator does not
+        make, and silently training on the host's data instead would give other numbers."""
+        if enabled:
+            raise ValueError(
+                "popdist.poptorch.Options.enableSyntheticData(True): the emulator makes no "
+                "device-side random data (PopTorch's synthetic mode); feed host-generated data "
+                "instead (the programs' --dataset/--data generated) or pass False."
+            )
         return self
 
     def clone(self) -> Options:

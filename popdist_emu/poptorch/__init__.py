@@ -24,9 +24,11 @@ from typing import TYPE_CHECKING
 
 from popdist_emu.popdist import PopTorchOptions as Options
 from popdist_emu.popdist import TensorLocationSettings
+from popdist_emu.poptorch import enums
 from popdist_emu.poptorch._api import (
     DataLoaderMode,
     ExecutionStrategy,
+    MatMulSerializationMode,
     OutputMode,
     ReductionType,
     identity_loss,
@@ -40,8 +42,15 @@ from popdist_emu.poptorch._blocks import (
     ShardedExecution,
     Stage,
     recomputationCheckpoint,
+    removeBlocks,
     set_available_memory,
 )
+from popdist_emu.poptorch._names import (
+    Attribute,
+    serializedMatMul,
+    setLogLevel,
+)
+from popdist_emu.poptorch._names import register_torch_ops as _register_torch_ops
 
 if TYPE_CHECKING:
     from popdist_emu.poptorch import optim as optim
@@ -51,12 +60,14 @@ if TYPE_CHECKING:
     from popdist_emu.poptorch._model import trainingModel as trainingModel
 
 __all__ = [
+    "Attribute",
     "AutoStage",
     "BeginBlock",
     "Block",
     "DataLoader",
     "DataLoaderMode",
     "ExecutionStrategy",
+    "MatMulSerializationMode",
     "Options",
     "OutputMode",
     "PipelinedExecution",
@@ -64,13 +75,19 @@ __all__ = [
     "ShardedExecution",
     "Stage",
     "TensorLocationSettings",
+    "enums",
     "identity_loss",
     "inferenceModel",
     "optim",
     "recomputationCheckpoint",
+    "removeBlocks",
+    "serializedMatMul",
+    "setLogLevel",
     "set_available_memory",
     "trainingModel",
 ]
+
+_register_torch_ops()  # when the program imported torch first; else with a torch-backed name
 
 # Torch-backed names, imported on first use: ``import poptorch`` (and popdist_emu's import
 # tests) need no torch; a program that wraps a model has it.
@@ -94,9 +111,12 @@ def __getattr__(name: str) -> object:
 
 
 def _torch_backed(module: str, name: str) -> ModuleType:
-    """``module``, or one line naming the install when torch or torchax is missing."""
+    """``module``, or one line naming the install when torch or torchax is missing; with
+    torch imported, PopTorch's ``torch.ops.poptorch`` operators are registered."""
     try:
-        return importlib.import_module(module)
+        loaded = importlib.import_module(module)
+        _register_torch_ops()
+        return loaded
     except ModuleNotFoundError as error:
         if error.name not in ("torch", "torchax"):
             raise

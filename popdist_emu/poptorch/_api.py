@@ -3,7 +3,8 @@
 References:
     PopTorch User Guide, "Reference": ``poptorch.OutputMode`` (All, Final, EveryN, Sum),
     ``poptorch.ReductionType`` (Sum, Mean, NoReduction), ``poptorch.DataLoaderMode`` (Sync,
-    Async, AsyncRebatched), ``poptorch.identity_loss(x, reduction)`` ("sum", "mean", "none":
+    Async, AsyncRebatched), ``poptorch.MatMulSerializationMode`` (InputChannels, ReducingDim,
+    OutputChannels, Disabled), ``poptorch.identity_loss(x, reduction)`` ("sum", "mean", "none":
     marks ``x`` as the loss to minimise).
 """
 
@@ -40,6 +41,16 @@ class DataLoaderMode(enum.IntEnum):
     Sync = 0
     Async = 1
     AsyncRebatched = 2
+
+
+class MatMulSerializationMode(enum.Enum):
+    """Which dimension ``poptorch.serializedMatMul`` splits: for ``(m, n) @ (n, p)``, m
+    (InputChannels), n (ReducingDim), p (OutputChannels), or none (Disabled)."""
+
+    InputChannels = "input_channels"
+    ReducingDim = "reducing_dim"
+    OutputChannels = "output_channels"
+    Disabled = "none"
 
 
 class ExecutionStrategy(enum.Enum):

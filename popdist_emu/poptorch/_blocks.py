@@ -34,7 +34,8 @@ References:
     PopTorch User Guide, "Multi-IPU execution strategies" / "Annotations"
     (``poptorch.BeginBlock(module, user_id, ipu_id)``, ``poptorch.Block(user_id, ipu_id)``,
     ``poptorch.Block.useAutoId``, ``poptorch.Stage``, ``poptorch.AutoStage``,
-    ``poptorch.PipelinedExecution``, ``poptorch.ShardedExecution``), "Recomputation"
+    ``poptorch.PipelinedExecution``, ``poptorch.ShardedExecution``, ``poptorch.removeBlocks``),
+    "Recomputation"
     (``poptorch.recomputationCheckpoint``) and "Available memory"
     (``poptorch.set_available_memory``); PopTorch's API reference, ``poptorch.Block``
     (github.com/graphcore/poptorch, ``python/ops.py`` docstrings).
@@ -244,6 +245,22 @@ def BeginBlock(  # noqa: N802
     setattr(module, _BLOCK_ATTRIBUTE, (user_id, ipu_id))
     module.register_forward_pre_hook(_BlockHook(user_id, ipu_id))
     return module
+
+
+def removeBlocks(module: torch.nn.Module) -> None:  # noqa: N802
+    """``poptorch.removeBlocks(module)``: undoes every ``BeginBlock`` in ``module``'s tree.
+
+    Each annotated submodule loses its pre-hook and its mark, so it can be annotated again
+    (Graphcore's SQuAD ``deparallelize`` re-blocks a pretrained model this way); ``with
+    poptorch.Block`` contexts in a ``forward`` are code, not annotations, and stay.
+    """
+    for submodule in module.modules():
+        if getattr(submodule, _BLOCK_ATTRIBUTE, None) is None:
+            continue
+        delattr(submodule, _BLOCK_ATTRIBUTE)
+        hooks = submodule._forward_pre_hooks
+        for key in [k for k, hook in hooks.items() if isinstance(hook, _BlockHook)]:
+            del hooks[key]
 
 
 class Block:

@@ -113,6 +113,12 @@ class RMSprop(torch.optim.RMSprop):
         super().__init__(params, lr=lr, **kwargs)
 
 
+_MAX_WEIGHT_NORM = (
+    "poptorch.optim.LAMB(max_weight_norm={}): not modelled by popdist-emu (its layer-wise trust "
+    "ratio, computed over replicated-tensor-sharding shards, has no weight-norm clip); remove it."
+)
+
+
 class LAMB(torch.optim.Optimizer):
     """``poptorch.optim.LAMB``: Adam's moments, then a layer-wise trust ratio.
 
@@ -123,9 +129,14 @@ class LAMB(torch.optim.Optimizer):
     settings for ``trainingModel``, which makes the update; like PopTorch's, it does not
     update weights on the host (its ``step`` is ``torch.optim.Optimizer``'s).
 
+    ``bias_correction=False`` (Graphcore's BERT ``LAMBNoBiasCorrection``, GPT-2, CLIP) uses
+    the moments as they are: ``u = m / (sqrt(v) + eps) + weight_decay * w``, as PopTorch's
+    LAMB does (its reference: "bias_correction: whether to use bias correction").
+
     Raises:
-        ValueError: ``bias_correction=False`` or a ``max_weight_norm`` (the trust ratio's
-            clipped weight norm): not modelled yet.
+        ValueError: a ``max_weight_norm``, as an argument or a group's key (PopTorch clips
+            ``|w|`` in the trust ratio to it): the emulator's layer-wise trust ratio, which
+            replicated tensor sharding computes over the shards, has no such clip.
     """
 
     def __init__(
@@ -140,14 +151,17 @@ class LAMB(torch.optim.Optimizer):
         **kwargs: Any,
     ) -> None:
         _pop_ipu_arguments(kwargs, "LAMB")
-        if not bias_correction or max_weight_norm is not None:
-            setting = "bias_correction=False" if not bias_correction else "max_weight_norm"
-            raise ValueError(
-                f"poptorch.optim.LAMB({setting}): not modelled by popdist-emu yet; remove it."
-            )
+        if max_weight_norm is not None:
+            raise ValueError(_MAX_WEIGHT_NORM.format(max_weight_norm))
         if kwargs:
             raise TypeError(f"poptorch.optim.LAMB: unexpected arguments {sorted(kwargs)}.")
-        defaults = {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay}
+        defaults = {
+            "lr": lr,
+            "betas": betas,
+            "eps": eps,
+            "weight_decay": weight_decay,
+            "bias_correction": bool(bias_correction),
+        }
         super().__init__(params, defaults)
 
 
@@ -242,9 +256,17 @@ def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> Optimiser:
     tails: dict[Hashable, optax.GradientTransformation] = {}
     for k, group in enumerate(optimizer.param_groups):
         settings = _group_settings(optimizer, group)
+        if settings.get("max_weight_norm") is not None:
+            raise ValueError(_MAX_WEIGHT_NORM.format(settings["max_weight_norm"]))
         b1, b2 = (float(b) for b in settings["betas"])
+        eps = float(settings["eps"])
+        moments = (
+            optax.scale_by_adam(b1=b1, b2=b2, eps=eps)
+            if settings.get("bias_correction", True)
+            else _scale_by_uncorrected_moments(b1, b2, eps)
+        )
         inners[str(k)] = optax.chain(
-            optax.scale_by_adam(b1=b1, b2=b2, eps=float(settings["eps"])),
+            moments,
             optax.add_decayed_weights(float(settings.get("weight_decay", 0.0))),
         )
         # The learning rate injected, so setOptimizer can change it.
@@ -259,6 +281,29 @@ def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> Optimiser:
         optax.multi_transform({**inners, **frozen}, labels),
         optax.multi_transform({**tails, **frozen}, labels),
     )
+
+
+def _scale_by_uncorrected_moments(b1: float, b2: float, eps: float) -> optax.GradientTransformation:
+    """``optax.scale_by_adam`` without its bias correction: ``m / (sqrt(v) + eps)``, the
+    moments updated as optax updates them and kept in its state type (so the optimiser's
+    state maps onto PyTorch's as Adam's does). optax has no switch for it."""
+
+    def init(params: Any) -> optax.ScaleByAdamState:
+        mu = optax.tree_utils.tree_zeros_like(params)
+        nu = optax.tree_utils.tree_zeros_like(params)
+        return optax.ScaleByAdamState(count=jax.numpy.zeros([], jax.numpy.int32), mu=mu, nu=nu)
+
+    def update(
+        updates: Any, state: optax.ScaleByAdamState, params: Any = None
+    ) -> tuple[Any, optax.ScaleByAdamState]:
+        del params
+        mu = optax.tree_utils.tree_update_moment(updates, state.mu, b1, 1)
+        nu = optax.tree_utils.tree_update_moment_per_elem_norm(updates, state.nu, b2, 2)
+        scaled = jax.tree.map(lambda m, v: m / (jax.numpy.sqrt(v) + eps), mu, nu)
+        count = optax.safe_increment(state.count)
+        return scaled, optax.ScaleByAdamState(count=count, mu=mu, nu=nu)
+
+    return optax.GradientTransformation(init, update)  # type: ignore[arg-type]
 
 
 def _group_transform(

@@ -179,9 +179,15 @@ class Trainer:
         """The current parameters (identical on every replica of the job)."""
         return self._live_state("Trainer.params").params
 
-    def step_shapes(self, batch: Any) -> StepShapes:
+    def step_shapes(self, batch: Any, *, compile: bool = True) -> StepShapes:
         """The shapes of one replica's step for a call's ``batch`` (or its shapes): weights,
-        optimiser state, micro-batch and loss; the accumulator and gradient follow."""
+        optimiser state, micro-batch and loss; the accumulator and gradient follow. Without
+        ``compile`` only the loss is traced (a bound checked before a compile that, for a
+        micro-batch of millions, takes minutes)."""
+        if not compile:
+            micro = micro_batch_shapes(batch, self.options)
+            loss = check_scalar_loss(self.loss_fn, self._params_shape, micro)
+            return StepShapes(self._params_shape, self._opt_state_shape, micro, loss)
         return self._prepare(batch)
 
     @property
@@ -411,15 +417,14 @@ class Trainer:
         compiles the step's programs (each at most once)."""
         micro = micro_batch_shapes(batch, self.options)
         if self._shapes is None or micro != self._shapes.micro_batch:
-            loss = check_scalar_loss(self.loss_fn, self._params_shape, micro)
-            shapes = StepShapes(self._params_shape, self._opt_state_shape, micro, loss)
+            shapes = self.step_shapes(batch, compile=False)
             programs = self.programs.compile(shapes)
             collectives = self.reduce_update.collectives(shapes.accumulator)
             self._compiled = CompiledStep(
                 programs.micro_step, programs.update, collectives, programs.batched
             )
             if self.state is not None:
-                self._zeros = zero_accumulator(self.state.params, loss.dtype)
+                self._zeros = zero_accumulator(self.state.params, shapes.loss.dtype)
             self._shapes = shapes
         return self._shapes
 

@@ -29,15 +29,18 @@ from popdist_emu.runtime import Trainer
 from popdist_emu.sim._stages import profile_stages, stage_weights, summed_counts
 
 
-def _settings(trainer: Trainer, shapes: StepShapes, batch: Any, name: str) -> StepSettings:
-    """The replica's run settings: the trainer's Options, its update's collectives and RTS
+def _settings(
+    trainer: Trainer, shapes: StepShapes, batch: Any, name: str, compiled: bool = True
+) -> StepSettings:
+    """The replica's run settings: the trainer's Options, its update's collectives (none
+    unless ``compiled``: a bound made before compiling prices no collective) and RTS
     domain, and its pipeline's recomputation (a data-parallel step measures its own
     activations, ``jax.checkpoint`` included, so it stashes as it runs)."""
     pipeline = trainer.pipeline
     return StepSettings.from_options(
         trainer.options,
         micro_batch_size=shapes.micro_batch_size,
-        collectives=trainer.compile(batch).collectives,
+        collectives=trainer.compile(batch).collectives if compiled else (),
         sharding_domain=trainer.sharding_domain,
         recomputation=pipeline.recomputation if pipeline is not None else False,
         name=name,
@@ -97,17 +100,19 @@ def profile_replica(
 
 def weights_bound(trainer: Trainer, batch: Any, *, name: str = "model") -> hardware.ReplicaModel:
     """The replica with nothing measured: each stage's weights, optimiser state and
-    gradients from ``batch``'s shapes alone (no counts, no activations), a lower bound on
-    what its IPUs hold before anything is compiled."""
-    shapes = trainer.step_shapes(batch)
-    settings = _settings(trainer, shapes, batch, name)
+    gradients, and the host's stream buffers of a micro-batch, from ``batch``'s shapes
+    alone (no counts, no activations), a lower bound on what its IPUs hold before anything
+    is compiled (compiling a micro-batch of millions takes minutes)."""
     pipeline: Pipeline | None = trainer.pipeline
+    shapes = trainer.step_shapes(batch, compile=pipeline is not None)
+    settings = _settings(trainer, shapes, batch, name, compiled=pipeline is not None)
     if pipeline is None:
         profile = build_step_profile(
             ProgramCounts(),
             settings,
             params=shapes.params,
             opt_state=shapes.opt_state,
+            micro_batch=shapes.micro_batch,
             gradient_bytes=shapes.gradient_bytes,
         )
         return hardware.ReplicaModel.data_parallel(profile)

@@ -127,9 +127,10 @@ def simulate(
             int(jax.tree_util.tree_leaves(batch)[0].shape[3]),  # samples per micro-batch
             opts.layout.num_local_replicas,
         )
-    if trainer.pipeline is not None and not opts.scaling_request:
-        # Weights alone too large: refused before the stages compile. Under
-        # poprun-emu-scaling every point's own check decides (RTS may fit a larger job).
+    if not opts.scaling_request:
+        # Weights (or a plain step's stream buffers) alone too large: refused before the
+        # step compiles. Under poprun-emu-scaling every point's own check decides (RTS may
+        # fit a larger job).
         spec = simulated_system(opts.layout.num_ipus, opts.system if system is None else system)
         bound = hardware.simulate_step(weights_bound(trainer, batch, name=name), opts.layout, spec)
         hardware.check_memory(bound)
@@ -141,7 +142,7 @@ simulate_profile = simulate_replica  # its name for a step profile (``profile_st
 
 
 def with_infeed_stats(
-    simulation: hardware.StepSimulation, stats: InfeedStats
+    simulation: hardware.StepSimulation, stats: InfeedStats, micro_batch_size: int | None = None
 ) -> hardware.StepSimulation:
     """The same step with what the infeed measured: the host bytes per micro-batch it
     delivered and the CPU its workers spent per sample preparing them.
@@ -151,13 +152,22 @@ def with_infeed_stats(
     (``hardware._host_compute`` scales it to the POD's hosts); offline there is no infeed
     and the shapes stand.
 
+    Args:
+        micro_batch_size: the micro-batch the infeed delivered, when it was a bounded sample
+            of a larger one (offline sizing measures the host on a few thousand samples,
+            not on a micro-batch of millions): the CPU per sample carries over, and the
+            bytes per micro-batch scale to the profile's micro-batch.
+
     Raises:
         hardware.OutOfMemoryError: as ``simulate``.
     """
     p, local = simulation.profile, simulation.layout.num_local_replicas
-    figures = infeed_figures(
-        stats, p.device_iterations, p.gradient_accumulation, p.micro_batch_size, local
-    )
+    sampled = p.micro_batch_size if micro_batch_size is None else micro_batch_size
+    figures = infeed_figures(stats, p.device_iterations, p.gradient_accumulation, sampled, local)
+    if "host_bytes_per_micro_batch" in figures:
+        figures["host_bytes_per_micro_batch"] = round(
+            figures["host_bytes_per_micro_batch"] * p.micro_batch_size / sampled
+        )
     return with_host_figures(simulation, **figures)
 
 

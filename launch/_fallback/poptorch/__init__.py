@@ -17,8 +17,19 @@ except ImportError as _error:  # a program run with another interpreter than pop
         f"({_sys.executable}) cannot import: pip install popdist-emu here."
     ) from _error
 
+# PopTorch imports torch and registers its torch.ops.poptorch operators at import (Graphcore's
+# CNNs call torch.ops.poptorch.push_name_scope in forward hooks); so does this, where torch is.
+try:
+    import torch as _torch  # noqa: F401
+except ImportError:
+    pass
+else:
+    from popdist_emu.poptorch._names import register_torch_ops as _register
+
+    _register()
+
 # Every name is looked up in popdist_emu.poptorch when first asked for, so the torch-backed
-# ones (trainingModel, DataLoader, optim) import torch only when a program uses them.
+# ones (trainingModel, DataLoader, optim) import JAX and torchax only when a program uses them.
 __all__: list[str] = []
 __all__ += _emu.__all__
 

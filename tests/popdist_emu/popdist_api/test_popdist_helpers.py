@@ -96,7 +96,7 @@ def test_no_effect_methods_warn_once_and_harmful_ones_are_refused():
     messages = [str(w.message) for w in caught]
     assert len(messages) == 2
     assert "Precision.enableStochasticRounding: accepted, no effect" in messages[0]
-    with pytest.raises(ValueError, match="enableSyntheticData: not supported"):
+    with pytest.raises(ValueError, match=r"enableSyntheticData\(True\): the emulator makes no"):
         opts.enableSyntheticData(True)
     with pytest.raises(ValueError, match="EveryN needs a period of at least 1"):
         opts.outputMode(Enum("EveryN"))  # Sum and EveryN(n) are PopTorch's (test_outputs)

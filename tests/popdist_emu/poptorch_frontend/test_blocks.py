@@ -53,8 +53,10 @@ class _TwoBlocks(torch.nn.Module):
 def _train(
     model: torch.nn.Module, strategy: Any, steps: int, accumulation: int, batch: int
 ) -> tuple[list[float], Any]:
-    """``steps`` calls of ``trainingModel`` on seeded batches: the losses and the model."""
+    """``steps`` calls of ``trainingModel`` on seeded batches: the losses (each call's mean
+    over its micro-batches, which ``OutputMode.All`` returns one by one) and the model."""
     opts = poptorch.Options()
+    opts.outputMode(poptorch.OutputMode.All)
     if strategy is not None:
         opts.setExecutionStrategy(strategy)
     opts.Training.gradientAccumulation(accumulation)
@@ -64,7 +66,7 @@ def _train(
     for _ in range(steps):
         x = torch.randn(batch, model.inputs, generator=generator)
         y = torch.randint(0, 3, (batch,), generator=generator)
-        losses.append(float(training(x, y)[1]))
+        losses.append(float(training(x, y)[1].mean()))
     return losses, training
 
 

@@ -69,6 +69,40 @@ def test_all_is_static_and_complete() -> None:
         assert getattr(poptorch, name) is not None
 
 
+def test_the_face_lists_poptorchs_names() -> None:
+    """What ``poptorch`` provides (``docs/poptorch.md`` has the table); other names are refused."""
+    assert set(poptorch.__all__) == {
+        "Attribute",
+        "AutoStage",
+        "BeginBlock",
+        "Block",
+        "DataLoader",
+        "DataLoaderMode",
+        "ExecutionStrategy",
+        "MatMulSerializationMode",
+        "Options",
+        "OutputMode",
+        "PipelinedExecution",
+        "ReductionType",
+        "ShardedExecution",
+        "Stage",
+        "TensorLocationSettings",
+        "enums",
+        "identity_loss",
+        "inferenceModel",
+        "optim",
+        "recomputationCheckpoint",
+        "removeBlocks",
+        "serializedMatMul",
+        "setLogLevel",
+        "set_available_memory",
+        "trainingModel",
+    }
+    lazy = {"DataLoader", "PoplarExecutor", "trainingModel", "inferenceModel"}
+    assert set(poptorch._LAZY) == lazy
+    assert set(poptorch.enums.__all__) <= set(poptorch.__all__)
+
+
 def test_the_ipu_model_is_accepted_as_the_emulator_itself() -> None:
     """PopTorch's IPU Model computes what an IPU computes, as the emulator does (Graphcore's
     basics tutorial ends with ``useIpuModel(True)``)."""

@@ -1,0 +1,11 @@
+"""``poptorch.enums`` where no Poplar SDK provides it: the emulator's."""
+
+from popdist_emu.poptorch.enums import (
+    AutoStage,
+    DataLoaderMode,
+    MatMulSerializationMode,
+    OutputMode,
+    ReductionType,
+)
+
+__all__ = ["AutoStage", "DataLoaderMode", "MatMulSerializationMode", "OutputMode", "ReductionType"]

@@ -1,0 +1,20 @@
+"""``poptorch.enums``: PopTorch's enumerations as a module of their own.
+
+Graphcore's BERT and GPT-2 write ``from poptorch.enums import DataLoaderMode`` at import;
+the members are those of ``poptorch.DataLoaderMode`` etc. (the same objects).
+
+References:
+    PopTorch User Guide, "Reference" (``poptorch.enums``: ``DataLoaderMode``, ``OutputMode``,
+    ``ReductionType``, ``MatMulSerializationMode``, ``AutoStage``); graphcore/examples,
+    ``nlp/bert/pytorch/pretraining_data.py`` and ``nlp/gpt2/pytorch/train_gpt2.py``.
+"""
+
+from popdist_emu.poptorch._api import (
+    DataLoaderMode,
+    MatMulSerializationMode,
+    OutputMode,
+    ReductionType,
+)
+from popdist_emu.poptorch._blocks import AutoStage
+
+__all__ = ["AutoStage", "DataLoaderMode", "MatMulSerializationMode", "OutputMode", "ReductionType"]
