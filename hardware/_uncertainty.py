@@ -70,12 +70,25 @@ class Calibration:
         model_families: the models the rows measured (the compute efficiency's).
         fixed_cost_share: the largest ``fixed_cost_share`` of the rows' steps (0: not
             recorded, and not checked).
+        family: the calibrated family whose own fitted parameters the model runs with
+            (``calibration_family``); empty: the shared parameters.
     """
 
     rows: tuple[CalibrationRow, ...]
     data: str
     model_families: tuple[str, ...]
     fixed_cost_share: float = 0.0
+    family: str = ""
+
+    @property
+    def parameter_set(self) -> str:
+        """The calibrated parameter set a figure comes from, in words: the family's own
+        fit, the shared fit and the models it was fitted on, or the priors (no file)."""
+        if self.family:
+            return f"{self.family} family fit"
+        if self.model_families:
+            return f"shared fit ({', '.join(self.model_families)})"
+        return "uncalibrated priors"
 
     @property
     def method(self) -> str:
@@ -185,4 +198,4 @@ def load_calibration(path: str | pathlib.Path | None = None, model: str = "") ->
     )
     names = (family,) if family else tuple(data.get("model_families", ()))
     share = float(record.get("fixed_cost_share", 0.0))
-    return Calibration(rows, str(record.get("data", "")), names, share)
+    return Calibration(rows, str(record.get("data", "")), names, share, family or "")

@@ -34,8 +34,9 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
   inference model keeps the buffers it changes until ``copyWeightsToHost``;
 - each call runs the module in its model's mode (``train`` for a training model, ``eval``
   for an inference model) and leaves the module's mode as it found it;
-- under ``poprun-emu --offline-mode`` the first training call simulates the step, reports
-  it and ends the program (see ``_offline``).
+- every distinct training program (each batch shape's first call) is simulated on the
+  job's IPU system and reported; under ``poprun-emu --offline-mode`` the call then ends
+  the program (see ``_simulated``).
 
 References:
     PopTorch User Guide, "Model wrapping functions" (``trainingModel``, ``inferenceModel``,
@@ -48,7 +49,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -81,7 +81,6 @@ from popdist_emu.poptorch._buffers import (
     module_function,
     write_buffers,
 )
-from popdist_emu.poptorch._offline import end_program, simulate_step
 from popdist_emu.poptorch._optstate import HostOptimiserState
 from popdist_emu.poptorch._outputs import (
     IterationOutputs,
@@ -98,6 +97,7 @@ from popdist_emu.poptorch._random import (
     micro_batch_key,
     sample_indices,
 )
+from popdist_emu.poptorch._simulated import SimulatedPrograms, simulate_step
 from popdist_emu.poptorch._stages import blocked_loss
 
 
@@ -147,8 +147,7 @@ class PoplarExecutor:
         self._constants = {k: v for k, v in weights.items() if k not in trainable}
         self._host_state = HostOptimiserState(self)  # the optimiser's state_dict(), both ways
         self._trainer: Any = None
-        self._simulated = False
-        self._out_shape: Any = None  # the forward's output structure, found at the first call
+        self._programs = SimulatedPrograms(self._mode_fields)  # simulated once each
         seed = self.options.random_seed
         self._seed = (torch.initial_seed() if seed is None else seed) % 2**31
         self._random: bool | None = None  # whether training draws random numbers (dropout)
@@ -247,9 +246,9 @@ class PoplarExecutor:
         return self._trainer
 
     def _outputs_in_step(self) -> bool:
-        """Whether the step returns each micro-batch's outputs (a functional run of one
-        program, whose buffers do not change)."""
-        return self._strategy is None and self._replicas is None and not self._mode_fields.offline
+        """Whether the step returns each micro-batch's outputs (one program whose buffers do
+        not change; offline too, so that both modes simulate the same step)."""
+        return self._strategy is None and self._replicas is None
 
     def _changed_buffers(
         self, weights: Weights, args: tuple[np.ndarray | jax.Array, ...], first: ArrayLike
@@ -309,9 +308,11 @@ class PoplarExecutor:
         arrays, batch, _ = self._training_batch(args)
         self._calls += 1
         trainer = self._make_trainer(batch)
-        if trainer.offline:
-            self._simulate(batch)
-            end_program(self._mode_fields)
+        with self._programs.call(batch, lambda: self._simulate(batch)):
+            return self._step(trainer, batch, len(arrays))
+
+    def _step(self, trainer: popdist_emu.Trainer, batch: HostBatch, inputs: int) -> Any:
+        """Runs the training call's step; the outputs for the host."""
         if trainer.has_aux:  # each micro-batch's outputs from its own forward in the step
             stepped = trainer.step(batch)
             assert isinstance(stepped, tuple)  # with has_aux: (losses, outputs)
@@ -324,7 +325,7 @@ class PoplarExecutor:
             returned_micro_batches(self._output, *shape), fields.replication_factor
         )
         weights_of = lambda params: {**self._constants, **params}  # noqa: E731
-        laid_out = LaidOutBatch(batch, len(arrays), bool(self._random))
+        laid_out = LaidOutBatch(batch, inputs, bool(self._random))
         hook = passes.each_iteration(self._forward, weights_of, laid_out)
         trainer.step(batch, each_iteration=hook)
         self.copyWeightsToHost()
@@ -369,29 +370,18 @@ class PoplarExecutor:
             _, batch, _ = self._training_batch(args)
             trainer = self._make_trainer(batch)
             if trainer.offline:
-                self._simulate(batch)
+                self._programs.compiled(batch, lambda: self._simulate(batch))
             else:
                 trainer.compile(batch)
 
-    def _output_shape(
-        self, params: Mapping[str, jax.Array | jax.ShapeDtypeStruct], batch: HostBatch
-    ) -> Any:
-        """The shapes of the module's outputs for one micro-batch of one replica (traced once,
-        from the trained weights or their shapes)."""
-        if self._out_shape is None:
-            micro_batch = tuple(a[0, 0, 0] for a in batch)
-            self._out_shape = jax.eval_shape(self._outputs, params, micro_batch)
-        return self._out_shape
-
-    def _simulate(self, batch: HostBatch) -> None:
-        """Simulates one step on the job's IPU system and reports it (once; ``_offline``)."""
-        if not self._simulated:
-            out = self._output_shape(self._trainer.step_shapes(batch).params, batch)
-            name, fields = type(self._user_model).__name__, self._mode_fields
-            simulate_step(
-                self._trainer, batch, name=name, outputs=out, fields=fields, mode=self._output
-            )
-            self._simulated = True
+    def _simulate(self, batch: HostBatch) -> Any:
+        """One step simulated on the job's IPU system (``_simulated`` reports it)."""
+        params = self._trainer.step_shapes(batch).params  # one micro-batch's output shapes:
+        out = jax.eval_shape(self._outputs, params, tuple(a[0, 0, 0] for a in batch))
+        name, fields = type(self._user_model).__name__, self._mode_fields
+        return simulate_step(
+            self._trainer, batch, name=name, outputs=out, fields=fields, mode=self._output
+        )
 
     def detachFromDevice(self) -> None:  # noqa: N802
         """Releases the (simulated) IPUs; the next call attaches again."""

@@ -18,6 +18,7 @@ class UncertaintySummary(TypedDict):
 
     method: str
     calibration: str  # where the calibration rows come from
+    parameters: str  # the calibrated parameter set every figure comes from
     relative: float
     samples_per_second: list[float]  # [low, high]
     simulated_step_seconds: list[float]  # [fast, slow]
@@ -33,6 +34,7 @@ def uncertainty_summary(sim: StepSimulation) -> UncertaintySummary:
     return {
         "method": calibration.method,
         "calibration": calibration.data,
+        "parameters": calibration.parameter_set,
         "relative": calibration.relative_spread,
         "samples_per_second": [low, high],
         "simulated_step_seconds": [fast, slow],
@@ -48,7 +50,7 @@ def uncertainty_lines(sim: StepSimulation) -> list[str]:
     low, high = u["samples_per_second"]
     lines = [
         f"  uncertainty: +/-{100 * u['relative']:.1f} % ({u['method']}): "
-        f"{low:,.0f} to {high:,.0f} samples/s"
+        f"{low:,.0f} to {high:,.0f} samples/s; calibrated parameters: {u['parameters']}"
     ]
     lines += [f"  EXTRAPOLATED: {line}" for line in u["extrapolations"]]
     return lines
@@ -61,7 +63,8 @@ def uncertainty_html(sim: StepSimulation) -> str:
     fast, slow = u["simulated_step_seconds"]
     text = (
         f"<p>Uncertainty: &plusmn;{100 * u['relative']:.1f} %, the {html.escape(u['method'])} "
-        f"({html.escape(u['calibration'])}): {low:,.0f} to {high:,.0f} samples/s, a step of "
+        f"({html.escape(u['calibration'])}; calibrated parameters: "
+        f"{html.escape(u['parameters'])}): {low:,.0f} to {high:,.0f} samples/s, a step of "
         f"{fast * 1e3:.3f} to {slow * 1e3:.3f} ms.</p>"
     )
     if u["extrapolations"]:

@@ -72,8 +72,12 @@ def test_a_calibrated_family_has_its_own_rows_band_and_coverage(tmp_path):
     assert [line.split(":")[0] for line in bert.extrapolations(layout, bow, "BERT-large")] == [
         "Bow IPU"
     ]
-    # Every other model keeps the shared rows.
-    assert hardware.load_calibration(path, model="ResNet-50").data == record["data"]
+    # Every other model keeps the shared rows; each figure names the parameter set it used.
+    shared = hardware.load_calibration(path, model="ResNet-50")
+    assert shared.data == record["data"]
+    assert bert.parameter_set == "BERT family fit"
+    assert shared.parameter_set == "shared fit (ResNet-50)"
+    assert hardware.load_calibration(tmp_path / "none.json").parameter_set == "uncalibrated priors"
 
 
 def test_a_step_mostly_of_fixed_operation_costs_is_called_an_extrapolation():

@@ -29,6 +29,7 @@ def test_format_summary_is_short_and_says_what_matters(simulation):
     # Every prediction with its band, and what it extrapolates (a toy model: not ResNet-50).
     band = hardware.load_calibration().relative_spread  # calibration.json's, whatever the fit
     assert f"uncertainty: +/-{100 * band:.1f} % (leave-one-out RMS relative error" in text
+    assert "samples/s; calibrated parameters: shared fit (ResNet-50)" in text  # which fit
     assert "EXTRAPOLATED: model toy: the compute efficiency was fitted on ResNet-50" in text
 
 
