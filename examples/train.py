@@ -309,12 +309,13 @@ def main(argv: list[str] | None = None) -> dict:
     }
     shapes = batch_shapes(options, args.micro_batch_size)
     try:
-        # Before any step or any data, as Poplar refuses at compile time a graph that does
-        # not fit: an oversized micro-batch is refused from its shapes alone, in seconds.
-        simulation = popdist_emu.simulate(trainer, shapes, name="digits-cnn")
-        if trainer.offline:  # nothing trains: the host's part is measured on a sample
-            sample, sampled = sample_loader(options, args)
-            simulation = popdist_emu.with_infeed_stats(simulation, sample, sampled)
+        # Before any step, as Poplar refuses at compile time a graph that does not fit (an
+        # oversized micro-batch from its shapes alone, before the step compiles). Offline
+        # nothing trains: the host's part is measured on a bounded sample of batches.
+        sample, sampled = sample_loader(options, args) if trainer.offline else (None, None)
+        simulation = popdist_emu.simulate(
+            trainer, shapes, name="digits-cnn", infeed_stats=sample, infeed_micro_batch_size=sampled
+        )
     except hardware.OutOfMemoryError as error:
         print(error, file=sys.stderr, flush=True)
         raise SystemExit(1) from None

@@ -85,6 +85,7 @@ def simulate(
     batch: Any,
     *,
     infeed_stats: InfeedStats | None = None,
+    infeed_micro_batch_size: int | None = None,
     host: Mapping[str, float] | None = None,
     system: str | None = None,
     name: str = "model",
@@ -103,6 +104,9 @@ def simulate(
             given, the host bytes per micro-batch are the ones the infeed delivered (e.g.
             after ``compress``) instead of the batch's shapes, and the CPU its workers spent
             per sample is the host's share of the step.
+        infeed_micro_batch_size: the micro-batch ``infeed_stats`` were measured at, when
+            they are of a bounded sample of a larger micro-batch (offline sizing): see
+            :func:`with_infeed_stats`.
         host: measured host figures (``hardware.StepProfile``'s ``host_*`` fields), e.g.
             from a PopTorch data loader; applied with ``infeed_stats``' before any
             ``poprun-emu-scaling`` point is evaluated, so every point includes them.
@@ -120,12 +124,14 @@ def simulate(
     opts = trainer.options
     figures = dict(host or {})
     if infeed_stats is not None:
+        micro = int(jax.tree_util.tree_leaves(batch)[0].shape[3])  # samples per micro-batch
         figures |= infeed_figures(
             infeed_stats,
             opts.device_iterations,
             opts.gradient_accumulation,
-            int(jax.tree_util.tree_leaves(batch)[0].shape[3]),  # samples per micro-batch
+            micro if infeed_micro_batch_size is None else infeed_micro_batch_size,
             opts.layout.num_local_replicas,
+            sized=micro,
         )
     if not opts.scaling_request:
         # Weights (or a plain step's stream buffers) alone too large: refused before the
@@ -163,11 +169,14 @@ def with_infeed_stats(
     """
     p, local = simulation.profile, simulation.layout.num_local_replicas
     sampled = p.micro_batch_size if micro_batch_size is None else micro_batch_size
-    figures = infeed_figures(stats, p.device_iterations, p.gradient_accumulation, sampled, local)
-    if "host_bytes_per_micro_batch" in figures:
-        figures["host_bytes_per_micro_batch"] = round(
-            figures["host_bytes_per_micro_batch"] * p.micro_batch_size / sampled
-        )
+    figures = infeed_figures(
+        stats,
+        p.device_iterations,
+        p.gradient_accumulation,
+        sampled,
+        local,
+        sized=p.micro_batch_size,
+    )
     return with_host_figures(simulation, **figures)
 
 
@@ -177,18 +186,23 @@ def infeed_figures(
     gradient_accumulation: int,
     micro_batch_size: int,
     local_replicas: int,
+    sized: int | None = None,
 ) -> dict[str, float]:
     """``hardware.StepProfile``'s host fields from what an infeed measured: the host bytes
     per micro-batch of one replica it delivered, and its workers' CPU per sample (they
     prepare items ahead of the consumer; the first item is left out when there are others).
     One infeed item is one call: ``device_iterations x gradient_accumulation`` micro-batches
-    for each of the instance's replicas."""
+    for each of the instance's replicas. ``sized``: the micro-batch being sized when the
+    infeed delivered a bounded sample of ``micro_batch_size`` (the bytes scale to it)."""
     if stats.items <= 0:
         return {}
     per_item = device_iterations * gradient_accumulation * local_replicas  # micro-batches
+    scale = (sized or micro_batch_size) / micro_batch_size
     figures: dict[str, float] = {}
     if stats.bytes > 0:
-        figures["host_bytes_per_micro_batch"] = round(stats.bytes / (stats.items * per_item))
+        figures["host_bytes_per_micro_batch"] = round(
+            stats.bytes * scale / (stats.items * per_item)
+        )
     # The first item pays one-time costs (first calls, caches): left out when others exist.
     cpu, items = stats.produce_cpu_seconds, stats.items
     if items > 1:

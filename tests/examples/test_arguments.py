@@ -255,7 +255,7 @@ def test_train_refuses_a_checkpoint_directory_another_job_holds(tmp_path):
             sys.executable,
             "-c",
             "import sys, time\n"
-            "from popdist_emu.runtime._checkpoint import claim_directory\n"
+            "from popdist_emu.runtime._checkpoint_owner import claim_directory\n"
             "claim_directory(sys.argv[1]); print('claimed', flush=True); time.sleep(120)\n",
             str(ckpt),
         ],
