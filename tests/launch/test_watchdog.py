@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+from child_signals import default_signals
 
 # Every instance records its pid; instance 1 then fails as told, the others sleep 60 s.
 FAILING = """
@@ -94,6 +95,7 @@ def _start_sleeping_job(failing, tmp_path):
         text=True,
         cwd=tmp_path,
         start_new_session=True,
+        preexec_fn=default_signals(signal.SIGINT),  # also when the suite runs in the background
     )
     deadline = time.monotonic() + 60
     while len(os.listdir(pids)) < 2 and time.monotonic() < deadline and launcher.poll() is None:

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from child_signals import default_signals
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 TRAIN = EXAMPLES / "train.py"
@@ -284,6 +285,7 @@ def test_an_interrupted_sweep_ends_its_running_program(tmp_path, signum):
         cwd=tmp_path,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=default_signals(signum),  # also when the suite runs as a background job
     )
     try:
         deadline = time.monotonic() + 120
