@@ -60,6 +60,7 @@ from contract._files import output_problem as output_problem
 from contract._files import pid_alive as pid_alive
 from contract._files import probe_problem as probe_problem
 from contract._files import read_bounded as read_bounded
+from contract._files import special_kind as special_kind
 from contract._files import write_atomically as write_atomically
 from contract._machine import available_memory_bytes as available_memory_bytes
 from contract._machine import total_memory_bytes as total_memory_bytes
@@ -127,6 +128,7 @@ __all__ = [
     "read_bounded",
     "read_job_config",
     "read_request",
+    "special_kind",
     "status_path",
     "system_name",
     "total_memory_bytes",

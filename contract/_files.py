@@ -61,18 +61,25 @@ _KINDS = (
     (stat.S_ISDIR, "directory"),
     (stat.S_ISBLK, "block device"),
     (stat.S_ISSOCK, "socket"),
+    (stat.S_ISLNK, "symbolic link"),  # only where links are not followed
 )
 _STREAMS = ("character device", "FIFO")  # written in place, never replaced
 
 
-def special_kind(path: str | os.PathLike) -> str | None:
+def _kind(mode: int) -> str:
+    """What a file of ``mode`` is, when it is no regular file."""
+    return next((kind for test, kind in _KINDS if test(mode)), "special file")
+
+
+def special_kind(path: str | os.PathLike, follow_symlinks: bool = True) -> str | None:
     """What ``path`` is when it is not a regular file (a FIFO, a device, a directory, a
-    socket), followed through symlinks; None when it is a regular file or does not exist."""
+    socket; a symbolic link when not followed); None when it is a regular file or does not
+    exist."""
     try:
-        mode = os.stat(path).st_mode
+        mode = os.stat(path, follow_symlinks=follow_symlinks).st_mode
     except OSError:
         return None
-    return next((kind for test, kind in _KINDS if test(mode)), None)
+    return None if stat.S_ISREG(mode) else _kind(mode)
 
 
 def _fd_link(path: str) -> bool:
@@ -174,8 +181,7 @@ def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
     with os.fdopen(fd, "rb") as f:
         mode = os.fstat(fd).st_mode
         if not stat.S_ISREG(mode):
-            kind = next((kind for test, kind in _KINDS if test(mode)), "special file")
-            raise OSError(errno.EINVAL, f"a {kind}, not a regular file")
+            raise OSError(errno.EINVAL, f"a {_kind(mode)}, not a regular file")
         os.set_blocking(fd, True)
         data = f.read(limit + 1)
     if len(data) > limit:

@@ -18,11 +18,10 @@ import fcntl
 import json
 import os
 import socket
-import stat
 from collections.abc import Mapping
 from typing import Any
 
-from contract import InstanceEnvironment, pid_alive, write_atomically
+from contract import InstanceEnvironment, pid_alive, special_kind, write_atomically
 from popdist_emu.runtime._trainer import Trainer
 
 OWNER_FILE = ".checkpoint.owner"  # the job that writes and reads this directory
@@ -76,10 +75,10 @@ def claim_directory(directory: str | os.PathLike[str], job_dir: str | None = Non
         return
     os.makedirs(directory, exist_ok=True)
     for name in (LOCK_FILE, OWNER_FILE):
-        kind = _not_a_file(os.path.join(directory, name))
+        kind = special_kind(os.path.join(directory, name), follow_symlinks=False)
         if kind:
             raise CheckpointError(
-                f"{os.path.join(directory, name)} is {kind}, where this job records who uses "
+                f"{os.path.join(directory, name)} is a {kind}, where this job records who uses "
                 f"{directory}: remove it, or give another --checkpoint-dir."
             )
     if job_dir is None:
@@ -108,23 +107,6 @@ def claim_directory(directory: str | os.PathLike[str], job_dir: str | None = Non
         _claimed.add(directory)
     finally:
         os.close(fd)  # the flock goes with it
-
-
-def _not_a_file(path: str) -> str | None:
-    """What ``path`` is when it exists and is no regular file (never followed), else None."""
-    try:
-        mode = os.lstat(path).st_mode
-    except OSError:
-        return None
-    if stat.S_ISREG(mode):
-        return None
-    return (
-        "a directory"
-        if stat.S_ISDIR(mode)
-        else "a symbolic link"
-        if stat.S_ISLNK(mode)
-        else "a special file"
-    )
 
 
 def _release(owner_path: str, me: Mapping[str, str | int]) -> None:
