@@ -8,6 +8,8 @@ import os
 
 os.environ["JAX_PLATFORMS"] = "cpu"
 
+import pytest
+from deadlines import within
 from hypothesis import settings
 
 settings.register_profile("deterministic", derandomize=True, deadline=None, database=None)
@@ -24,3 +26,19 @@ def pytest_collection_modifyitems(items):
         return next((i for i, p in enumerate(LONGEST_FIRST) if path.startswith(p)), 99)
 
     items.sort(key=rank)  # stable: each file keeps its own order
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item):
+    """Each test's pytest-timeout limit (its marker's, else the configured one) scaled as every
+    other deadline is (``deadlines.within``), computed as the test starts; the marker is put
+    first so that pytest-timeout, whose wrapper runs inside this one, reads it."""
+    marker = item.get_closest_marker("timeout")
+    if marker is not None:
+        base = marker.args[0] if marker.args else marker.kwargs.get("timeout")
+        extra = {k: v for k, v in marker.kwargs.items() if k != "timeout"}
+    else:
+        base, extra = item.config.getini("timeout"), {}
+    if base not in (None, "", 0, "0"):
+        item.add_marker(pytest.mark.timeout(within(float(base)), **extra), append=False)
+    yield

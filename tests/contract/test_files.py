@@ -11,6 +11,7 @@ import time
 
 import numpy as np
 import pytest
+from deadlines import within
 
 from contract import (
     FileTooLargeError,
@@ -97,7 +98,7 @@ def test_a_write_that_fails_for_lack_of_space_keeps_the_old_file(tmp_path):
         [sys.executable, "-c", _WRITER, str(path), "disk-full"],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=within(120),
     )
     assert proc.returncode != 0 and "File too large" in proc.stderr, proc.stderr[-2000:]
     assert path.read_bytes() == before
@@ -114,7 +115,7 @@ def test_a_writer_killed_mid_write_keeps_the_old_file_and_its_temporary_goes_nex
         assert proc.stdout.readline() == "writing\n"
         proc.send_signal(signal.SIGKILL)
     finally:
-        proc.wait(timeout=60)
+        proc.wait(timeout=within(60))
     assert path.read_bytes() == before
     with np.load(path) as saved:
         np.testing.assert_array_equal(saved["w"], np.arange(5.0))
@@ -218,7 +219,7 @@ def test_a_fifo_with_a_reader_is_written_and_one_without_is_refused_at_once(tmp_
         except OSError:
             assert time.monotonic() < deadline, "cat never opened the FIFO"
             time.sleep(0.05)
-    assert reader.communicate(timeout=30)[0] == b"read\n"
+    assert reader.communicate(timeout=within(30))[0] == b"read\n"
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
 
 

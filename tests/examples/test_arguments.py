@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from deadlines import within
 
 import hardware
 import popdist_emu
@@ -150,7 +151,7 @@ def _refused_before_compile(*argv):
         [sys.executable, *map(str, argv)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=within(120),
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     assert result.returncode == 2, result.stderr
@@ -186,7 +187,7 @@ def test_train_resume_refuses_damage_and_another_learning_rate_before_compile(tm
         [sys.executable, str(train), "--steps", "2", "--checkpoint-dir", str(ckpt)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=within(300),
         env={**os.environ, "JAX_PLATFORMS": "cpu"},
     )
     assert done.returncode == 0, done.stderr
@@ -216,7 +217,7 @@ def test_train_resume_speaks_refuses_another_data_stream_and_ends_when_done(tmp_
             [sys.executable, str(train), "--checkpoint-dir", str(ckpt), *argv],
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=within(300),
             env={**env, **layout},
         )
 
@@ -271,4 +272,4 @@ def test_train_refuses_a_checkpoint_directory_another_job_holds(tmp_path):
         assert not (ckpt / "checkpoint.npz").exists()
     finally:
         holder.kill()
-        holder.wait(timeout=30)
+        holder.wait(timeout=within(30))

@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+from deadlines import within
+
 from launch._placement import mpi_launch
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gcl_worker.py")
@@ -22,4 +24,4 @@ def run_worker(
     # needs as root and oversubscribed.
     cmd, extra = mpi_launch(instances, [sys.executable, "-m", "mpi4py", WORKER, *args], env)
     env.update(extra)
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=within(timeout), env=env)

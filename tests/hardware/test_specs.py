@@ -1,6 +1,7 @@
 """System specs and system selection."""
 
 import pytest
+from deadlines import within
 
 import hardware
 
@@ -69,5 +70,7 @@ def test_system_selection_imports_no_jax():
     import sys
 
     code = "import sys, hardware; hardware.select_system('pod64', 64); print('jax' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=within(120)
+    )
     assert out.stdout.strip() == "False", out.stderr

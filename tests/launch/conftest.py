@@ -6,11 +6,13 @@ import subprocess
 import sys
 
 import pytest
+from deadlines import within
 
 
 @pytest.fixture
 def poprun(tmp_path):
-    """``poprun(*words, timeout=120) -> CompletedProcess`` of ``poprun-emu words`` in tmp_path."""
+    """``poprun(*words, timeout=120) -> CompletedProcess`` of ``poprun-emu words`` in tmp_path;
+    the timeout is an idle machine's, scaled (``deadlines.within``)."""
     script = shutil.which("poprun-emu")
     command = [script] if script else [sys.executable, "-m", "launch"]
 
@@ -19,7 +21,7 @@ def poprun(tmp_path):
             [*command, *words],
             capture_output=True,
             text=True,
-            timeout=timeout,
+            timeout=within(timeout),
             cwd=tmp_path,
             env={**os.environ, **(env or {})},
         )

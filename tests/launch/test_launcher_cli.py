@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from deadlines import within
 
 from launch import LaunchOptions, UsageError, help_text, launcher_version, main, validate
 
@@ -135,7 +136,11 @@ def test_refusal_is_fast_and_starts_nothing(tmp_path):
         "print(code, heavy)\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, cwd=tmp_path
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=within(60),
+        cwd=tmp_path,
     )
     assert out.stdout.strip() == "2 []", out.stdout + out.stderr
     assert "not divisible" in out.stderr

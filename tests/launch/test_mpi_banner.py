@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deadlines import within
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -101,7 +102,7 @@ def test_a_failed_job_prints_the_programs_error_and_one_line_of_ours(tmp_path):
             ["poprun-emu", "--num-instances", "4", "--num-replicas", "4", str(TRAIN), "--bogus"],
             capture_output=True,
             text=True,
-            timeout=120,
+            timeout=within(120),
             cwd=tmp_path,
         )
         out = proc.stdout + proc.stderr

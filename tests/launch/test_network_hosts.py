@@ -24,6 +24,7 @@ import subprocess
 import time
 
 import pytest
+from deadlines import within
 from repo_scripts import load_benchmark
 
 namespace_hosts = load_benchmark("namespace_hosts")
@@ -49,22 +50,22 @@ def _start(tmp_path, hosts, steps=2000):
 
 def _running(job, marks, count=4, timeout=60):
     """Waits until every instance has done a few collectives."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within(timeout)
     while len(list(marks.glob("running-*"))) < count:
         assert job.poll() is None, job.communicate()
         assert time.monotonic() < deadline, "the job did not get going"
         time.sleep(0.1)
 
 
-def _end(job, within):
-    """The job's (returncode, stderr, seconds taken), the job ending by itself in ``within``."""
+def _end(job, bound):
+    """The job's (returncode, stderr, seconds taken), the job ending by itself in ``bound``."""
     began = time.monotonic()
-    out, err = job.communicate(timeout=within + 30)
+    out, err = job.communicate(timeout=within(bound + 30))
     return job.returncode, err, time.monotonic() - began, out
 
 
 def _nothing_left(hosts, timeout=15):
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within(timeout)
     while any(hosts.left_running(h) for h in range(2)):
         if time.monotonic() > deadline:
             raise AssertionError(f"left running: {[hosts.left_running(h) for h in range(2)]}")
@@ -93,7 +94,7 @@ def test_a_host_whose_link_goes_down_is_named(tmp_path, hosts):
         namespace_hosts.ip("link", "set", hosts.link[1], "up")
     assert code == 1, err
     assert f"host {hosts.address[1]} (instances 2, 3) stopped answering" in err, err
-    assert took < TIMEOUT + SLACK, err
+    assert took < within(TIMEOUT + SLACK), err
     _nothing_left(hosts)
 
 
@@ -111,7 +112,7 @@ def test_a_host_whose_processes_are_all_killed_is_named(tmp_path, hosts):
     # only that host is named.
     if f"Connection to {hosts.address[1]} closed" in err:
         assert f"host {hosts.address[0]}:" not in err, err
-    assert took < TIMEOUT + SLACK, err
+    assert took < within(TIMEOUT + SLACK), err
     _nothing_left(hosts)
 
 
@@ -133,5 +134,5 @@ def test_a_host_that_never_answers_at_start_is_named(tmp_path, hosts, how):
     assert f"host {hosts.address[1]} did not start instances 2, 3 within {TIMEOUT} s" in err
     answer = "it does not answer" if how == "link down" else "it answers on the network"
     assert answer in err, err
-    assert took < TIMEOUT + SLACK, err
+    assert took < within(TIMEOUT + SLACK), err
     _nothing_left(hosts)

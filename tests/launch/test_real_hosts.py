@@ -18,6 +18,7 @@ import sys
 import textwrap
 
 import pytest
+from deadlines import within
 from repo_scripts import load_benchmark
 
 from launch._mpi import find_mpiexec, mpi_flavour
@@ -106,7 +107,7 @@ def _run(tmp_path, wrapper, *extra):
         [*command, *extra],
         capture_output=True,
         text=True,
-        timeout=100,
+        timeout=within(100),
         cwd=tmp_path,
         env={**os.environ, "FROM_LAUNCHER": "yes"},
     )

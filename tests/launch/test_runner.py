@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+from deadlines import within
 
 from launch._runner import exit_status
 
@@ -40,7 +41,7 @@ def test_a_script_runs_as_main_with_its_argv_and_its_folder_on_the_path(tmp_path
             text=True,
             env=env,
             cwd="/",
-            timeout=60,
+            timeout=within(60),
         )
         assert run.returncode == code
         assert run.stdout == f"['{code}'] 7 True\nexit handler\n"
@@ -68,7 +69,7 @@ def test_an_exit_message_is_printed_before_the_status_is_left(tmp_path):
         capture_output=True,
         text=True,
         env=env,
-        timeout=60,
+        timeout=within(60),
     )
     assert (run.returncode, run.stdout, run.stderr) == (1, "working\n", "usage: bad --x\n")
     assert (job / "instance-1.leaving").read_text() == "1\n"

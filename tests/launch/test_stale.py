@@ -6,6 +6,8 @@ import subprocess
 import sys
 import time
 
+from deadlines import within
+
 from launch._job import pid_space
 from launch._stale import OWNER_FILE, claim, sweep_stale
 
@@ -71,7 +73,7 @@ def test_the_next_launch_sweeps_what_a_whole_job_sigkill_left(poprun, tmp_path):
         os.killpg(int(pids[0].read_text().split()[1]), signal.SIGKILL)
     finally:
         os.killpg(job.pid, signal.SIGKILL)
-        job.wait(timeout=60)
+        job.wait(timeout=within(60))
     (left,) = temporary.glob("poprun-emu-*")
     (tmp_path / "quick.py").write_text("pass\n")
     deadline = time.monotonic() + 60

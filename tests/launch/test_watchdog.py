@@ -9,6 +9,7 @@ import time
 
 import pytest
 from child_signals import default_signals
+from deadlines import within
 
 # Every instance records its pid; instance 1 then fails as told, the others sleep 60 s.
 FAILING = """
@@ -79,7 +80,7 @@ def test_a_failing_instance_ends_the_job_in_seconds(poprun, failing, mode, code,
     assert result.returncode == code, result.stderr
     assert message in result.stderr
     assert "[1,1]<stdout>:instance 1 gives up" in result.stdout
-    assert elapsed < 30, f"the job took {elapsed:.1f} s to end"  # the others sleep 60 s
+    assert elapsed < within(30), f"the job took {elapsed:.1f} s to end"  # the others sleep 60 s
     _assert_all_ended(pids, 4)
 
 
@@ -111,12 +112,12 @@ def test_ctrl_c_ends_the_whole_job(failing, tmp_path):
         assert len(os.listdir(pids)) == 2, "the instances did not start"
         start = time.monotonic()
         launcher.send_signal(signal.SIGINT)
-        _, err = launcher.communicate(timeout=30)
-        assert time.monotonic() - start < 15
+        _, err = launcher.communicate(timeout=within(30))
+        assert time.monotonic() - start < within(15)
     finally:
         if launcher.poll() is None:
             os.killpg(launcher.pid, signal.SIGKILL)
-            launcher.wait(timeout=10)
+            launcher.wait(timeout=within(10))
     assert launcher.returncode == 130
     assert "poprun-emu: interrupted; ended all instances" in err
     _assert_all_ended(pids, 2)
@@ -130,7 +131,7 @@ def test_instances_end_when_the_launcher_is_killed(failing, tmp_path):
         assert len(os.listdir(pids)) == 2, "the instances did not start"
     finally:
         launcher.kill()
-        launcher.communicate(timeout=30)
+        launcher.communicate(timeout=within(30))
     _assert_all_ended(pids, 2)
 
 

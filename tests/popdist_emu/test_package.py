@@ -14,6 +14,7 @@ import subprocess
 import sys
 
 import pytest
+from deadlines import within
 from source_imports import imports, literal_all
 
 import popdist_emu
@@ -162,7 +163,11 @@ def test_popdist_imports_stay_jax_free(statement):
         f"import sys; {statement}; print(sorted(m for m in ('jax', 'jaxlib') if m in sys.modules))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=within(120),
+        check=True,
     )
     assert out.stdout.strip() == "[]"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from deadlines import within
 
 TRAIN = Path(__file__).parents[3] / "examples" / "train.py"
 
@@ -22,7 +23,7 @@ def test_pipelined_two_instances_equals_sharded_one_instance(tmp_path):
             "--ipus-per-replica", "2", str(TRAIN), "--steps", "3",
             "--gradient-accumulation", "3", "--strategy", strategy, "--save", str(out),
         ]  # fmt: skip
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=within(240))
         assert proc.returncode == 0, f"{strategy} on {instances} failed:\n{proc.stderr[-3000:]}"
         last = proc.stdout.strip().splitlines()[-1]
         line = json.loads(last[last.index("{") :])  # tagged with several instances

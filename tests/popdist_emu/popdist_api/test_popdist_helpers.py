@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from deadlines import within
 
 from popdist_emu import Options as EmulatorOptions
 from popdist_emu import PipelinedExecution, ReplicaLoader, Stage, Trainer
@@ -191,7 +192,9 @@ def test_helpers_inside_poprun_emu_and_only_popdist_names(tmp_path):
     program.write_text(HOST_CODE)
     command = [sys.executable, "-m", "launch", "--num-replicas=8", "--num-instances=2"]
     command += ["--ipus-per-replica=2", str(program), str(tmp_path)]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=100, cwd=tmp_path)
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=within(100), cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr
     for i in (0, 1):
         view = json.loads((tmp_path / f"view-{i}.json").read_text())
@@ -217,7 +220,7 @@ def _plain_python(code, **env):
         [sys.executable, "-c", code],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=within(60),
         env={**clean, **env},
         cwd="/",
     )

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deadlines import within
 
 import popdist_emu.poptorch as poptorch
 from launch import _popdist_finder
@@ -57,7 +58,11 @@ def test_torch_backed_names_without_torch_name_the_install(name: str) -> None:
         f"try:\n    p.{name}\nexcept ModuleNotFoundError as e:\n    print(e)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=within(120),
     )
     assert out.stdout.strip() == (
         f"poptorch.{name} runs the model with PyTorch on JAX and needs torch, which this "

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from deadlines import within
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed")
@@ -34,7 +35,7 @@ FINDER = (
 def _python(code: str) -> str:
     """``code`` in a fresh interpreter that finds ``poptorch`` as a program does."""
     out = subprocess.run(
-        [sys.executable, "-c", FINDER + code], capture_output=True, text=True, timeout=300
+        [sys.executable, "-c", FINDER + code], capture_output=True, text=True, timeout=within(300)
     )
     assert out.returncode == 0, out.stderr[-2000:]
     return out.stdout.strip()
@@ -95,7 +96,7 @@ def test_distributed_process_id_is_the_instance_under_poprun_emu(tmp_path: Path)
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=within(300),
     )
     assert out.returncode == 0, out.stderr[-3000:]
     rows = sorted(

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deadlines import within
 
 pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed (pip install -e .[poptorch])")
@@ -26,7 +27,9 @@ def _run(script: str, *words: str) -> subprocess.CompletedProcess:
     path = shutil.which(script, path=str(bin_dir))
     assert path is not None, f"{script} is not installed beside this Python"
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run([path, *words], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [path, *words], capture_output=True, text=True, env=env, timeout=within(600)
+    )
 
 
 def test_offline_run_reports_the_pipeline_memory_per_ipu_and_throughput(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from deadlines import within
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 jax = pytest.importorskip("jax")
@@ -171,6 +172,10 @@ def test_from_poptorch_optim_imports_every_optimiser_without_the_sdk() -> None:
         "print(all(x is getattr(o, x.__name__) for x in (LAMB, SGD, Adam, AdamW, RMSprop)))"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=within(300),
+        check=False,
     )
     assert out.stdout.strip() == "True", out.stderr[-2000:]

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from deadlines import within
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed (pip install -e .[poptorch])")
@@ -208,7 +209,7 @@ def test_resume_in_a_new_process_is_bit_for_bit(tmp_path: Path) -> None:
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        timeout=within(600),
     )
     assert run.returncode == 0, run.stderr[-2000:]
     resumed = torch.load(out)
@@ -243,7 +244,7 @@ def test_sharded_state_is_gathered_alike_on_one_and_two_instances(tmp_path: Path
             capture_output=True,
             text=True,
             env=env,
-            timeout=600,
+            timeout=within(600),
         )
         assert run.returncode == 0, run.stderr[-2000:]
         saved.append(torch.load(out))

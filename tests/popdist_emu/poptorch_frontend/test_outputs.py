@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from deadlines import within
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed (pip install -e .[poptorch])")
@@ -239,7 +240,11 @@ def test_two_instances_each_return_their_own_replicas_outputs(tmp_path: Path) ->
     command = [launcher, "--num-replicas", "2", "--num-instances", "2", str(program)]
     here = str(Path(__file__).parent)
     out = subprocess.run(
-        [*command, here, str(tmp_path)], capture_output=True, text=True, env=env, timeout=600
+        [*command, here, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=within(600),
     )
     assert out.returncode == 0, out.stderr[-3000:]
     size = ITERATIONS * ACCUMULATION * MICRO

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from deadlines import within
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -94,7 +95,7 @@ def _run(tmp_path: Path, strategy: str, ipus: int) -> dict:
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=within(300),
     )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1].split(">:", 1)[-1])

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deadlines import within
 
 pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed (pip install -e .[poptorch])")
@@ -57,7 +58,7 @@ def _run(cwd: Path, *words: str) -> subprocess.CompletedProcess:
     path = shutil.which(words[0], path=str(bin_dir)) or sys.executable
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
     return subprocess.run(
-        [path, *words[1:]], capture_output=True, text=True, env=env, timeout=600, cwd=cwd
+        [path, *words[1:]], capture_output=True, text=True, env=env, timeout=within(600), cwd=cwd
     )
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from deadlines import within
 
 pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed (pip install -e .[poptorch])")
@@ -26,7 +27,7 @@ def _result(launcher: list[str], *words: str) -> dict:
     """Runs the program under ``launcher``; its JSON line."""
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     command = [*launcher, str(PROGRAM), *words]
-    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(command, capture_output=True, text=True, env=env, timeout=within(300))
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 

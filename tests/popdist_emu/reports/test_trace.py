@@ -11,6 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from deadlines import within
 from pipelined_replica import four_stages, simulate_pipeline
 
 import hardware
@@ -138,7 +139,7 @@ def test_a_real_run_puts_each_instances_host_beside_the_simulation(tmp_path):
     proc = subprocess.run(
         ["poprun-emu", "--num-replicas", "4", "--num-instances", "2", "--report-dir", "r",
          str(TRAIN), "--steps", "3"],
-        capture_output=True, text=True, timeout=300, cwd=tmp_path,
+        capture_output=True, text=True, timeout=within(300), cwd=tmp_path,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     trace = json.loads((tmp_path / "r" / "trace.json").read_text())

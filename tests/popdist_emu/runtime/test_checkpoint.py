@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from deadlines import within
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -154,7 +155,7 @@ JOB = Path(__file__).with_name("checkpoint_job.py")
 def _poprun(instances, *args):
     command = [sys.executable, "-m", "launch", "--num-replicas", "4"]
     command += ["--num-instances", str(instances), str(JOB)]
-    proc = subprocess.run([*command, *args], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([*command, *args], capture_output=True, text=True, timeout=within(600))
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
@@ -326,7 +327,7 @@ def test_another_running_job_is_refused_and_a_dead_ones_claim_taken_over(tmp_pat
         assert not (tmp_path / CHECKPOINT_FILE).exists()
     finally:
         other.kill()  # SIGKILL: its record stays, naming a process that is gone
-        other.wait(timeout=30)
+        other.wait(timeout=within(30))
     save_checkpoint(tmp_path, trainer)
     assert read_meta(tmp_path)["step"] == 1
     assert json.loads((tmp_path / OWNER_FILE).read_text())["pid"] == os.getpid()
@@ -335,5 +336,5 @@ def test_another_running_job_is_refused_and_a_dead_ones_claim_taken_over(tmp_pat
 @pytest.mark.timeout(120)
 def test_a_job_that_ends_leaves_the_directory_free(tmp_path):
     done = _holder(tmp_path, 0)
-    assert done.wait(timeout=30) == 0
+    assert done.wait(timeout=within(30)) == 0
     assert not (tmp_path / OWNER_FILE).exists()

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from deadlines import within
 from two_dense_blocks import two_dense_blocks
 
 import hardware
@@ -100,7 +101,7 @@ def test_pipelined_run_takes_its_ipus_from_the_layout(environ):
     }
     model = two_dense_blocks()
     # Two stages over the layout's 2 IPUs per replica (the environment says 1, or nothing).
-    trainer = popdist_emu.Trainer(model, optax.sgd(0.1), params, options, timeout=60)
+    trainer = popdist_emu.Trainer(model, optax.sgd(0.1), params, options, timeout=within(60))
     assert trainer.pipeline is not None and trainer.pipeline.num_stages == 2
     assert not trainer.offline
     batch = call_batch(options)
@@ -112,7 +113,7 @@ def test_pipelined_run_takes_its_ipus_from_the_layout(environ):
         optax.sgd(0.1),
         params,
         popdist_emu.Options(layout=layout, gradient_accumulation=4),
-        timeout=60,
+        timeout=within(60),
     )
     plain_losses = [plain.step(batch) for _ in range(2)]
     np.testing.assert_allclose(losses, plain_losses, rtol=1e-5)
@@ -126,12 +127,12 @@ def test_checkpointed_run_saves_from_instance_zero_of_the_layout(environ, tmp_pa
     layout = hardware.ReplicaLayout(num_replicas=2)
     options = popdist_emu.Options(layout=layout, instance_index=0, **levers)
     optimiser = optax.adamw(0.05)
-    trainer = popdist_emu.Trainer(mlp_loss, optimiser, mlp_params(), options, timeout=60)
+    trainer = popdist_emu.Trainer(mlp_loss, optimiser, mlp_params(), options, timeout=within(60))
     for seed in range(2):
         trainer.step(call_batch(options, seed=seed))
     path = popdist_emu.save_checkpoint(tmp_path, trainer, {"seed": 7})
     assert path is not None and os.path.isfile(path)
-    resumed = popdist_emu.Trainer(mlp_loss, optimiser, mlp_params(), options, timeout=60)
+    resumed = popdist_emu.Trainer(mlp_loss, optimiser, mlp_params(), options, timeout=within(60))
     meta = popdist_emu.restore_checkpoint(tmp_path, resumed)
     assert (meta["step"], meta["seed"], resumed.steps_done) == (2, 7, 2)
     for t in (trainer, resumed):

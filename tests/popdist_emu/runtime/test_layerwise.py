@@ -10,6 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from deadlines import within
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -210,7 +211,7 @@ def test_rts_lamb_same_bits_on_every_instance_layout(tmp_path):
         out = tmp_path / f"out_{instances}.npz"
         cmd = ["poprun-emu", "--num-replicas", "4", "--num-instances", str(instances)]
         proc = subprocess.run(
-            [*cmd, str(job), str(out)], capture_output=True, text=True, timeout=180
+            [*cmd, str(job), str(out)], capture_output=True, text=True, timeout=within(180)
         )
         assert proc.returncode == 0, f"{instances} instances failed:\n{proc.stderr[-3000:]}"
         with np.load(out) as saved:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from deadlines import within
 
 JOB = Path(__file__).with_name("layout_job.py")
 
@@ -23,7 +24,7 @@ def test_final_params_bit_identical_across_layouts(tmp_path):
         out = tmp_path / f"params_{instances}.npz"
         cmd = ["poprun-emu", "--num-replicas", "16", "--num-instances", str(instances)]
         proc = subprocess.run(
-            [*cmd, str(JOB), str(out)], capture_output=True, text=True, timeout=240
+            [*cmd, str(JOB), str(out)], capture_output=True, text=True, timeout=within(240)
         )
         assert proc.returncode == 0, f"{instances} instances failed:\n{proc.stderr[-3000:]}"
         with np.load(out) as saved:
@@ -44,4 +45,4 @@ def test_final_params_bit_identical_across_layouts(tmp_path):
 def test_job_script_is_importable_without_running():
     # The job is a plain program; importing it (e.g. by pytest's collection) runs nothing.
     code = f"import runpy; runpy.run_path({str(JOB)!r}, run_name='not_main')"
-    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=within(120))

@@ -17,6 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from deadlines import within
 
 import popdist_emu as popdist
 
@@ -45,7 +46,7 @@ def _train(replicas, steps=3, **levers):
     options = popdist.Options(
         replication_factor=replicas, gradient_accumulation=2, output_mode="all", **levers
     )
-    trainer = popdist.Trainer(_loss, optax.adamw(5e-2), _params(rng), options, timeout=60)
+    trainer = popdist.Trainer(_loss, optax.adamw(5e-2), _params(rng), options, timeout=within(60))
     loader = popdist.ReplicaLoader(data, 2, options, seed=1)
     losses = [trainer.step(loader.batch(i)).tolist() for i in range(steps)]
     return trainer, losses, loader
@@ -141,7 +142,7 @@ def _poprun(tmp_path, name, *flags):
         sys.executable, "-m", "launch", "--num-replicas", "8", "--num-instances", "2",
         str(TRAIN), "--steps", "4", "--save", str(path), *flags,
     ]  # fmt: skip
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=within(180), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     line = [x for x in proc.stdout.splitlines() if x.strip().endswith("}")][-1]
     report = json.loads(line[line.index("{") :])

@@ -11,6 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from deadlines import within
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -390,7 +391,7 @@ def test_rts_across_instances_bit_identical(tmp_path):
         out = tmp_path / f"out_{instances}.npz"
         cmd = ["poprun-emu", "--num-replicas", "4", "--num-instances", str(instances)]
         args = [str(job), str(out)] + ([] if domain is None else [str(domain)])
-        proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=180)
+        proc = subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=within(180))
         assert proc.returncode == 0, f"{instances} instances failed:\n{proc.stderr[-3000:]}"
         with np.load(out) as saved:
             results[instances] = {k: saved[k] for k in saved.files}
@@ -437,7 +438,7 @@ def test_trainer_with_rts_and_infeed_matches_plain_trainer():
     optimiser = optax.adamw(5e-2, weight_decay=0.1)
 
     def train(rts):
-        trainer = popdist.Trainer(_mlp_loss, optimiser, params, options, timeout=60)
+        trainer = popdist.Trainer(_mlp_loss, optimiser, params, options, timeout=within(60))
         if rts:
             trainer.reduce_update, opt_state = sharded_stage(
                 optimiser,
@@ -446,7 +447,7 @@ def test_trainer_with_rts_and_infeed_matches_plain_trainer():
                 layout=options.layout,
                 instance=options.instance_index,
                 domain=options.sharding_domain,
-                timeout=60,
+                timeout=within(60),
             )
             trainer.state = TrainState(trainer.state.params, opt_state)
         loader = popdist.ReplicaLoader(data, 3, options, seed=1)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from child_signals import default_signals
+from deadlines import within
 
 EXAMPLES = Path(__file__).parents[3] / "examples"
 TRAIN = EXAMPLES / "train.py"
@@ -41,7 +42,7 @@ def command(name: str) -> list[str]:
 
 def run(cwd, name, *words, timeout=300):
     return subprocess.run(
-        [*command(name), *map(str, words)], capture_output=True, text=True, timeout=timeout,
+        [*command(name), *map(str, words)], capture_output=True, text=True, timeout=within(timeout),
         cwd=cwd,
     )  # fmt: skip
 
@@ -293,7 +294,7 @@ def test_an_interrupted_sweep_ends_its_running_program(tmp_path, signum):
             time.sleep(0.1)
         program = int(pid_file.read_text())
         sweep.send_signal(signum)
-        assert sweep.wait(timeout=60) == 128 + signum
+        assert sweep.wait(timeout=within(60)) == 128 + signum
         assert "interrupted; ended the running program" in sweep.stderr.read()
         deadline = time.monotonic() + 10
         while os.path.exists(f"/proc/{program}") and time.monotonic() < deadline:

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from deadlines import within
 
 import hardware
 import popdist_emu
@@ -182,7 +183,7 @@ def poprun(cwd, *words, timeout=180):
     script = shutil.which("poprun-emu")
     command = [script] if script else [sys.executable, "-m", "launch"]
     return subprocess.run(
-        [*command, *words], capture_output=True, text=True, timeout=timeout, cwd=cwd
+        [*command, *words], capture_output=True, text=True, timeout=within(timeout), cwd=cwd
     )
 
 
