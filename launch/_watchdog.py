@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from contract import pid_alive
 from launch._cleanup import remove_leftover_segments
@@ -38,7 +38,7 @@ from launch._exits import (
     shell_code,
 )
 from launch._failure_text import ended_by_mpiexec, left_early, returned_while_waited
-from launch._host_watch import explain, stale
+from launch._host_watch import explain
 from launch._job import (
     leaving_path,
     peer_left,
@@ -46,6 +46,14 @@ from launch._job import (
     waiting_in_collectives,
 )
 from launch._job_output import GRACE_SECONDS, JobOutput
+from launch._job_processes import (
+    Groups,
+    killed_first,
+    session_members,
+    stopped_bootstraps,
+    stopped_instances,
+    vanished,
+)
 
 POLL_SECONDS = 0.1  # 16 instances = 32 small reads per poll; cheap, and failures end in seconds
 
@@ -63,89 +71,7 @@ def _raise_terminated(signum: int, _frame: object) -> None:
     raise _Terminated(signum)
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent, process
-    group, session, ...); None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields if len(fields) > 3 else None
-
-
-def _stat(pid: int) -> tuple[int, int] | None:
-    """``(parent pid, process group)`` of ``pid`` from ``/proc``, None if it is gone."""
-    fields = _stat_fields(pid)
-    return None if fields is None else (int(fields[1]), int(fields[2]))
-
-
-def _ours(pid: int, pgid: int, root: int) -> bool:
-    """Whether ``pid`` leads process group ``pgid`` and descends from ``root``."""
-    if not os.path.isdir("/proc"):
-        return True  # no /proc to check against: trust the bootstrap's record
-    stat = _stat(pid)
-    if stat is None or stat[1] != pgid or pgid != pid:
-        return False
-    for _ in range(64):
-        if pid == root:
-            return True
-        stat = _stat(pid)
-        if stat is None or stat[0] <= 1:
-            return False
-        pid = stat[0]
-    return False
-
-
-class _Groups:
-    """The instances' process groups, each checked once, when first seen, and then kept."""
-
-    def __init__(self, job_dir: str, instances: Sequence[int], root: int) -> None:
-        self.job_dir, self.instances, self.root = job_dir, instances, root
-        self.known: dict[int, tuple[int, int]] = {}
-        self.remote: set[int] = set()  # started where /proc does not show them (another host)
-
-    def __call__(self) -> dict[int, tuple[int, int]]:
-        for i in self.instances:
-            if i in self.known or i in self.remote:
-                continue
-            try:
-                with open(pid_path(self.job_dir, i)) as f:
-                    pid, pgid = (int(x) for x in f.read().split())
-            except (FileNotFoundError, ValueError):
-                continue
-            if _ours(pid, pgid, self.root):
-                self.known[i] = (pid, pgid)
-            else:
-                self.remote.add(i)
-        return dict(self.known)
-
-
-def _vanished(groups: _Groups, exits: Mapping[int, InstanceExit]) -> Iterator[int]:
-    """Instances whose bootstrap is gone without writing a status (it was killed); on another
-    host, that stopped renewing its pid file."""
-    for i, (pid, _) in groups().items():
-        if i not in exits and not pid_alive(pid):
-            yield i
-    now_ns = time.time_ns()
-    for i in sorted(groups.remote):
-        if i not in exits and stale(groups.job_dir, i, now_ns):
-            yield i
-
-
-def _session_members(sid: int) -> list[int]:
-    """The processes still in session ``sid`` (the one mpiexec leads), from ``/proc``."""
-    members = []
-    with contextlib.suppress(OSError):
-        for pid in os.listdir("/proc"):
-            if pid.isdigit() and int(pid) != os.getpid():
-                stat = _stat_fields(int(pid))
-                if stat is not None and int(stat[3]) == sid:
-                    members.append(int(pid))
-    return members
-
-
-def _signal_job(proc: subprocess.Popen, groups: _Groups, sig: int) -> None:
+def _signal_job(proc: subprocess.Popen, groups: Groups, sig: int) -> None:
     # An instance that reported its status is already on its way out; a signal now would only
     # make MPICH print a "BAD TERMINATION" banner about it.
     done = read_exits(groups.job_dir, groups.instances)
@@ -161,7 +87,7 @@ def _signal_job(proc: subprocess.Popen, groups: _Groups, sig: int) -> None:
                 os.killpg(pgid, signal.SIGCONT)
 
 
-def end_job(proc: subprocess.Popen, groups: _Groups) -> None:
+def end_job(proc: subprocess.Popen, groups: Groups) -> None:
     """SIGTERM to mpiexec and every instance's group; SIGKILL whatever outlives the grace."""
     _signal_job(proc, groups, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_SECONDS
@@ -170,7 +96,7 @@ def end_job(proc: subprocess.Popen, groups: _Groups) -> None:
             break
         time.sleep(POLL_SECONDS)
     _signal_job(proc, groups, signal.SIGKILL)
-    for pid in _session_members(proc.pid):  # mpiexec's ssh clients to a host that is gone
+    for pid in session_members(proc.pid):  # mpiexec's ssh clients to a host that is gone
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     try:
@@ -181,33 +107,6 @@ def end_job(proc: subprocess.Popen, groups: _Groups) -> None:
 
 def _report(message: str) -> None:
     print(f"poprun-emu: {message}", file=sys.stderr, flush=True)
-
-
-def _stopped(groups: _Groups, exits: Mapping[int, InstanceExit]) -> list[int]:
-    """Instances (without an exit status) with a stopped process (SIGSTOP, a debugger)."""
-    waiting = {pgid: i for i, (_, pgid) in groups().items() if i not in exits}
-    stopped = set()
-    with contextlib.suppress(OSError):
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            fields = _stat_fields(int(pid))
-            if fields is None:
-                continue
-            if fields[0] in ("T", "t") and int(fields[2]) in waiting:
-                stopped.add(waiting[int(fields[2])])
-    return sorted(stopped)
-
-
-def _stopped_bootstraps(groups: _Groups, exits: Mapping[int, InstanceExit]) -> set[int]:
-    """Instances (without an exit status) whose bootstrap itself is stopped: its program
-    may run on, but nothing relays its output or its end while it is."""
-    stopped = set()
-    for i, (pid, _) in groups().items():
-        fields = None if i in exits else _stat_fields(pid)
-        if fields is not None and fields[0] in ("T", "t"):
-            stopped.add(i)
-    return stopped
 
 
 def _report_tail(job_dir: str, instance: int) -> None:
@@ -267,7 +166,7 @@ def run_job(
         list(command), env=dict(env), start_new_session=True, stdout=pipe, stderr=pipe
     )
     output = JobOutput(proc, sys.stdout.buffer, sys.stderr.buffer)
-    groups = _Groups(job_dir, instances, proc.pid)
+    groups = Groups(job_dir, instances, proc.pid)
 
     def end_job_and_output() -> None:
         end_job(proc, groups)
@@ -310,9 +209,9 @@ def run_job(
                 if i not in exits and e.code != 0
             }
             if time.monotonic() > next_scan:
-                seen_stopped.update(_stopped(groups, exits))
+                seen_stopped.update(stopped_instances(groups, exits))
                 next_scan = time.monotonic() + 1.0
-                halted = _stopped_bootstraps(groups, exits)
+                halted = stopped_bootstraps(groups, exits)
                 now = time.monotonic()
                 bootstrap_stopped = {i: bootstrap_stopped.get(i, now) for i in halted}
                 overdue = [i for i, t in bootstrap_stopped.items() if now - t > leave_timeout]
@@ -328,12 +227,12 @@ def run_job(
                 (e for e in (*exits.values(), *leaving.values()) if e.code != 0),
                 key=lambda e: (e.when_ns, e.instance),
             )
-            lost = [] if failures else list(_vanished(groups, exits))
+            lost = [] if failures else killed_first(groups, list(vanished(groups, exits)))
             if failures or lost:
                 running = others_were_running(
                     failures[0] if failures else None, exits, len(instances), finished
                 )
-                stopped = sorted(seen_stopped.union(_stopped(groups, exits)))
+                stopped = sorted(seen_stopped.union(stopped_instances(groups, exits)))
                 if end_on_hosts(exits):
                     return 1  # instances gone with their host: the others' failures follow
                 tail = "; ended the other instances" if running else ""
@@ -386,7 +285,7 @@ def run_job(
                 and len(exits) < len(instances)
                 and now - min(returned.values()) > leave_timeout
             ):
-                stopped = sorted(seen_stopped.union(_stopped(groups, exits)))
+                stopped = sorted(seen_stopped.union(stopped_instances(groups, exits)))
                 end_job_and_output()
                 for i in stopped:
                     _report(f"instance {i} was stopped (SIGSTOP or a debugger) and never answered")

@@ -1,0 +1,150 @@
+"""What ``/proc`` says about a job's processes: their groups, which are gone, stopped or
+still running, for the launcher's watchdog (``launch._watchdog``).
+
+Every bootstrap records its pid and process group in the job directory; a group is trusted
+only after ``/proc`` confirms that its leader descends from the process the launcher started.
+
+References:
+    Linux ``proc(5)``: ``/proc/<pid>/stat`` fields (state, ppid, pgrp, session); a zombie
+    ("Z") has ended and only waits to be reaped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+
+from contract import pid_alive
+from launch._exits import InstanceExit
+from launch._host_watch import stale
+from launch._job import pid_path
+
+
+def stat_fields(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent, process
+    group, session, ...); None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return fields if len(fields) > 3 else None
+
+
+def _stat(pid: int) -> tuple[int, int] | None:
+    """``(parent pid, process group)`` of ``pid`` from ``/proc``, None if it is gone."""
+    fields = stat_fields(pid)
+    return None if fields is None else (int(fields[1]), int(fields[2]))
+
+
+def _ours(pid: int, pgid: int, root: int) -> bool:
+    """Whether ``pid`` leads process group ``pgid`` and descends from ``root``."""
+    if not os.path.isdir("/proc"):
+        return True  # no /proc to check against: trust the bootstrap's record
+    stat = _stat(pid)
+    if stat is None or stat[1] != pgid or pgid != pid:
+        return False
+    for _ in range(64):
+        if pid == root:
+            return True
+        stat = _stat(pid)
+        if stat is None or stat[0] <= 1:
+            return False
+        pid = stat[0]
+    return False
+
+
+class Groups:
+    """The instances' process groups, each checked once, when first seen, and then kept."""
+
+    def __init__(self, job_dir: str, instances: Sequence[int], root: int) -> None:
+        self.job_dir, self.instances, self.root = job_dir, instances, root
+        self.known: dict[int, tuple[int, int]] = {}
+        self.remote: set[int] = set()  # started where /proc does not show them (another host)
+
+    def __call__(self) -> dict[int, tuple[int, int]]:
+        for i in self.instances:
+            if i in self.known or i in self.remote:
+                continue
+            try:
+                with open(pid_path(self.job_dir, i)) as f:
+                    pid, pgid = (int(x) for x in f.read().split())
+            except (FileNotFoundError, ValueError):
+                continue
+            if _ours(pid, pgid, self.root):
+                self.known[i] = (pid, pgid)
+            else:
+                self.remote.add(i)
+        return dict(self.known)
+
+
+def vanished(groups: Groups, exits: Mapping[int, InstanceExit]) -> Iterator[int]:
+    """Instances whose bootstrap is gone without writing a status (it was killed); on another
+    host, that stopped renewing its pid file."""
+    for i, (pid, _) in groups().items():
+        if i not in exits and not pid_alive(pid):
+            yield i
+    now_ns = time.time_ns()
+    for i in sorted(groups.remote):
+        if i not in exits and stale(groups.job_dir, i, now_ns):
+            yield i
+
+
+def session_members(sid: int) -> list[int]:
+    """The processes still in session ``sid`` (the one mpiexec leads), from ``/proc``."""
+    members = []
+    with contextlib.suppress(OSError):
+        for pid in os.listdir("/proc"):
+            if pid.isdigit() and int(pid) != os.getpid():
+                stat = stat_fields(int(pid))
+                if stat is not None and int(stat[3]) == sid:
+                    members.append(int(pid))
+    return members
+
+
+def stopped_instances(groups: Groups, exits: Mapping[int, InstanceExit]) -> list[int]:
+    """Instances (without an exit status) with a stopped process (SIGSTOP, a debugger)."""
+    waiting = {pgid: i for i, (_, pgid) in groups().items() if i not in exits}
+    stopped = set()
+    with contextlib.suppress(OSError):
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            fields = stat_fields(int(pid))
+            if fields is None:
+                continue
+            if fields[0] in ("T", "t") and int(fields[2]) in waiting:
+                stopped.add(waiting[int(fields[2])])
+    return sorted(stopped)
+
+
+def stopped_bootstraps(groups: Groups, exits: Mapping[int, InstanceExit]) -> set[int]:
+    """Instances (without an exit status) whose bootstrap itself is stopped: its program
+    may run on, but nothing relays its output or its end while it is."""
+    stopped = set()
+    for i, (pid, _) in groups().items():
+        fields = None if i in exits else stat_fields(pid)
+        if fields is not None and fields[0] in ("T", "t"):
+            stopped.add(i)
+    return stopped
+
+
+def killed_first(groups: Groups, lost: Sequence[int]) -> list[int]:
+    """``lost`` (instances whose bootstrap is gone without a status) with the one that was
+    killed on its own first.
+
+    A bootstrap killed from outside (``kill -9`` of its pid) leaves its program running,
+    orphaned; the MPI's process manager then ends the job's other processes by their groups,
+    bootstrap and program together, often before the watchdog's next look. So both are lost
+    by then, and the one whose group still has a live (not zombie) process is the cause.
+    """
+    live = set()
+    with contextlib.suppress(OSError):
+        for pid in os.listdir("/proc"):
+            fields = stat_fields(int(pid)) if pid.isdigit() else None
+            if fields is not None and fields[0] not in ("Z", "X"):
+                live.add(int(fields[2]))
+    known = groups()
+    return sorted(lost, key=lambda i: not (i in known and known[i][1] in live))
