@@ -84,6 +84,8 @@ def test_load_lib_refuses_a_missing_file_and_other_names_in_one_line(tmp_path: P
 
 
 def test_an_installed_module_wins_over_the_fallback(tmp_path: Path) -> None:
+    alone = _python("import popart, horovod, examples_utils\nprint(popart.__file__)")
+    assert os.path.join("_fallback", "popart") in alone
     for name in ("popart", "horovod", "examples_utils"):
         (tmp_path / name).mkdir()
         (tmp_path / name / "__init__.py").write_text("REAL = True\n")
