@@ -26,8 +26,9 @@ The attributes are checked as PopTorch checks them: string keys; values that are
 floats, strings or lists/tuples of one of those types; ASCII only.
 
 References:
-    PopTorch User Guide, "Custom operators" and "Reference" (``poptorch.custom_op``),
-    https://docs.graphcore.ai/projects/poptorch-user-guide/en/latest/; graphcore/poptorch
+    PopTorch User Guide, section "poptorch.custom_op" (its arguments; "for the users who are
+    familiar with PopART"), https://docs.graphcore.ai/projects/poptorch-user-guide/en/latest/
+    overview.html; graphcore/poptorch
     ``python/ops.py`` (the attribute checks); PopART User Guide, "Custom operators"
     (operator identifiers: domain, name, version); graphcore/examples
     ``nlp/gpt2/pytorch/custom_ops/remap_tensor_ce.cpp`` and ``model/optimized_gpt2_attn.py``,
