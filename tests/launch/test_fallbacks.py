@@ -95,3 +95,13 @@ def test_an_installed_module_wins_over_the_fallback(tmp_path: Path) -> None:
         PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
     )
     assert out == "True True True"
+
+
+def test_the_fallbacks_import_cheaply() -> None:
+    """No JAX, no MPI and no GCL at import (GCL is loaded by the first collective): the
+    applications import them at start-up, also where they never call a collective."""
+    out = _python(
+        "import popart, examples_utils, horovod.torch\n"
+        "print(sorted(m for m in ('jax', 'jaxlib', 'mpi4py.MPI', 'gcl') if m in sys.modules))"
+    )
+    assert out == "[]"
