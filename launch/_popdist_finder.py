@@ -1,4 +1,4 @@
-"""``import popdist`` and ``import poptorch`` outside ``poprun-emu``: never in the way.
+"""``import popdist``, ``poptorch`` and the IPU-only modules outside a Poplar SDK: never in the way.
 
 Real PopDist, imported in a process PopRun did not start, answers for one instance with one
 replica (``isPopdistEnvSet()`` is false), so a script runs plainly while it is written. The
@@ -30,14 +30,21 @@ SHIM_PACKAGE = os.path.join(_HERE, "_shim", "popdist")
 # also on PYTHONPATH inside poprun-emu instances (popdist must be the emulator's there);
 # ``_fallback`` is only ever reached through this finder, so a Poplar SDK's real ``poptorch``
 # wins inside poprun-emu as well as outside.
+# ``popart``, ``horovod`` and ``examples_utils`` are the other modules Graphcore's applications
+# import that only a Poplar SDK (or Horovod built for it, or Graphcore's examples-utils) brings;
+# they are found the same way, last, so an installed one wins.
 SHIM_PACKAGES = {
     "popdist": SHIM_PACKAGE,
-    "poptorch": os.path.join(_HERE, "_fallback", "poptorch"),
+    **{
+        name: os.path.join(_HERE, "_fallback", name)
+        for name in ("poptorch", "popart", "horovod", "examples_utils")
+    },
 }
 
 
 class PopDistFallbackFinder:
-    """Finds ``popdist`` and ``poptorch`` (the emulator's shims) when nothing else provides them."""
+    """Finds the emulator's ``popdist``, ``poptorch`` and fallbacks when nothing else provides
+    them."""
 
     @classmethod
     def find_spec(

@@ -45,6 +45,7 @@ from popdist_emu.poptorch._blocks import (
     removeBlocks,
     set_available_memory,
 )
+from popdist_emu.poptorch._custom_ops import custom_op, register_custom_op
 from popdist_emu.poptorch._names import (
     Attribute,
     serializedMatMul,
@@ -75,11 +76,13 @@ __all__ = [
     "ShardedExecution",
     "Stage",
     "TensorLocationSettings",
+    "custom_op",
     "enums",
     "identity_loss",
     "inferenceModel",
     "optim",
     "recomputationCheckpoint",
+    "register_custom_op",
     "removeBlocks",
     "serializedMatMul",
     "setLogLevel",
