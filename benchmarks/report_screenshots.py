@@ -22,7 +22,7 @@ import numpy as np
 from matplotlib import image
 
 ROOT = Path(__file__).resolve().parents[1]
-PICTURES = ROOT / "benchmarks" / "pages"
+PICTURES = ROOT / "docs" / "figures"
 WIDTH, HEIGHT = 1280, 6000  # a tall window: Chromium's --screenshot captures the window
 TRAIN = ROOT / "examples" / "train.py"
 RESNET = ROOT / "examples" / "resnet50.py"
