@@ -51,14 +51,14 @@ def console_scripts(setup_cfg: Path = ROOT / "setup.cfg") -> dict[str, str]:
     return scripts
 
 
-def parser_for(script: str) -> argparse.ArgumentParser:
-    """The parser of console script ``script``.
+def parser_for(script: str, setup_cfg: Path = ROOT / "setup.cfg") -> argparse.ArgumentParser:
+    """The parser of console script ``script`` of ``setup_cfg``.
 
     Raises:
         UndocumentedScriptError: ``script`` is not in setup.cfg, or its entry point has no
             builder in :data:`PARSERS`.
     """
-    target = console_scripts().get(script)
+    target = console_scripts(setup_cfg).get(script)
     if target is None:
         raise UndocumentedScriptError(f"{script!r} is not a console script of setup.cfg")
     if target not in PARSERS:
