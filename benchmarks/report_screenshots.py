@@ -1,4 +1,4 @@
-"""The documentation's pictures of both report pages (docs/figures/), rendered by a real headless browser.
+"""The documentation's pictures of both report pages (docs/figures/), from headless Chromium.
 
 Makes a single run's page (a pipelined replica of ``examples/train.py``, offline) and the
 scaling report of the MLPerf ResNet-50 weak-scaling sweep, then has Chromium load each

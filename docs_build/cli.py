@@ -79,17 +79,20 @@ def _value(action: argparse.Action) -> str:
         return " \\| ".join(f"`{choice}`" for choice in action.choices)
     metavar = action.metavar or action.dest.upper()
     text = metavar if isinstance(metavar, str) else " ".join(metavar)
-    return f"`{text}`".replace("|", "\\|")
+    # A "|" inside a code span would keep its escaping backslash: one span per alternative.
+    return " \\| ".join(f"`{part}`" for part in text.split("|"))
 
 
 def options_table(parser: argparse.ArgumentParser) -> str:
-    """A Markdown table of ``parser``'s options: spellings, value, what it does, default."""
-    rows = ["| option | value | description | default |", "|---|---|---|---|"]
+    """A Markdown table of ``parser``'s options: spellings, value, what it does, and the
+    default where the parser holds any (``poprun-emu`` states its defaults in the help)."""
+    rows = []
     for action in parser._actions:
         if action.help == argparse.SUPPRESS:
             continue
         if action.option_strings:
-            names = ", ".join(f"`{flag}`" for flag in action.option_strings)
+            # Kept on one line by the site's stylesheet (docs/stylesheets/extra.css).
+            names = ", ".join(f'<code class="flag">{flag}</code>' for flag in action.option_strings)
         else:
             names = f"`{action.dest}` (positional)"
         default = action.default
@@ -98,8 +101,12 @@ def options_table(parser: argparse.ArgumentParser) -> str:
             if default not in (None, False, [], argparse.SUPPRESS) and action.nargs != 0
             else ""
         )
-        rows.append(f"| {names} | {_value(action)} | {_escape(action.help or '')} | {shown} |")
-    return "\n".join(rows)
+        rows.append([names, _value(action), _escape(action.help or ""), shown])
+    columns = ["option", "value", "description", "default"]
+    if not any(row[3] for row in rows):
+        columns, rows = columns[:3], [row[:3] for row in rows]
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    return "\n".join([*lines, *("| " + " | ".join(row) + " |" for row in rows)])
 
 
 def reference(script: str) -> str:

@@ -21,16 +21,20 @@ def test_every_console_script_has_its_options_table():
     assert {"poprun-emu", "poprun-emu-scaling"} <= set(scripts)
     for script in scripts:
         table = cli.reference(script)
-        assert table.count("\n| `") >= 5, script
+        assert table.count('\n| <code class="flag">') >= 5, script
     launcher = cli.reference("poprun-emu")
     for spec in OPTIONS:
         for flag in spec.flags:
-            assert f"`{flag}`" in launcher, flag
+            assert f">{flag}</code>" in launcher, flag
 
 
 def test_a_console_script_without_a_parser_builder_is_refused(tmp_path):
-    setup = (ROOT / "setup.cfg").read_text().replace(
-        "console_scripts =\n", "console_scripts =\n    poprun-emu-new = launch._new:main\n"
+    setup = (
+        (ROOT / "setup.cfg")
+        .read_text()
+        .replace(
+            "console_scripts =\n", "console_scripts =\n    poprun-emu-new = launch._new:main\n"
+        )
     )
     (tmp_path / "setup.cfg").write_text(setup)
     with pytest.raises(cli.UndocumentedScriptError, match="no parser builder"):
@@ -43,7 +47,7 @@ def test_an_unknown_request_in_a_page_fails_the_build():
 
     with pytest.raises(PluginError, match="unknown request"):
         hooks.expand("text\n<!-- generated: nothing-such -->\n")
-    assert "`--num-replicas`" in hooks.expand("<!-- generated: cli -->")
+    assert ">--num-replicas</code>" in hooks.expand("<!-- generated: cli -->")
 
 
 def test_the_poptorch_option_table_lists_every_method_the_tables_name():
