@@ -236,11 +236,9 @@ class Options:
                 layout, False with a given layout.
             job_dir: None takes ``poprun-emu``'s job directory from the environment read
                 for the layout, "" (this process is the job) with a given layout.
-            system: None takes ``poprun-emu``'s from the environment read for the layout,
-                "" with a given layout; so do the three below.
-            report_dir: ``poprun-emu``'s ``--report-dir``.
-            command: ``poprun-emu``'s command line.
-            scaling_request: ``poprun-emu-scaling``'s sweep request.
+            system, report_dir, command, scaling_request: None takes ``poprun-emu``'s (and
+                ``poprun-emu-scaling``'s) from the environment read for the layout, "" with
+                a given layout.
 
         The other arguments are the attributes of the same names.
 
