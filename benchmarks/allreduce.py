@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 from mpi4py import MPI
+from results_file import write_results
 
 import gcl
 import popdist_emu
@@ -121,6 +122,7 @@ def main(argv: list[str] | None = None) -> None:
                     ),
                     flush=True,
                 )
+            write_results(f"allreduce-{instances}-instances", rows)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 import numpy as np
 import published_rows  # this folder's: the rows and their published figures
+from results_file import write_results
 from scipy.optimize import linprog
 
 import hardware
@@ -173,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         print(json.dumps(row))
     print(json.dumps({"tolerance": args.tolerance, "rows": len(rows)}))
+    write_results("attainable", {"tolerance": args.tolerance, "rows": rows})
     return 0
 
 

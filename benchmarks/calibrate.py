@@ -31,6 +31,8 @@ import pathlib
 import sys
 import time
 
+from results_file import write_results
+
 from popdist_emu import calibration
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -69,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         },
     }
     print(json.dumps(summary), flush=True)
+    write_results("calibrate", {"summary": summary, "rows": rows})
     if args.write:
         record = calibration.shared_record(fit, fitted_by="python benchmarks/calibrate.py --write")
         try:

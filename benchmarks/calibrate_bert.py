@@ -57,6 +57,7 @@ from concurrent.futures import ThreadPoolExecutor
 import validate  # this folder's: an offline run of a row's example
 from bert_rows import BERT_CALIBRATION_ROWS
 from published_rows import ExampleRow
+from results_file import write_results
 
 import hardware
 from popdist_emu import calibration
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
         "max_abs_leave_one_out_error": max(abs(r["leave_one_out_error"]) for r in records),
     }
     print(json.dumps(summary), flush=True)
+    shown = [{k: v for k, v in r.items() if k != "closed_form_terms"} for r in records]
+    write_results("calibrate_bert", {"summary": summary, "rows": shown})
     if args.write:
         record = calibration.family_record(
             fit,

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import write_results
+
 from contract import ENV_MPIEXEC
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -87,21 +89,26 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(run), flush=True)
             results.setdefault(case, []).append(run)
     mpi = os.environ.get(ENV_MPIEXEC) or "the mpich wheel's mpiexec"
-    print(f"\nMPI: {mpi}\n")
-    print(
-        "| fault (instance 1 of 2) | exit code | seconds to end the job: median (min-max) "
-        "| instance 1 named |"
-    )
-    print("|---|---|---|---|")
+    rows = []
     for case, runs in results.items():
         seconds = [r["seconds"] for r in runs]
-        codes = sorted({r["code"] for r in runs})
-        named = sum(r["named"] for r in runs)
-        print(
-            f"| {DESCRIPTION[case]} | {','.join(map(str, codes))} | "
-            f"{statistics.median(seconds):.2f} ({min(seconds):.2f}-{max(seconds):.2f}) | "
-            f"{named} of {len(runs)} |"
+        rows.append(
+            {
+                "fault (instance 1 of 2)": DESCRIPTION[case],
+                "exit code": ",".join(map(str, sorted({r["code"] for r in runs}))),
+                "seconds to end the job: median": round(statistics.median(seconds), 2),
+                "min": round(min(seconds), 2),
+                "max": round(max(seconds), 2),
+                "instance 1 named": f"{sum(r['named'] for r in runs)} of {len(runs)}",
+            }
         )
+    flavour = "openmpi" if os.environ.get(ENV_MPIEXEC) else "mpich"
+    write_results(f"faults-{flavour}", {"mpi": mpi, "faults": rows})
+    print(f"\nMPI: {mpi}\n")
+    print("| " + " | ".join(rows[0]) + " |" if rows else "")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print("| " + " | ".join(str(v) for v in row.values()) + " |")
 
 
 if __name__ == "__main__":

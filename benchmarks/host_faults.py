@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 import namespace_hosts  # this folder's, shared with the launcher's tests
+from results_file import write_results
 
 from contract import ENV_MPIEXEC
 
@@ -89,18 +90,26 @@ def main() -> None:
                 rows.append(row)
                 time.sleep(4)  # sshd drops the dead sessions (ClientAliveInterval 1, count 3)
     mpi = os.environ.get(ENV_MPIEXEC) or "the mpich wheel's mpiexec"
-    print(f"\nMPI: {mpi}")
-    print("\n| fault | exit code | seconds to end the job: median (min-max) | the launcher says |")
-    print("|---|---|---|---|")
+    table = []
     for case in cases:
         mine = [r for r in rows if r["case"] == case]
         s = [r["seconds"] for r in mine]
-        codes = ",".join(sorted({str(r["exit_code"]) for r in mine}))
-        said = mine[-1]["said"].replace("poprun-emu: ", "")
-        print(
-            f"| {DESCRIPTION[case]} | {codes} | {statistics.median(s):.2f} "
-            f"({min(s):.2f}-{max(s):.2f}) | {said} |"
+        table.append(
+            {
+                "fault": DESCRIPTION[case],
+                "exit code": ",".join(sorted({str(r["exit_code"]) for r in mine})),
+                "seconds to end the job: median": round(statistics.median(s), 2),
+                "min": round(min(s), 2),
+                "max": round(max(s), 2),
+                "the launcher says": mine[-1]["said"].replace("poprun-emu: ", ""),
+            }
         )
+    write_results("host_faults", {"mpi": mpi, "faults": table})
+    print(f"\nMPI: {mpi}\n")
+    print("| " + " | ".join(table[0]) + " |" if table else "")
+    print("|---|---|---|---|---|---|")
+    for row in table:
+        print("| " + " | ".join(str(v) for v in row.values()) + " |")
 
 
 if __name__ == "__main__":

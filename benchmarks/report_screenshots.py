@@ -1,4 +1,4 @@
-"""The README's pictures of both report pages, rendered by a real headless browser.
+"""The documentation's pictures of both report pages (docs/figures/), from headless Chromium.
 
 Makes a single run's page (a pipelined replica of ``examples/train.py``, offline) and the
 scaling report of the MLPerf ResNet-50 weak-scaling sweep, then has Chromium load each
@@ -22,7 +22,7 @@ import numpy as np
 from matplotlib import image
 
 ROOT = Path(__file__).resolve().parents[1]
-PICTURES = ROOT / "benchmarks" / "pages"
+PICTURES = ROOT / "docs" / "figures"
 WIDTH, HEIGHT = 1280, 6000  # a tall window: Chromium's --screenshot captures the window
 TRAIN = ROOT / "examples" / "train.py"
 RESNET = ROOT / "examples" / "resnet50.py"

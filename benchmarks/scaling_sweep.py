@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import write_results
+
 ROOT = Path(__file__).resolve().parents[1]
 REPLICAS = "16,64,256,1024,4096,16384,32768,65536"
 
@@ -57,6 +59,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--warm", action="store_true", help="keep the user's executable cache")
     args = parser.parse_args()
+    runs = []
     for i in range(args.repeat):
         out = args.out or Path(tempfile.mkdtemp(prefix="scaling-sweep-"))
         figures = sweep(out, args.warm)
@@ -68,6 +71,8 @@ def main() -> None:
             f"{figures['max_point_seconds'] * 1e3:.1f} ms (goal 200 ms)",
             flush=True,
         )
+        runs.append({"cache": "warm" if args.warm else "cold", **figures})
+    write_results("scaling_sweep", runs)
 
 
 if __name__ == "__main__":

@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from results_file import write_results
+
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN = ROOT / "examples" / "train.py"
 MAIN_JOB = ("--num-replicas", "16", "--num-instances", "4", str(TRAIN))
@@ -132,6 +134,7 @@ def main(argv: list[str] | None = None) -> dict:
             )
     print(f"load average before the runs: {load:.2f} on {os.cpu_count()} CPUs")
     print(json.dumps(figures), flush=True)
+    write_results("startup", {"load_average_before": round(load, 2), **figures})
     return figures
 
 

@@ -80,6 +80,7 @@ from published_rows import (
     ExampleRow,
     Row,
 )
+from results_file import write_results
 
 import hardware
 from popdist_emu import arguments, calibration
@@ -248,6 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nmedian |error| {median:.1%}, worst {worst:.1%} (row {summary['worst_row']})")
     summary["seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(summary), flush=True)
+    write_results("validate", {"summary": summary, "rows": results})
     return 0
 
 

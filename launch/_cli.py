@@ -59,6 +59,13 @@ from launch._watchdog import run_job
 
 def help_text() -> str:
     """``--help``: PopRun's usage line and every option, the emulator's differences marked."""
+    return help_parser().format_help()
+
+
+def help_parser() -> argparse.ArgumentParser:
+    """The parser ``--help`` prints, built from :data:`launch._options.OPTIONS`; the
+    documentation site renders its options table from it. The command line itself is read
+    by ``parse_command_line``, which keeps PopRun's value forms."""
     parser = argparse.ArgumentParser(
         prog="poprun-emu",
         usage="poprun-emu [options] program [args]",
@@ -80,7 +87,7 @@ def help_text() -> str:
             parser.add_argument(
                 *spec.flags, dest=spec.dest, help=spec.help, metavar=spec.metavar or "VALUE"
             )
-    return parser.format_help()
+    return parser
 
 
 def _version_text(style: str) -> str:
