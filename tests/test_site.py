@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deadlines import within
 from repo_scripts import ROOT
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -31,7 +32,7 @@ def site(tmp_path_factory) -> Path:
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--quiet", "-d", str(out)],
         cwd=ROOT,
         check=True,
-        timeout=600,
+        timeout=within(600),
         capture_output=True,
     )
     return out
@@ -75,7 +76,7 @@ def _chromium(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", *args],
         check=True,
-        timeout=180,
+        timeout=within(180),
         capture_output=True,
         text=True,
     )

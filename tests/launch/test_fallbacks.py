@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deadlines import within
 
 from launch import _popdist_finder
 
@@ -27,7 +28,7 @@ def _python(code: str, **env: str) -> str:
         [sys.executable, "-W", "always", "-c", FINDER + code],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=within(120),
         env={**os.environ, **env},
     )
     assert out.returncode == 0, out.stderr[-2000:]

@@ -27,6 +27,7 @@ PROGRAM = """
 import json, sys, torch
 import popdist
 import horovod.torch as hvd
+from deadlines import within
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
@@ -86,7 +87,7 @@ def test_collectives_over_the_instances_of_a_job(tmp_path: Path, n: int) -> None
         capture_output=True,
         text=True,
         env=env,
-        timeout=600,
+        timeout=within(600),
     )
     assert out.returncode == 0, out.stderr[-3000:]
     got = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(n)]
@@ -196,6 +197,10 @@ def test_the_finder_provides_horovod_and_refuses_other_names() -> None:
         "try:\n    hvd.DistributedOptimizer\nexcept AttributeError as e:\n    print(e)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=300
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=within(300),
     )
     assert out.stdout.startswith("horovod.torch.DistributedOptimizer is not provided by")
