@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from deadlines import within
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 
@@ -27,7 +28,6 @@ PROGRAM = """
 import json, sys, torch
 import popdist
 import horovod.torch as hvd
-from deadlines import within
 
 hvd.init()
 r, n = hvd.rank(), hvd.size()
