@@ -20,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
+from popdist_emu.popdist._poptorch_checks import count
+
 if TYPE_CHECKING:
     from popdist_emu.popdist._poptorch_options import Options
 
@@ -70,10 +72,12 @@ class TensorLocationSettings:
         return self._set(replicated_tensor_sharding=bool(use))
 
     def minElementsForOffChip(self, n: int) -> TensorLocationSettings:  # noqa: N802
-        return self._set(min_elements_for_off_chip=int(n))
+        call = "poptorch.TensorLocationSettings.minElementsForOffChip"
+        return self._set(min_elements_for_off_chip=count(call, n, minimum=0))
 
     def minElementsForReplicatedTensorSharding(self, n: int) -> TensorLocationSettings:  # noqa: N802
-        return self._set(min_elements_for_rts=int(n))
+        call = "poptorch.TensorLocationSettings.minElementsForReplicatedTensorSharding"
+        return self._set(min_elements_for_rts=count(call, n, minimum=0))
 
     def useIOTilesToLoad(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
         return self._set(io_tiles_to_load=bool(use))
@@ -109,7 +113,8 @@ class _Training(_Group):
     _group = "Training"
 
     def gradientAccumulation(self, n: int) -> Options:  # noqa: N802
-        self._owner._fields["gradient_accumulation"] = int(n)
+        call = f"{self._owner._spelled}.Training.gradientAccumulation"
+        self._owner._fields["gradient_accumulation"] = count(call, n)
         return self._owner
 
     def accumulationAndReplicationReductionType(self, reduction: object) -> Options:  # noqa: N802

@@ -45,6 +45,7 @@ from popdist_emu.poptorch._blocks import (
     removeBlocks,
     set_available_memory,
 )
+from popdist_emu.poptorch._identity import ConnectionType, ipu_print_tensor, nop
 from popdist_emu.poptorch._names import (
     Attribute,
     serializedMatMul,
@@ -64,6 +65,7 @@ __all__ = [
     "AutoStage",
     "BeginBlock",
     "Block",
+    "ConnectionType",
     "DataLoader",
     "DataLoaderMode",
     "ExecutionStrategy",
@@ -78,6 +80,8 @@ __all__ = [
     "enums",
     "identity_loss",
     "inferenceModel",
+    "ipu_print_tensor",
+    "nop",
     "optim",
     "recomputationCheckpoint",
     "removeBlocks",
