@@ -130,12 +130,7 @@ class DataLoader(torch.utils.data.DataLoader):
             )
         size = len(cast(Sized, dataset))  # a map-style dataset has a length
         sampler = _CombinedBatchSampler(size, options, int(batch_size), bool(shuffle))
-        if sampler.batches == 0 or (not drop_last and size % sampler.global_size):
-            raise ValueError(
-                f"poptorch.DataLoader: {size} samples do not make whole global combined "
-                f"batches of {sampler.global_size} (batch size x device iterations x gradient "
-                f"accumulation x replicas); change the sizes, or pass drop_last=True."
-            )
+        _check_size(size, sampler, drop_last)
         self.options = options
         self._asynchronous = mode in (DataLoaderMode.Async, DataLoaderMode.AsyncRebatched)
         self._combined_batch_size = (
@@ -178,6 +173,33 @@ class DataLoader(torch.utils.data.DataLoader):
     def combinedBatchSize(self) -> int:  # noqa: N802
         """Samples of one call on this instance (PopTorch's ``combinedBatchSize``)."""
         return self._combined_batch_size
+
+
+def _check_size(size: int, sampler: _CombinedBatchSampler, drop_last: bool) -> None:
+    """Refuses a dataset that makes no global combined batch (whatever ``drop_last``), or
+    whose last batch ``drop_last=False`` would keep incomplete, naming both numbers.
+
+    Raises:
+        ValueError: either case, in one line with the sizes that make the batch.
+    """
+    iterations, accumulation, replicas, batch = sampler.shape
+    made_of = (
+        f"batch_size {batch} x deviceIterations {iterations} x gradientAccumulation "
+        f"{accumulation} x {replicas} replica(s) over all instances"
+    )
+    if sampler.batches == 0:
+        raise ValueError(
+            f"poptorch.DataLoader: the dataset holds {size} samples, fewer than one global "
+            f"combined batch of {sampler.global_size} ({made_of}), so it gives no batch: use "
+            f"a smaller batch_size or smaller counts in the options, or a larger dataset."
+        )
+    if not drop_last and size % sampler.global_size:
+        raise ValueError(
+            f"poptorch.DataLoader(drop_last=False): the dataset's {size} samples leave "
+            f"{size % sampler.global_size} over after whole global combined batches of "
+            f"{sampler.global_size} ({made_of}), which popdist-emu does not run as a short "
+            f"last batch: pass drop_last=True (PopTorch's default) or resize the dataset."
+        )
 
 
 def active_loader() -> DataLoader | None:
