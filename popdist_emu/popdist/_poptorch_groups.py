@@ -17,6 +17,7 @@ References:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 # PopTorch's ReductionType values (an IntEnum there: Sum = 0, Mean = 1), so a read compares
 # equal to poptorch.ReductionType's members.
 _REDUCTION_VALUES = {"sum": 0, "mean": 1}
+_NOTED: set[str] = set()  # notes given once
 
 
 def _name(value: object) -> str:
@@ -148,6 +150,14 @@ class _Precision(_Group):
         if name not in partials:
             raise ValueError(
                 f"Precision.setPartialsType({dtype!r}): PopTorch takes torch.half or torch.float."
+            )
+        if partials[name] == "half" and "setPartialsType" not in _NOTED:
+            _NOTED.add("setPartialsType")
+            warnings.warn(
+                f"{self._owner._spelled}.Precision.setPartialsType({dtype!r}): the simulated "
+                "IPU plans its matmuls and convolutions with half partials (half the temporary "
+                "memory per partial); the numbers computed here keep float32 partials",
+                stacklevel=2,
             )
         self._owner._fields["partials_type"] = partials[name]
         return self._owner
