@@ -154,7 +154,7 @@ class _Precision(_Group):
         if partials[name] == "half" and "setPartialsType" not in _NOTED:
             _NOTED.add("setPartialsType")
             warnings.warn(
-                f"{self._owner._spelled}.Precision.setPartialsType({dtype!r}): the simulated "
+                f"{self._owner._spelled}.Precision.setPartialsType(torch.{name}): the simulated "
                 "IPU plans its matmuls and convolutions with half partials (half the temporary "
                 "memory per partial); the numbers computed here keep float32 partials",
                 stacklevel=2,
