@@ -196,8 +196,8 @@ def describe_buffers(names: Sequence[str], shown: int = 2, kinds_shown: int = 3)
         module, _, leaf = name.rpartition(".")
         by_module.setdefault(module or "the model", []).append(leaf)
     kinds: dict[tuple[str, ...], list[str]] = {}
-    for module, leaves in by_module.items():
-        kinds.setdefault(tuple(leaves), []).append(module)
+    for module, held in by_module.items():
+        kinds.setdefault(tuple(held), []).append(module)
     parts = []
     for leaves, modules in list(kinds.items())[:kinds_shown]:
         more = f" and {len(modules) - shown} more" if len(modules) > shown else ""
