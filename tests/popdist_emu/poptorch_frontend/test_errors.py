@@ -284,3 +284,21 @@ def test_under_the_launcher_its_flag_rules_and_the_traceback_comes_once(tmp_path
     assert "run poprun-emu with --ipus-per-replica 4" in out.stderr
     assert "last lines of instance" not in out.stderr
     assert "other instances" not in out.stderr
+
+
+def test_under_poprun_a_replication_factor_it_did_not_give_is_refused_at_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PopRun's environment of 2 replicas over 2 instances (1 local): ``replicationFactor(2)``
+    names PopDist's call and the launcher's flag that would give it, when set."""
+    monkeypatch.setenv("POPDIST_NUM_TOTAL_REPLICAS", "2")
+    monkeypatch.setenv("POPDIST_NUM_LOCAL_REPLICAS", "1")
+    opts = poptorch.Options()
+    assert opts.replicationFactor(1).to_options().replication_factor == 1
+    with pytest.raises(ValueError) as info:
+        opts.replicationFactor(2)
+    assert _one_line(info) == (
+        "poptorch.Options.replicationFactor(2): poprun-emu gave this instance 1 local "
+        "replica(s) (--num-replicas 2 over 2 instance(s)); call replicationFactor(1) "
+        "(popdist.getNumLocalReplicas()), or run poprun-emu with --num-replicas 4."
+    )
