@@ -13,8 +13,9 @@ child is the MPI process (MPICH's ``PMI_FD`` stays open for it). It
   several instances print (or ``--tag-output`` is given), or with
   ``--only-output-from-instance K`` passes K's output untagged and silences the others;
 - keeps the last lines of the child's stderr, whatever the output mode, and writes them to
-  ``$JOB_DIR/instance-<i>.stderr`` when the child ends, so the launcher can show them when this
-  instance fails (even one silenced by ``--only-output-from-instance``);
+  ``$JOB_DIR/instance-<i>.stderr`` when the child fails, so the launcher can show them (even
+  for one silenced by ``--only-output-from-instance``); none when the child's traceback
+  already reached the terminal, so that each failure's traceback is printed once;
 - writes the child's exit status (``Popen.returncode``) to ``$JOB_DIR/instance-<i>.status``
   for the launcher's watchdog, forwards SIGTERM/SIGINT, and exits with the child's code.
 """
@@ -49,6 +50,7 @@ from launch._watchdog import tail_path
 
 _LINE_END = re.compile(rb"\r\n|\n|\r")
 TAIL_LINES = 12  # stderr lines kept per instance for the launcher's failure message
+_TRACEBACK = b"Traceback (most recent call last):"  # the first line Python prints of one
 # Rank variables of MPICH Hydra, Open MPI and PMIx launchers, in that order.
 _RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK")
 _LOCAL_RANK_VARIABLES = ("MPI_LOCALRANKID", "OMPI_COMM_WORLD_LOCAL_RANK", "PMIX_LOCAL_RANK")
@@ -87,10 +89,12 @@ def _pump(
     tag: bytes,
     tail: collections.deque | None = None,
     log: BinaryIO | None = None,
+    traceback_shown: threading.Event | None = None,
 ) -> None:
     """Copies lines from the child's pipe to ours (None: drop them), each with ``tag`` (a
     line a progress bar redraws with ``\r`` keeps its tag); keeps the last whole lines in
-    ``tail``, and with ``--output-filename`` writes them untagged to the instance's log."""
+    ``tail``, with ``--output-filename`` writes them untagged to the instance's log, and
+    sets ``traceback_shown`` once a Python traceback's first line went to ``sink``."""
     broken = False
     for line in _segments(source):
         if tail is not None and not line.endswith(b"\r"):
@@ -102,6 +106,8 @@ def _pump(
         try:
             sink.write(tag + (line if line.endswith((b"\n", b"\r")) else line + b"\n"))
             sink.flush()
+            if traceback_shown is not None and line.startswith(_TRACEBACK):
+                traceback_shown.set()
         except OSError:  # mpiexec is gone; nobody reads our output any more
             broken = True
     source.close()
@@ -252,9 +258,17 @@ def run_instance(program: list[str], config: JobConfig) -> int:
 
     tail: collections.deque = collections.deque(maxlen=TAIL_LINES)
     tag = f"[1,{instance}]<stderr>:".encode() if tagged else b""
+    traceback_shown = threading.Event()
     error_pump = threading.Thread(
         target=_pump,
-        args=(child.stderr, sys.stderr.buffer if shown else None, tag, tail, error_log),
+        args=(
+            child.stderr,
+            sys.stderr.buffer if shown else None,
+            tag,
+            tail,
+            error_log,
+            traceback_shown,
+        ),
         daemon=True,
     )
     pumps = [error_pump]
@@ -290,8 +304,9 @@ def run_instance(program: list[str], config: JobConfig) -> int:
         )
     # The job directory is gone only if the launcher died and another instance removed it.
     with contextlib.suppress(FileNotFoundError):
-        if code != 0:
-            write_atomically(tail_path(job_dir, instance), b"".join(list(tail)))
+        if code != 0:  # the launcher's recap: none after a traceback the terminal showed
+            recap = b"" if traceback_shown.is_set() else b"".join(list(tail))
+            write_atomically(tail_path(job_dir, instance), recap)
         write_atomically(status_path(job_dir, instance), f"{code}\n")
     for thread in pumps:
         thread.join(timeout=5)  # a grandchild holding the pipes must not keep us alive

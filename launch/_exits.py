@@ -60,7 +60,8 @@ def others_were_running(
     failed too: the fail-fast it set off (a waiting peer's ``gcl.PeerLeft``) may end them all
     before the watchdog looks. Instances that exited 0 after it had finished on their own.
     """
-    if not finished and len(exits) < num_instances:
+    ended = {*exits, *([first.instance] if first is not None else [])}  # a failure ended
+    if not finished and len(ended) < num_instances:  # its instance, status written or not
         return True
     return first is not None and any(
         e.code != 0 and e.when_ns > first.when_ns

@@ -17,8 +17,11 @@ References:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
+
+from popdist_emu.popdist._poptorch_checks import count
 
 if TYPE_CHECKING:
     from popdist_emu.popdist._poptorch_options import Options
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
 # PopTorch's ReductionType values (an IntEnum there: Sum = 0, Mean = 1), so a read compares
 # equal to poptorch.ReductionType's members.
 _REDUCTION_VALUES = {"sum": 0, "mean": 1}
+_NOTED: set[str] = set()  # notes given once
 
 
 def _name(value: object) -> str:
@@ -70,10 +74,12 @@ class TensorLocationSettings:
         return self._set(replicated_tensor_sharding=bool(use))
 
     def minElementsForOffChip(self, n: int) -> TensorLocationSettings:  # noqa: N802
-        return self._set(min_elements_for_off_chip=int(n))
+        call = "poptorch.TensorLocationSettings.minElementsForOffChip"
+        return self._set(min_elements_for_off_chip=count(call, n, minimum=0))
 
     def minElementsForReplicatedTensorSharding(self, n: int) -> TensorLocationSettings:  # noqa: N802
-        return self._set(min_elements_for_rts=int(n))
+        call = "poptorch.TensorLocationSettings.minElementsForReplicatedTensorSharding"
+        return self._set(min_elements_for_rts=count(call, n, minimum=0))
 
     def useIOTilesToLoad(self, use: bool = True) -> TensorLocationSettings:  # noqa: N802
         return self._set(io_tiles_to_load=bool(use))
@@ -109,7 +115,8 @@ class _Training(_Group):
     _group = "Training"
 
     def gradientAccumulation(self, n: int) -> Options:  # noqa: N802
-        self._owner._fields["gradient_accumulation"] = int(n)
+        call = f"{self._owner._spelled}.Training.gradientAccumulation"
+        self._owner._fields["gradient_accumulation"] = count(call, n)
         return self._owner
 
     def accumulationAndReplicationReductionType(self, reduction: object) -> Options:  # noqa: N802
@@ -143,6 +150,14 @@ class _Precision(_Group):
         if name not in partials:
             raise ValueError(
                 f"Precision.setPartialsType({dtype!r}): PopTorch takes torch.half or torch.float."
+            )
+        if partials[name] == "half" and "setPartialsType" not in _NOTED:
+            _NOTED.add("setPartialsType")
+            warnings.warn(
+                f"{self._owner._spelled}.Precision.setPartialsType(torch.{name}): the simulated "
+                "IPU plans its matmuls and convolutions with half partials (half the temporary "
+                "memory per partial); the numbers computed here keep float32 partials",
+                stacklevel=2,
             )
         self._owner._fields["partials_type"] = partials[name]
         return self._owner

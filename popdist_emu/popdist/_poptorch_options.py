@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import numbers
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 from popdist_emu._options import Options as EmulatorOptions
 from popdist_emu.popdist import api as popdist
+from popdist_emu.popdist._poptorch_checks import close_match, count, public_methods
 from popdist_emu.popdist._poptorch_groups import (
     TensorLocationSettings as TensorLocationSettings,
 )
@@ -93,22 +95,24 @@ _REFUSED = {
 }
 
 
-def _warn_once(method: str) -> None:
+def _warn_once(spelled: str, method: str) -> None:
     if method not in _WARNED:
         _WARNED.add(method)
         warnings.warn(
-            f"popdist.poptorch.Options.{method}: accepted, no effect in the emulator (it "
-            f"changes neither its numbers nor its simulated time)",
+            f"{spelled}.{method}: accepted, no effect in the emulator (it changes neither "
+            f"its numbers nor its simulated time)",
             stacklevel=3,
         )
 
 
 class Options:
-    """``popdist.poptorch.Options(ipus_per_replica=None, **kwargs)``: PopTorch options for this
-    instance of a PopRun job.
+    """``poptorch.Options()``: PopTorch options for this instance of a PopRun job (and, as
+    :class:`PopDistOptions`, ``popdist.poptorch.Options(ipus_per_replica=None, **kwargs)``).
 
     As PopDist's, the replication factor is this instance's local replica count and the
-    instance is configured as process ``getInstanceIndex()`` of ``getNumInstances()``.
+    instance is configured as process ``getInstanceIndex()`` of ``getNumInstances()``. Errors
+    name the class as the program spelt it (``_spelled``), and values are checked when set
+    (``_poptorch_checks``).
 
     Args:
         ipus_per_replica: IPUs per replica of the program; checked against PopRun's
@@ -120,10 +124,12 @@ class Options:
         ValueError: ``ipus_per_replica`` differs from what PopRun was given.
     """
 
+    _spelled = "poptorch.Options"
+
     def __init__(self, ipus_per_replica: int | None = None, **kwargs: Any) -> None:
         if ipus_per_replica is not None and not popdist.checkNumIpusPerReplica(ipus_per_replica):
             raise ValueError(
-                f"popdist.poptorch.Options(ipus_per_replica={ipus_per_replica}): PopRun was "
+                f"{self._spelled}(ipus_per_replica={ipus_per_replica}): PopRun was "
                 f"given --ipus-per-replica {popdist.getNumIpusPerReplica()}; pass that, or "
                 f"start poprun-emu with --ipus-per-replica {ipus_per_replica}."
             )
@@ -154,7 +160,7 @@ class Options:
 
             def refuse(*_args: object, **_kwargs: object) -> Options:
                 raise ValueError(
-                    f"popdist.poptorch.Options.{qualified}: not supported by the emulator "
+                    f"{self._spelled}.{qualified}: not supported by the emulator "
                     f"({reason}); remove the call."
                 )
 
@@ -162,13 +168,19 @@ class Options:
         if method in _NO_EFFECT.get(group, ()):
 
             def accept(*_args: object, **_kwargs: object) -> Options:
-                _warn_once(qualified)
+                _warn_once(self._spelled, qualified)
                 return self
 
             return accept
+        owner = type(self) if group == "Options" else type(getattr(self, group))
+        known = [*public_methods(owner), *_NO_EFFECT.get(group, ())]
+        known += [m for g, m in _REFUSED if g == group]
+        where = self._spelled if group == "Options" else f"{self._spelled}.{group}"
+        # ``name`` given, so Python adds no suggestion of its own after ours.
         raise AttributeError(
-            f"popdist.poptorch.Options has no {qualified!r}: it is not a PopTorch option the "
-            f"emulator knows; see the README's PopDist helpers for the ones supported."
+            f"{where} has no {method!r}{close_match(method, known)}: it is not a PopTorch "
+            f"option the emulator knows; docs/poptorch.md lists the ones supported.",
+            name=method,
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -190,11 +202,23 @@ class Options:
         return self
 
     def deviceIterations(self, n: int) -> Options:  # noqa: N802
-        self._fields["device_iterations"] = int(n)
+        self._fields["device_iterations"] = count(f"{self._spelled}.deviceIterations", n)
         return self
 
     def replicationFactor(self, n: int) -> Options:  # noqa: N802
-        self._fields["replication_factor"] = int(n)
+        """This instance's replicas; under ``poprun-emu`` PopRun's local replicas, which a
+        different factor contradicts (refused here, in the program's words)."""
+        n = count(f"{self._spelled}.replicationFactor", n)
+        local = popdist.getNumLocalReplicas()
+        if popdist.isPopdistEnvSet() and n != local:
+            raise ValueError(
+                f"{self._spelled}.replicationFactor({n}): poprun-emu gave this instance {local} "
+                f"local replica(s) (--num-replicas {popdist.getNumTotalReplicas()} over "
+                f"{popdist.getNumInstances()} instance(s)); call replicationFactor({local}) "
+                f"(popdist.getNumLocalReplicas()), or run poprun-emu with --num-replicas "
+                f"{n * popdist.getNumInstances()}."
+            )
+        self._fields["replication_factor"] = n
         return self
 
     def enableSyntheticData(self, enabled: bool) -> Options:  # noqa: N802
@@ -217,7 +241,7 @@ class Options:
         return self._set(broadcast_buffers=bool(broadcast_buffers))
 
     def randomSeed(self, seed: int) -> Options:  # noqa: N802
-        return self._set(random_seed=int(seed))
+        return self._set(random_seed=count(f"{self._spelled}.randomSeed", seed, minimum=0))
 
     def enableExecutableCaching(self, path: str) -> Options:  # noqa: N802
         return self._set(executable_cache_dir=str(path))
@@ -229,8 +253,8 @@ class Options:
         name = _name(mode)
         if name not in ("all", "final", "everyn", "sum", "default"):
             raise ValueError(
-                f"outputMode({name!r}): PopTorch's modes are All, Final, EveryN, Sum and "
-                f"Default; pass one of poptorch.OutputMode's members."
+                f"{self._spelled}.outputMode({name!r}): PopTorch's modes are All, Final, "
+                f"EveryN, Sum and Default; pass one of poptorch.OutputMode's members."
             )
         period = 1
         if name == "everyn":
@@ -240,8 +264,9 @@ class Options:
                 or output_return_period < 1
             ):
                 raise ValueError(
-                    f"outputMode(EveryN, {output_return_period!r}): EveryN needs a period of at "
-                    f"least 1, e.g. outputMode(poptorch.OutputMode.EveryN, 10)."
+                    f"{self._spelled}.outputMode(EveryN, {output_return_period!r}): EveryN "
+                    f"needs a period of at least 1, e.g. outputMode(poptorch.OutputMode.EveryN, "
+                    f"10)."
                 )
             period = output_return_period
         # The Trainer's own mode (the simulated copies of a plain Trainer): a loss per device
@@ -257,10 +282,11 @@ class Options:
     def setAvailableMemoryProportion(self, proportion: dict[str, float] | float) -> Options:  # noqa: N802
         values = proportion.values() if isinstance(proportion, dict) else [proportion]
         for value in values:
-            if not 0.0 < float(value) <= 1.0:
+            real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            if not real or not 0.0 < float(value) <= 1.0:  # NaN is in no interval
                 raise ValueError(
-                    f"setAvailableMemoryProportion: {value} is outside (0, 1]; PopTorch takes "
-                    f"e.g. {{'IPU0': 0.6}}."
+                    f"{self._spelled}.setAvailableMemoryProportion: {value!r} is not a number "
+                    f"in (0, 1]; PopTorch takes e.g. {{'IPU0': 0.6}}."
                 )
         self._fields["available_memory_proportion"] = proportion
         return self
@@ -298,3 +324,10 @@ class Options:
 
 def _emulator_fields() -> tuple[dataclasses.Field[object], ...]:
     return dataclasses.fields(EmulatorOptions)
+
+
+class PopDistOptions(Options):
+    """``popdist.poptorch.Options(ipus_per_replica=None, **kwargs)``: PopDist's subclass of
+    ``poptorch.Options`` (as PopDist's own is), the same mapping; errors name it so."""
+
+    _spelled = "popdist.poptorch.Options"

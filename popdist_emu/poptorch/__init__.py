@@ -46,6 +46,7 @@ from popdist_emu.poptorch._blocks import (
     set_available_memory,
 )
 from popdist_emu.poptorch._custom_ops import custom_op, register_custom_op
+from popdist_emu.poptorch._identity import ConnectionType, ipu_print_tensor, nop
 from popdist_emu.poptorch._names import (
     Attribute,
     serializedMatMul,
@@ -65,6 +66,7 @@ __all__ = [
     "AutoStage",
     "BeginBlock",
     "Block",
+    "ConnectionType",
     "DataLoader",
     "DataLoaderMode",
     "ExecutionStrategy",
@@ -80,6 +82,8 @@ __all__ = [
     "enums",
     "identity_loss",
     "inferenceModel",
+    "ipu_print_tensor",
+    "nop",
     "optim",
     "recomputationCheckpoint",
     "register_custom_op",

@@ -28,7 +28,7 @@ References:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeAlias, cast
 
 import jax
@@ -179,6 +179,35 @@ def _arrays(args: tuple[np.ndarray | jax.Array, ...]) -> tuple[jax.Array, ...]:
     return jax.tree.map(jax.numpy.asarray, args)
 
 
+def describe_buffers(names: Sequence[str], shown: int = 2, kinds_shown: int = 3) -> str:
+    """Buffer names for a one-line error: up to four as they are, more as counts per module
+    (a ResNet's BatchNorms: "159 buffers of 53 modules: 3 each (running_mean, running_var,
+    num_batches_tracked) in bn1, layer1.0.bn1 and 51 more"), not every name.
+
+    Args:
+        names: the buffers' names, as ``named_buffers`` gives them.
+        shown: modules named per kind of module (the same buffer names).
+        kinds_shown: kinds of module described; the rest are counted.
+    """
+    if len(names) <= 4:
+        return ", ".join(names)
+    by_module: dict[str, list[str]] = {}
+    for name in names:
+        module, _, leaf = name.rpartition(".")
+        by_module.setdefault(module or "the model", []).append(leaf)
+    kinds: dict[tuple[str, ...], list[str]] = {}
+    for module, held in by_module.items():
+        kinds.setdefault(tuple(held), []).append(module)
+    parts = []
+    for leaves, modules in list(kinds.items())[:kinds_shown]:
+        more = f" and {len(modules) - shown} more" if len(modules) > shown else ""
+        each = f"{len(leaves)} each" if len(modules) > 1 else str(len(leaves))
+        parts.append(f"{each} ({', '.join(leaves)}) in {', '.join(modules[:shown])}{more}")
+    if len(kinds) > kinds_shown:
+        parts.append(f"and {len(kinds) - kinds_shown} other kind(s) of module")
+    return f"{len(names)} buffers of {len(by_module)} modules: " + "; ".join(parts)
+
+
 def check_changing_buffers(
     changing: list[str], read: list[str], total_replicas: int, broadcast_buffers: bool
 ) -> None:
@@ -190,7 +219,7 @@ def check_changing_buffers(
     """
     if total_replicas > 1 and broadcast_buffers:
         raise ValueError(
-            f"poptorch: the forward changes buffers ({', '.join(changing)}) and PopTorch "
+            f"poptorch: the forward changes buffers ({describe_buffers(changing)}) and PopTorch "
             f"does not support broadcasting buffers between replicas; if the model "
             f"tolerates buffers out of sync between replicas, call "
             f"options.broadcastBuffers(False)."
@@ -198,7 +227,7 @@ def check_changing_buffers(
     if read:
         raise ValueError(
             f"poptorch: the loss reads buffers that its forward also changes "
-            f"({', '.join(read)}); popdist-emu keeps buffers fixed within a step and "
+            f"({describe_buffers(read)}); popdist-emu keeps buffers fixed within a step and "
             f"records their changes beside it (as BatchNorm's running statistics need), "
             f"so compute the loss without them."
         )
@@ -212,7 +241,7 @@ def check_inference_buffers(changing: list[str], device_iterations: int, replica
     """
     if device_iterations * replicas > 1:
         raise ValueError(
-            f"poptorch.inferenceModel: the forward changes buffers ({', '.join(changing)}); "
+            f"poptorch.inferenceModel: the forward changes buffers ({describe_buffers(changing)}); "
             f"popdist-emu runs such a model with one replica and one device iteration only "
             f"so far."
         )

@@ -17,7 +17,9 @@ References:
 
 from __future__ import annotations
 
+import re
 import time
+import warnings
 import weakref
 from collections.abc import Iterator, Mapping, Sized
 from typing import Any, NamedTuple, cast
@@ -32,6 +34,10 @@ from popdist_emu.poptorch._api import DataLoaderMode
 # The data loader that gave the program its latest batch (the one the model is then called
 # with), for the host-side cost of the simulated step.
 _ACTIVE: list[weakref.ref] = []
+# JAX's warning at every os.fork() once its threads run (``jax._src.xla_bridge``), and
+# whether the note that replaces it was given.
+_JAX_FORK = r"os\.fork\(\) was called"
+_NOTED: list[str] = []
 # Samples prepared to measure a loader's cost per sample (a few calls' worth at most).
 PROBE_SAMPLES = 256
 
@@ -130,12 +136,7 @@ class DataLoader(torch.utils.data.DataLoader):
             )
         size = len(cast(Sized, dataset))  # a map-style dataset has a length
         sampler = _CombinedBatchSampler(size, options, int(batch_size), bool(shuffle))
-        if sampler.batches == 0 or (not drop_last and size % sampler.global_size):
-            raise ValueError(
-                f"poptorch.DataLoader: {size} samples do not make whole global combined "
-                f"batches of {sampler.global_size} (batch size x device iterations x gradient "
-                f"accumulation x replicas); change the sizes, or pass drop_last=True."
-            )
+        _check_size(size, sampler, drop_last)
         self.options = options
         self._asynchronous = mode in (DataLoaderMode.Async, DataLoaderMode.AsyncRebatched)
         self._combined_batch_size = (
@@ -152,8 +153,19 @@ class DataLoader(torch.utils.data.DataLoader):
         )
 
     def __iter__(self) -> Any:  # a generator, where torch's says its iterator class
-        """torch's iteration, remembering this loader as the one that fed the latest batch."""
-        for batch in super().__iter__():
+        """torch's iteration, remembering this loader as the one that fed the latest batch.
+
+        Worker processes start here, forked from a process where JAX runs threads: JAX
+        warns at every such fork that it "will likely lead to a deadlock". The workers run
+        only the dataset and the collation (torch and Python, as PopTorch's workers do),
+        never JAX, whose threads are what a fork leaves behind; so the warning is replaced
+        by one note saying so (``_quiet_fork``).
+        """
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.filterwarnings("always", message=_JAX_FORK, category=RuntimeWarning)
+            iterator = super().__iter__()
+        _quiet_fork(caught, self.num_workers)
+        for batch in iterator:
             _ACTIVE[:] = [weakref.ref(self)]
             yield batch
 
@@ -178,6 +190,53 @@ class DataLoader(torch.utils.data.DataLoader):
     def combinedBatchSize(self) -> int:  # noqa: N802
         """Samples of one call on this instance (PopTorch's ``combinedBatchSize``)."""
         return self._combined_batch_size
+
+
+def _quiet_fork(caught: list[warnings.WarningMessage], workers: int) -> None:
+    """Passes on the warnings starting the workers raised, JAX's fork warning as one note."""
+    forked = False
+    for w in caught:
+        if issubclass(w.category, RuntimeWarning) and re.match(_JAX_FORK, str(w.message)):
+            forked = True
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    if forked and not _NOTED:
+        _NOTED.append("fork")
+        warnings.warn(
+            f"poptorch.DataLoader: its {workers} worker process(es) are forked from this "
+            "process, where JAX runs threads; the workers run only the dataset and its "
+            "collation, never JAX, so JAX's warning that os.fork() 'will likely lead to a "
+            "deadlock' does not apply and is not shown (a dataset that calls JAX itself "
+            "needs multiprocessing_context='spawn')",
+            stacklevel=3,
+        )
+
+
+def _check_size(size: int, sampler: _CombinedBatchSampler, drop_last: bool) -> None:
+    """Refuses a dataset that makes no global combined batch (whatever ``drop_last``), or
+    whose last batch ``drop_last=False`` would keep incomplete, naming both numbers.
+
+    Raises:
+        ValueError: either case, in one line with the sizes that make the batch.
+    """
+    iterations, accumulation, replicas, batch = sampler.shape
+    made_of = (
+        f"batch_size {batch} x deviceIterations {iterations} x gradientAccumulation "
+        f"{accumulation} x {replicas} replica(s) over all instances"
+    )
+    if sampler.batches == 0:
+        raise ValueError(
+            f"poptorch.DataLoader: the dataset holds {size} samples, fewer than one global "
+            f"combined batch of {sampler.global_size} ({made_of}), so it gives no batch: use "
+            f"a smaller batch_size or smaller counts in the options, or a larger dataset."
+        )
+    if not drop_last and size % sampler.global_size:
+        raise ValueError(
+            f"poptorch.DataLoader(drop_last=False): the dataset's {size} samples leave "
+            f"{size % sampler.global_size} over after whole global combined batches of "
+            f"{sampler.global_size} ({made_of}), which popdist-emu does not run as a short "
+            f"last batch: pass drop_last=True (PopTorch's default) or resize the dataset."
+        )
 
 
 def active_loader() -> DataLoader | None:

@@ -91,6 +91,7 @@ from popdist_emu.poptorch._outputs import (
     resolve_mode,
     returned_micro_batches,
 )
+from popdist_emu.poptorch._placement import placed_options
 from popdist_emu.poptorch._random import (
     draws_random,
     holding_key,
@@ -231,11 +232,14 @@ class PoplarExecutor:
             self._strategy, blocked = blocked_loss(
                 self._loss, params, micro_batch, self._mode_fields.execution_strategy
             )
-            if blocked is not None:
+            if blocked is not None and self._strategy is not None:
                 loss = blocked
-                options = dataclasses.replace(
-                    self.options.to_options(), execution_strategy=self._strategy
-                )
+                options = placed_options(self._mode_fields, self._strategy)
+                if options.layout != self._mode_fields.layout:  # outside the launcher
+                    self._mode_fields = dataclasses.replace(
+                        self._mode_fields, layout=options.layout
+                    )
+                    self._programs = SimulatedPrograms(self._mode_fields)
             self._check_buffers(batch, weights)  # before the trainer is kept: refusals stay
             with_outputs = self._outputs_in_step()
             if with_outputs:

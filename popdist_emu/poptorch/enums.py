@@ -5,8 +5,9 @@ the members are those of ``poptorch.DataLoaderMode`` etc. (the same objects).
 
 References:
     PopTorch User Guide, "Reference" (``poptorch.enums``: ``DataLoaderMode``, ``OutputMode``,
-    ``ReductionType``, ``MatMulSerializationMode``, ``AutoStage``); graphcore/examples,
-    ``nlp/bert/pytorch/pretraining_data.py`` and ``nlp/gpt2/pytorch/train_gpt2.py``.
+    ``ReductionType``, ``MatMulSerializationMode``, ``AutoStage``, ``ConnectionType``);
+    graphcore/examples, ``nlp/bert/pytorch/pretraining_data.py`` and
+    ``nlp/gpt2/pytorch/train_gpt2.py``.
 """
 
 from popdist_emu.poptorch._api import (
@@ -16,5 +17,13 @@ from popdist_emu.poptorch._api import (
     ReductionType,
 )
 from popdist_emu.poptorch._blocks import AutoStage
+from popdist_emu.poptorch._identity import ConnectionType
 
-__all__ = ["AutoStage", "DataLoaderMode", "MatMulSerializationMode", "OutputMode", "ReductionType"]
+__all__ = [
+    "AutoStage",
+    "ConnectionType",
+    "DataLoaderMode",
+    "MatMulSerializationMode",
+    "OutputMode",
+    "ReductionType",
+]

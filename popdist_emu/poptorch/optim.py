@@ -33,6 +33,7 @@ References:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any, cast
 
@@ -59,9 +60,23 @@ _IPU_ARGUMENTS = (
 )
 
 
+# Scalings the program set to other than 1, named once each: PopTorch applies them on the
+# IPU (against float16 underflow); the emulator computes without them.
+_SCALINGS = ("loss_scaling", "velocity_scaling")
+_WARNED: set[str] = set()
+
+
 def _pop_ipu_arguments(kwargs: dict[str, object], name: str) -> None:
     for key in _IPU_ARGUMENTS:
         value = kwargs.pop(key, None)
+        if key in _SCALINGS and value not in (None, 1, 1.0) and key not in _WARNED:
+            _WARNED.add(key)
+            warnings.warn(
+                f"poptorch.optim.{name}({key}={value!r}): no effect in popdist-emu; PopTorch "
+                f"scales on the IPU and divides the scale out again, so the update is the "
+                f"same up to rounding, and the emulator computes it unscaled",
+                stacklevel=3,
+            )
         if key == "max_grad_norm" and value not in (None, float("inf")):
             raise ValueError(
                 f"poptorch.optim.{name}(max_grad_norm={value}): gradient clipping is not "

@@ -23,3 +23,12 @@ def test_an_end_is_named_as_a_shell_would_give_it():
     assert how_it_ended(-9) == "was killed by signal 9 (SIGKILL)"
     assert (shell_code(3), shell_code(-9), shell_code(0)) == (3, 137, 0)
     assert InstanceExit(1, -15, 0).describe() == "instance 1 was killed by signal 15 (SIGTERM)"
+
+
+def test_a_lone_instance_s_failure_ended_no_other_instance():
+    """One instance fails; the watchdog sees its early status (written before its exit
+    handlers ran, so not yet among the exits): there was no other instance to end, so the
+    failure's line must not say it ended "the other instances"."""
+    first = InstanceExit(0, 1, when_ns=100)
+    assert not others_were_running(first, {}, 1, finished=False)
+    assert others_were_running(first, {}, 2, finished=False)  # its peer still runs

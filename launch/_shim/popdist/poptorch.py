@@ -5,7 +5,7 @@ emulator's ``popdist_emu.Options`` (see ``popdist_emu.popdist._poptorch_options`
 ``TensorLocationSettings`` stands in for PopTorch's, which ``setOptimizerLocation`` takes.
 """
 
-from popdist_emu.popdist import PopTorchOptions as Options
 from popdist_emu.popdist import TensorLocationSettings
+from popdist_emu.popdist._poptorch_options import PopDistOptions as Options
 
 __all__ = ["Options", "TensorLocationSettings"]
