@@ -81,6 +81,7 @@ from popdist_emu.poptorch._buffers import (
     module_function,
     write_buffers,
 )
+from popdist_emu.poptorch._device import DeviceCalls
 from popdist_emu.poptorch._optstate import HostOptimiserState
 from popdist_emu.poptorch._outputs import (
     IterationOutputs,
@@ -101,8 +102,9 @@ from popdist_emu.poptorch._simulated import SimulatedPrograms, simulate_step
 from popdist_emu.poptorch._stages import blocked_loss
 
 
-class PoplarExecutor:
-    """What ``trainingModel``/``inferenceModel`` return: call it with the combined batch.
+class PoplarExecutor(DeviceCalls):
+    """What ``trainingModel``/``inferenceModel`` return: call it with the combined batch; it
+    stands in for the module (its attributes) and has PopTorch's device calls (``_device``).
 
     Args:
         model: the ``torch.nn.Module``; its forward returns the loss (training) or outputs.
@@ -155,6 +157,7 @@ class PoplarExecutor:
         self._forward = jax.jit(self._run_state)
         self._micro_forwards = jax.jit(functools.partial(micro_batch_forwards, self._run_state))
         self._attached = True
+        self._compiled = False  # a step compiled (``compile`` or a call), not destroyed
 
     # --------------------------------------------------------------------- helpers
     def _weights(self) -> Weights:
@@ -287,7 +290,7 @@ class PoplarExecutor:
     def _infer(self, args: tuple[torch.Tensor | npt.ArrayLike, ...]) -> Any:
         """An inference call; buffers its forward changes stay on the (simulated) IPU, as
         PopTorch keeps them, until ``copyWeightsToHost``."""
-        self._attached = True
+        self._attached = self._compiled = True
         arrays = tuple(to_jax_array(a) for a in args)
         first = np.int32(self._calls * arrays[0].shape[0] % 2**31)
         self._calls += 1
@@ -304,7 +307,7 @@ class PoplarExecutor:
     def _train(self, args: tuple[torch.Tensor | npt.ArrayLike, ...]) -> Any:
         """A training call: ``device_iterations`` optimiser steps; the outputs of this
         instance's replicas as the output mode lays them out (``_outputs``)."""
-        self._attached = True
+        self._attached = self._compiled = True
         arrays, batch, _ = self._training_batch(args)
         self._calls += 1
         trainer = self._make_trainer(batch)
@@ -366,6 +369,7 @@ class PoplarExecutor:
             if not self.training:
                 arrays = self._layout(tuple(to_jax_array(a) for a in args))
                 self._micro_forwards.lower(self._weights(), arrays, np.int32(0))
+                self._compiled = True
                 return
             _, batch, _ = self._training_batch(args)
             trainer = self._make_trainer(batch)
@@ -373,6 +377,7 @@ class PoplarExecutor:
                 self._programs.compiled(batch, lambda: self._simulate(batch))
             else:
                 trainer.compile(batch)
+        self._compiled = True
 
     def _simulate(self, batch: HostBatch) -> Any:
         """One step simulated on the job's IPU system (``_simulated`` reports it)."""
@@ -389,14 +394,11 @@ class PoplarExecutor:
             self._host_state.to_host()
         self._attached = False
 
-    def isAttachedToDevice(self) -> bool:  # noqa: N802
-        """Whether the model holds its IPUs."""
-        return self._attached
-
     def destroy(self) -> None:
         """Drops the compiled step (the module and optimiser keep the weights and state)."""
         self._host_state.to_host()
         self._trainer = None
+        self._compiled = False
 
 
 def trainingModel(  # noqa: N802

@@ -128,21 +128,29 @@ class SimulatedPrograms:
 
     def __init__(self, fields: Options) -> None:
         self._fields = fields
-        self._seen: set[tuple[tuple[tuple[int, ...], str], ...]] = set()
+        self._seen: dict[tuple[tuple[tuple[int, ...], str], ...], hardware.StepSimulation] = {}
+        # The simulation of the program the latest call or compile ran (``getLatency``).
+        self.latest: hardware.StepSimulation | None = None
 
     def _new(self, batch: tuple[np.ndarray, ...]) -> bool:
-        """Whether ``batch``'s program was not simulated yet (it is now counted)."""
+        """Whether ``batch``'s program was not simulated yet (``_keep`` then keeps it)."""
         key = program_key(batch)
-        new = key not in self._seen
-        self._seen.add(key)
-        return new
+        self.latest = self._seen.get(key)
+        return key not in self._seen
+
+    def _keep(
+        self, batch: tuple[np.ndarray, ...], simulation: hardware.StepSimulation
+    ) -> hardware.StepSimulation:
+        """Keeps ``batch``'s program's simulation; it is the latest."""
+        self._seen[program_key(batch)] = self.latest = simulation
+        return simulation
 
     def compiled(
         self, batch: tuple[np.ndarray, ...], simulate: Callable[[], hardware.StepSimulation]
     ) -> None:
         """``compile`` offline: simulates and reports ``batch``'s program if new."""
         if self._new(batch):
-            report_step(simulate(), self._fields)
+            report_step(self._keep(batch, simulate()), self._fields)
 
     @contextlib.contextmanager
     def call(
@@ -151,7 +159,8 @@ class SimulatedPrograms:
         """Around a training call: a new program is simulated before the call and reported
         after it ran (functional: the host track then holds it), or reported and the program
         ended (offline, where every call ends it)."""
-        simulation = simulate() if self._new(batch) else None  # a step too large is refused
+        # A step too large is refused here, at its first call.
+        simulation = self._keep(batch, simulate()) if self._new(batch) else None
         if self._fields.offline:  # nothing runs offline (``compile`` may have reported it)
             if simulation is not None:
                 report_step(simulation, self._fields)
