@@ -8,7 +8,8 @@ other methods go to the owner's tables (no effect, or refused in one line).
 
 References:
     PopTorch User Guide, "Options" (``_TrainingOptions``: ``gradientAccumulation``,
-    ``accumulationAndReplicationReductionType``; ``_DistributedOptions``:
+    ``accumulationAndReplicationReductionType``,
+    ``setMeanAccumulationAndReplicationReductionStrategy``; ``_DistributedOptions``:
     ``configureProcessId``, ``processId``, ``numProcesses``; ``TensorLocationSettings``);
     PopTorch's ``python/options.py`` (github.com/graphcore/poptorch: the attribute names
     ``gradient_accumulation``, ``accumulation_and_replication_reduction_type``,
@@ -17,6 +18,7 @@ References:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
 # PopTorch's ReductionType values (an IntEnum there: Sum = 0, Mean = 1), so a read compares
 # equal to poptorch.ReductionType's members.
 _REDUCTION_VALUES = {"sum": 0, "mean": 1}
+_WARNED: set[str] = set()
 
 
 def _name(value: object) -> str:
@@ -122,6 +125,26 @@ class _Training(_Group):
             )
         self._owner._fields["reduction"] = name
         return self._owner
+
+    def setMeanAccumulationAndReplicationReductionStrategy(self, strategy: object) -> Options:  # noqa: N802
+        """Running, Post or PostAndLoss (``poptorch.MeanReductionStrategy``): each takes the
+        same mean. The emulator sums, then divides (Post), so Running (a mean kept as it
+        goes, as MAE and Swin set it) agrees within float rounding; it is named once."""
+        name = _name(strategy)
+        if name not in ("running", "post", "postandloss"):
+            raise ValueError(
+                f"Training.setMeanAccumulationAndReplicationReductionStrategy({strategy!r}): "
+                "pass a poptorch.MeanReductionStrategy member (Running, Post, PostAndLoss)."
+            )
+        if name == "running" and "running mean" not in _WARNED:
+            _WARNED.add("running mean")
+            warnings.warn(
+                "popdist.poptorch.Options.Training.setMeanAccumulationAndReplicationReduction"
+                "Strategy(Running): the emulator takes the mean after the sum (Post), the same "
+                "mean within float rounding",
+                stacklevel=2,
+            )
+        return self._owner._set(mean_reduction_strategy=name)
 
     @property
     def gradient_accumulation(self) -> int:

@@ -29,8 +29,11 @@ from popdist_emu.poptorch._api import (
     DataLoaderMode,
     ExecutionStrategy,
     MatMulSerializationMode,
+    MeanReductionStrategy,
     OutputMode,
+    OverlapMode,
     ReductionType,
+    SharingStrategy,
     identity_loss,
     refused,
 )
@@ -46,8 +49,13 @@ from popdist_emu.poptorch._blocks import (
     set_available_memory,
 )
 from popdist_emu.poptorch._names import (
+    AsynchronousDataAccessor,
     Attribute,
+    MultiConv,
+    for_loop,
     serializedMatMul,
+    set_overlap_for_input,
+    set_overlap_for_output,
     setLogLevel,
 )
 from popdist_emu.poptorch._names import register_torch_ops as _register_torch_ops
@@ -60,6 +68,7 @@ if TYPE_CHECKING:
     from popdist_emu.poptorch._model import trainingModel as trainingModel
 
 __all__ = [
+    "AsynchronousDataAccessor",
     "Attribute",
     "AutoStage",
     "BeginBlock",
@@ -68,14 +77,19 @@ __all__ = [
     "DataLoaderMode",
     "ExecutionStrategy",
     "MatMulSerializationMode",
+    "MeanReductionStrategy",
+    "MultiConv",
     "Options",
     "OutputMode",
+    "OverlapMode",
     "PipelinedExecution",
     "ReductionType",
     "ShardedExecution",
+    "SharingStrategy",
     "Stage",
     "TensorLocationSettings",
     "enums",
+    "for_loop",
     "identity_loss",
     "inferenceModel",
     "optim",
@@ -84,6 +98,8 @@ __all__ = [
     "serializedMatMul",
     "setLogLevel",
     "set_available_memory",
+    "set_overlap_for_input",
+    "set_overlap_for_output",
     "trainingModel",
 ]
 

@@ -5,16 +5,29 @@ the members are those of ``poptorch.DataLoaderMode`` etc. (the same objects).
 
 References:
     PopTorch User Guide, "Reference" (``poptorch.enums``: ``DataLoaderMode``, ``OutputMode``,
-    ``ReductionType``, ``MatMulSerializationMode``, ``AutoStage``); graphcore/examples,
+    ``ReductionType``, ``MatMulSerializationMode``, ``AutoStage``, ``MeanReductionStrategy``,
+    ``OverlapMode``, ``SharingStrategy``); graphcore/examples,
     ``nlp/bert/pytorch/pretraining_data.py`` and ``nlp/gpt2/pytorch/train_gpt2.py``.
 """
 
 from popdist_emu.poptorch._api import (
     DataLoaderMode,
     MatMulSerializationMode,
+    MeanReductionStrategy,
     OutputMode,
+    OverlapMode,
     ReductionType,
+    SharingStrategy,
 )
 from popdist_emu.poptorch._blocks import AutoStage
 
-__all__ = ["AutoStage", "DataLoaderMode", "MatMulSerializationMode", "OutputMode", "ReductionType"]
+__all__ = [
+    "AutoStage",
+    "DataLoaderMode",
+    "MatMulSerializationMode",
+    "MeanReductionStrategy",
+    "OutputMode",
+    "OverlapMode",
+    "ReductionType",
+    "SharingStrategy",
+]

@@ -4,7 +4,8 @@ PopTorch's ``SGD``, ``Adam``, ``AdamW`` and ``RMSprop`` are ``torch.optim`` opti
 extra IPU arguments (``loss_scaling``, ``velocity_scaling``, ``accum_type``, ...). Here they are the
 ``torch.optim`` classes with those arguments accepted: loss and velocity scaling cancel out
 mathematically (in float32 they only move the last bits), and the accumulator types are
-float32 in the emulator. :func:`to_optax` turns any of them, or the plain ``torch.optim``
+float32 in the emulator; all are ``poptorch.optim.Optimizer``s (``_optimizer_base``:
+``variable_attrs``). :func:`to_optax` turns any of them, or the plain ``torch.optim``
 ones, into the optax transformation that makes the same update:
 
 - SGD: ``buf = momentum * buf + (g + wd * p)``; ``p -= lr * buf`` (Nesterov:
@@ -40,12 +41,22 @@ import jax
 import optax
 import torch
 
+from popdist_emu.poptorch._optimizer_base import Optimizer
 from popdist_emu.runtime import Optimiser, layerwise
 
 if TYPE_CHECKING:
     from torch.optim.optimizer import ParamsT
 
-__all__ = ["LAMB", "SGD", "Adam", "AdamW", "RMSprop", "optimiser_hyperparams", "to_optax"]
+__all__ = [
+    "LAMB",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "Optimizer",
+    "RMSprop",
+    "optimiser_hyperparams",
+    "to_optax",
+]
 
 # PopTorch-only arguments that change no number of the emulator's float32 update.
 _IPU_ARGUMENTS = (
@@ -69,7 +80,7 @@ def _pop_ipu_arguments(kwargs: dict[str, object], name: str) -> None:
             )
 
 
-class SGD(torch.optim.SGD):
+class SGD(Optimizer, torch.optim.SGD):
     """``poptorch.optim.SGD``: ``torch.optim.SGD`` plus PopTorch's IPU arguments (accepted)."""
 
     def __init__(self, params: ParamsT, lr: float, **kwargs: Any) -> None:
@@ -77,7 +88,7 @@ class SGD(torch.optim.SGD):
         super().__init__(params, lr=lr, **kwargs)
 
 
-class Adam(torch.optim.Adam):
+class Adam(Optimizer, torch.optim.Adam):
     """``poptorch.optim.Adam``: ``torch.optim.Adam`` plus PopTorch's IPU arguments."""
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, **kwargs: Any) -> None:
@@ -86,7 +97,7 @@ class Adam(torch.optim.Adam):
         super().__init__(params, lr=lr, **kwargs)
 
 
-class AdamW(torch.optim.AdamW):
+class AdamW(Optimizer, torch.optim.AdamW):
     """``poptorch.optim.AdamW``: ``torch.optim.AdamW`` (weight decay 0.01) plus IPU arguments."""
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, **kwargs: Any) -> None:
@@ -95,7 +106,7 @@ class AdamW(torch.optim.AdamW):
         super().__init__(params, lr=lr, **kwargs)
 
 
-class RMSprop(torch.optim.RMSprop):
+class RMSprop(Optimizer, torch.optim.RMSprop):
     """``poptorch.optim.RMSprop``: ``torch.optim.RMSprop`` plus PopTorch's IPU arguments.
 
     Raises:
@@ -119,7 +130,7 @@ _MAX_WEIGHT_NORM = (
 )
 
 
-class LAMB(torch.optim.Optimizer):
+class LAMB(Optimizer, torch.optim.Optimizer):
     """``poptorch.optim.LAMB``: Adam's moments, then a layer-wise trust ratio.
 
     Per weight tensor ``w``, with Adam's bias-corrected moments ``m_hat`` and ``v_hat``:
