@@ -23,6 +23,17 @@ if TYPE_CHECKING:
     import torch
 
 
+# PopTorch's own hyper-parameters, which its optimisers take beside torch's (the emulator
+# accepts them without keeping them in ``defaults``): they may be marked too.
+_POPTORCH_ATTRIBUTES = (
+    "loss_scaling",
+    "velocity_scaling",
+    "max_weight_norm",
+    "bias_correction",
+    "use_tf_variant",
+)
+
+
 class VariableAttributes:
     """Which of an optimiser's hyper-parameters are constants (PopTorch's marks).
 
@@ -35,7 +46,7 @@ class VariableAttributes:
         self._constant: set[str] = set()
 
     def _check(self, call: str, attr: str) -> str:
-        known = set(self._optimizer.defaults)
+        known = {*self._optimizer.defaults, *_POPTORCH_ATTRIBUTES}
         if attr not in known:
             raise ValueError(
                 f"{type(self._optimizer).__name__}.variable_attrs.{call}({attr!r}): not a "
