@@ -28,7 +28,8 @@ The device calls, with PopTorch's semantics where the emulator has one:
   inputs' shapes and dtypes, as JSON); ``loadExecutable`` refuses in one line a file that
   does not match this model and its options, else compiles for the recorded inputs, as
   PopTorch loads the executable in place of compiling;
-- ``getTensorNames()`` / ``getAnchoredTensor(name)``: see ``_anchors``.
+- ``getTensorNames()`` / ``getAnchoredTensor(name)``: see ``_anchors`` (names refused
+  before a compile, as PopTorch refuses them).
 
 References:
     PopTorch User Guide, "Reference" (``poptorch.PoplarExecutor``: ``model``,
@@ -54,6 +55,7 @@ from popdist_emu.poptorch._arrays import to_jax_array
 
 if TYPE_CHECKING:
     from popdist_emu.popdist import PopTorchOptions
+    from popdist_emu.poptorch._anchors import Anchors
     from popdist_emu.poptorch._buffers import ReplicaBuffers
     from popdist_emu.poptorch._simulated import SimulatedPrograms
 
@@ -77,6 +79,7 @@ class DeviceCalls:
     _device_buffers: dict[str, Any]
     _replicas: ReplicaBuffers | None
     _programs: SimulatedPrograms
+    _anchors: Anchors
     options: PopTorchOptions
     training: bool
 
@@ -164,6 +167,25 @@ class DeviceCalls:
         # Private copies: the update donates the parameter buffers.
         new = {n: jax.device_put(np.array(to_jax_array(params[n]))) for n in self._names}
         trainer.state = trainer.state._replace(params=new)
+
+    def getTensorNames(self) -> list[str]:  # noqa: N802
+        """The tensors ``Options.anchorTensor`` can name (``_anchors``), once compiled.
+
+        Raises:
+            RuntimeError: not compiled (as PopTorch refuses).
+        """
+        self._refuse_uncompiled("getTensorNames")
+        return self._anchors.names()
+
+    def getAnchoredTensor(self, short_name: str) -> Any:  # noqa: N802
+        """The anchored tensor ``short_name`` after the latest call (``_anchors``).
+
+        Raises:
+            ValueError: an inference model's anchor, an unknown name, or no call yet.
+        """
+        if not self.training:
+            self._anchors.check()
+        return self._anchors.get(short_name)
 
     def getLatency(self) -> tuple[float, float, float]:  # noqa: N802
         """PopTorch's ``(min, max, average)`` round-trip latency of the last call's device

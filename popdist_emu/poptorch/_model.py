@@ -60,6 +60,7 @@ from jax.typing import ArrayLike
 import popdist_emu
 from popdist_emu.popdist import PopTorchOptions
 from popdist_emu.poptorch import optim
+from popdist_emu.poptorch._anchors import Anchors
 from popdist_emu.poptorch._arrays import (
     HostBatch,
     LaidOutBatch,
@@ -147,6 +148,10 @@ class PoplarExecutor(DeviceCalls):
         trainable = {name for name, p in model.named_parameters() if p.requires_grad}
         self._names = [name for name in weights if name in trainable]
         self._constants = {k: v for k, v in weights.items() if k not in trainable}
+        anchored = getattr(self.options, "anchored_tensors", {})
+        self._anchors = Anchors(
+            anchored, self._names, self._buffer_names, training=training, default=self._output
+        )
         self._host_state = HostOptimiserState(self)  # the optimiser's state_dict(), both ways
         self._trainer: Any = None
         self._programs = SimulatedPrograms(self._mode_fields)  # simulated once each
@@ -223,6 +228,7 @@ class PoplarExecutor(DeviceCalls):
 
     def _make_trainer(self, batch: HostBatch) -> popdist_emu.Trainer:
         if self._trainer is None:
+            self._anchors.check()
             weights = self._weights()
             params = {n: weights[n] for n in self._names}
             state = self._user_model.state_dict(keep_vars=True)  # the Parameter objects
@@ -316,12 +322,13 @@ class PoplarExecutor(DeviceCalls):
 
     def _step(self, trainer: popdist_emu.Trainer, batch: HostBatch, inputs: int) -> Any:
         """Runs the training call's step; the outputs for the host."""
+        fields = self._mode_fields
         if trainer.has_aux:  # each micro-batch's outputs from its own forward in the step
-            stepped = trainer.step(batch)
+            stepped = trainer.step(batch, each_iteration=self._anchors.recording(None))
             assert isinstance(stepped, tuple)  # with has_aux: (losses, outputs)
             self.copyWeightsToHost()
+            self._anchor(batch)
             return to_torch(from_step(stepped[1], self._output))
-        fields = self._mode_fields
         shape = (fields.device_iterations, fields.gradient_accumulation)
         # Each micro-batch's forward beside the step: all of them where buffers change.
         passes = self._replicas or IterationOutputs(
@@ -330,13 +337,19 @@ class PoplarExecutor(DeviceCalls):
         weights_of = lambda params: {**self._constants, **params}  # noqa: E731
         laid_out = LaidOutBatch(batch, inputs, bool(self._random))
         hook = passes.each_iteration(self._forward, weights_of, laid_out)
-        trainer.step(batch, each_iteration=hook)
+        trainer.step(batch, each_iteration=self._anchors.recording(hook))
         self.copyWeightsToHost()
+        self._anchor(batch)
         host = from_records(
             passes.outputs, self._output, iterations=shape[0], accumulation=shape[1],
             replicas=fields.replication_factor,
         )  # fmt: skip
         return to_torch(host)
+
+    def _anchor(self, batch: HostBatch) -> None:
+        """The anchored tensors' values after a training call (``_anchors``)."""
+        replicas = self._mode_fields.replication_factor
+        self._anchors.collect(self._loss, self._trainer.params, self._user_model, batch, replicas)
 
     def copyWeightsToHost(self) -> None:  # noqa: N802
         """Copies the trained parameters, and buffers the forward changed, into the torch
