@@ -141,6 +141,7 @@ class Options:
         self.process_id = (popdist.getInstanceIndex(), popdist.getNumInstances())
         # ``anchorTensor``'s: short name -> (tensor name, output mode or None, EveryN period).
         self.anchored_tensors: dict[str, tuple[str, str | None, int]] = {}
+        self.synthetic_data = False  # ``enableSyntheticData``
         self.Training = _Training(self)
         self.TensorLocations = _TensorLocations(self)
         self.Precision = _Precision(self)
@@ -200,16 +201,9 @@ class Options:
         return self
 
     def enableSyntheticData(self, enabled: bool) -> Options:  # noqa: N802
-        """``False`` (host data, PopTorch's default) is accepted; ``True`` is refused: PopTorch
-        then feeds the model random-normal data made on the IPU, which the emulator does not
-        make, and silently training on the host's data instead would give other numbers."""
-        if enabled:
-            raise ValueError(
-                "popdist.poptorch.Options.enableSyntheticData(True): the emulator makes no "
-                "device-side random data (PopTorch's synthetic mode); feed host-generated data "
-                "instead (the programs' --dataset/--data generated) or pass False."
-            )
-        return self
+        """``True``: the device makes random inputs and no host IO runs (PopTorch's synthetic
+        mode, ``poptorch._synthetic``); ``False``: host data, PopTorch's default."""
+        return self._set(synthetic_data=bool(enabled))
 
     def clone(self) -> Options:
         """An independent copy (PopTorch's ``Options.clone``): changing it leaves this one."""

@@ -101,6 +101,7 @@ from popdist_emu.poptorch._random import (
 )
 from popdist_emu.poptorch._simulated import SimulatedPrograms, simulate_step
 from popdist_emu.poptorch._stages import blocked_loss
+from popdist_emu.poptorch._synthetic import synthetic_inputs
 
 
 class PoplarExecutor(DeviceCalls):
@@ -290,6 +291,9 @@ class PoplarExecutor(DeviceCalls):
     def __call__(self, *args: Any) -> Any:
         """Runs one call (``device_iterations`` steps in training) on the combined batch,
         the module in this model's mode (training or eval) whatever another model left."""
+        if self.options.synthetic_data:  # the device makes the inputs (``_synthetic``)
+            instance = self._mode_fields.instance_index
+            args = synthetic_inputs(args, self._seed, self._calls, instance)
         with in_mode(self._user_model, self.training):
             return self._infer(args) if not self.training else self._train(args)
 
@@ -398,8 +402,9 @@ class PoplarExecutor(DeviceCalls):
         out = jax.eval_shape(self._outputs, params, tuple(a[0, 0, 0] for a in batch))
         name, fields = type(self._user_model).__name__, self._mode_fields
         return simulate_step(
-            self._trainer, batch, name=name, outputs=out, fields=fields, mode=self._output
-        )
+            self._trainer, batch, name=name, outputs=out, fields=fields, mode=self._output,
+            synthetic=self.options.synthetic_data,
+        )  # fmt: skip
 
     def detachFromDevice(self) -> None:  # noqa: N802
         """Releases the (simulated) IPUs; the next call attaches again."""

@@ -44,6 +44,7 @@ from popdist_emu._options import Options
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.poptorch._data import active_loader
 from popdist_emu.poptorch._outputs import OutputMode, outputs_per_step
+from popdist_emu.poptorch._synthetic import NO_HOST_IO
 
 if TYPE_CHECKING:
     import hardware
@@ -69,12 +70,14 @@ def simulate_step(
     outputs: Any,
     fields: Options,
     mode: OutputMode,
+    synthetic: bool = False,
 ) -> hardware.StepSimulation:
     """Simulates one step of ``trainer`` on the job's IPU system, with what the host does:
     the program's data loader, and the ``outputs`` (one micro-batch's shapes, per replica)
     going back to it, each as soon as it is computed: every micro-batch's
     (``OutputMode.All``), those of every n-th device iteration (EveryN), or one copy per
-    call (Final; Sum, whose sum is kept on the device), as ``mode`` says."""
+    call (Final; Sum, whose sum is kept on the device), as ``mode`` says; with ``synthetic``
+    data no host IO runs (``_synthetic``)."""
     returned = outputs_per_step(mode, fields.device_iterations, fields.gradient_accumulation)
     host: dict[str, Any] = {
         "host_output_bytes_per_micro_batch": tree_nbytes(outputs),
@@ -88,6 +91,8 @@ def simulate_step(
             "host_workers": cost.workers,
             "host_prefetch": cost.prefetch,
         }
+    if synthetic:
+        host |= NO_HOST_IO
     return popdist_emu.simulate(trainer, batch, name=name, host=host)
 
 

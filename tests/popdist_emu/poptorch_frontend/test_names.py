@@ -4,7 +4,7 @@
 (CNNs, ViT), ``torch.ops.poptorch`` name scopes in forward hooks (CNNs, Swin),
 ``poptorch.Attribute`` from forward hooks (BERT's ``outline_attribute``),
 ``serializedMatMul`` (BERT's ``SerializedLinear``), ``removeBlocks`` (SQuAD's
-``deparallelize``), ``setLogLevel`` and ``enableSyntheticData(False)``.
+``deparallelize``), ``setLogLevel`` and ``enableSyntheticData``.
 """
 
 from __future__ import annotations
@@ -104,12 +104,10 @@ def test_distributed_process_id_is_the_instance_under_poprun_emu(tmp_path: Path)
     assert rows == [["0", "2", "0", "2", "0", "2", "2"], ["1", "2", "1", "2", "1", "2", "2"]]
 
 
-def test_synthetic_data_false_is_accepted_and_true_refused_in_one_line() -> None:
+def test_synthetic_data_is_set_either_way() -> None:
     opts = poptorch.Options()
-    assert opts.enableSyntheticData(False) is opts
-    with pytest.raises(ValueError, match=r"enableSyntheticData\(True\)") as info:
-        opts.enableSyntheticData(True)
-    assert "\n" not in str(info.value)
+    assert opts.enableSyntheticData(False) is opts and not opts.synthetic_data
+    assert opts.enableSyntheticData(True).synthetic_data  # see test_synthetic.py
 
 
 class _Bert(torch.nn.Module):
