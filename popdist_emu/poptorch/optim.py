@@ -124,12 +124,6 @@ class RMSprop(Optimizer, torch.optim.RMSprop):
         super().__init__(params, lr=lr, **kwargs)
 
 
-_MAX_WEIGHT_NORM = (
-    "poptorch.optim.LAMB(max_weight_norm={}): not modelled by popdist-emu (its layer-wise trust "
-    "ratio, computed over replicated-tensor-sharding shards, has no weight-norm clip); remove it."
-)
-
-
 class LAMB(Optimizer, torch.optim.Optimizer):
     """``poptorch.optim.LAMB``: Adam's moments, then a layer-wise trust ratio.
 
@@ -144,10 +138,12 @@ class LAMB(Optimizer, torch.optim.Optimizer):
     the moments as they are: ``u = m / (sqrt(v) + eps) + weight_decay * w``, as PopTorch's
     LAMB does (its reference: "bias_correction: whether to use bias correction").
 
-    Raises:
-        ValueError: a ``max_weight_norm``, as an argument or a group's key (PopTorch clips
-            ``|w|`` in the trust ratio to it): the emulator's layer-wise trust ratio, which
-            replicated tensor sharding computes over the shards, has no such clip.
+    ``max_weight_norm`` (FastPitch; BERT and ViT pass None, per group too) clips the weight's
+    norm in the ratio, PopTorch's phi(z) = min(z, max_weight_norm): ``w -= lr *
+    (min(|w|, max) / |u|) * u``; under replicated tensor sharding the clip applies to the
+    whole tensor's norm. None does not clip (PopTorch then clips at float16's 65500, which
+    only a norm above it would notice). Groups that set different values are refused when the
+    update is built (one clip for the whole optimiser).
     """
 
     def __init__(
@@ -162,8 +158,6 @@ class LAMB(Optimizer, torch.optim.Optimizer):
         **kwargs: Any,
     ) -> None:
         _pop_ipu_arguments(kwargs, "LAMB")
-        if max_weight_norm is not None:
-            raise ValueError(_MAX_WEIGHT_NORM.format(max_weight_norm))
         if kwargs:
             raise TypeError(f"poptorch.optim.LAMB: unexpected arguments {sorted(kwargs)}.")
         defaults = {
@@ -172,6 +166,7 @@ class LAMB(Optimizer, torch.optim.Optimizer):
             "eps": eps,
             "weight_decay": weight_decay,
             "bias_correction": bool(bias_correction),
+            "max_weight_norm": max_weight_norm,
         }
         super().__init__(params, defaults)
 
@@ -265,10 +260,16 @@ def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> Optimiser:
     each side of the trust ratio (a frozen weight's direction is zero, its ratio 1)."""
     inners: dict[Hashable, optax.GradientTransformation] = {}
     tails: dict[Hashable, optax.GradientTransformation] = {}
+    clips = {_group_settings(optimizer, g).get("max_weight_norm") for g in optimizer.param_groups}
+    if len(clips) > 1:
+        raise ValueError(
+            f"poptorch.optim.LAMB: parameter groups set max_weight_norm {sorted(map(str, clips))};"
+            " the emulator clips every weight's norm alike: give the groups one value."
+        )
+    clip = next(iter(clips))
+    clip = None if clip is None else float(clip)
     for k, group in enumerate(optimizer.param_groups):
         settings = _group_settings(optimizer, group)
-        if settings.get("max_weight_norm") is not None:
-            raise ValueError(_MAX_WEIGHT_NORM.format(settings["max_weight_norm"]))
         b1, b2 = (float(b) for b in settings["betas"])
         eps = float(settings["eps"])
         moments = (
@@ -285,12 +286,13 @@ def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> Optimiser:
             learning_rate=float(settings["lr"])
         )
     if len(inners) == 1:
-        return layerwise(inners["0"], tails["0"])
+        return layerwise(inners["0"], tails["0"], max_weight_norm=clip)
     labels = _group_labels(optimizer, names)
     frozen: dict[Hashable, optax.GradientTransformation] = {"frozen": optax.set_to_zero()}
     return layerwise(
         optax.multi_transform({**inners, **frozen}, labels),
         optax.multi_transform({**tails, **frozen}, labels),
+        max_weight_norm=clip,
     )
 
 
