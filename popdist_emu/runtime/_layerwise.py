@@ -115,7 +115,11 @@ def _clipped_trust_ratio(
 
         return jax.tree.map(scale, updates, params), state
 
-    return optax.GradientTransformation(lambda _params: optax.EmptyState(), update)  # type: ignore[arg-type]
+    def init(params: Any) -> optax.EmptyState:
+        del params
+        return optax.EmptyState()
+
+    return optax.GradientTransformation(init, update)
 
 
 def lamb(
