@@ -8,7 +8,8 @@ other methods go to the owner's tables (no effect, or refused in one line).
 
 References:
     PopTorch User Guide, "Options" (``_TrainingOptions``: ``gradientAccumulation``,
-    ``accumulationAndReplicationReductionType``; ``_DistributedOptions``:
+    ``accumulationAndReplicationReductionType``,
+    ``setMeanAccumulationAndReplicationReductionStrategy``; ``_DistributedOptions``:
     ``configureProcessId``, ``processId``, ``numProcesses``; ``TensorLocationSettings``);
     PopTorch's ``python/options.py`` (github.com/graphcore/poptorch: the attribute names
     ``gradient_accumulation``, ``accumulation_and_replication_reduction_type``,
@@ -129,6 +130,26 @@ class _Training(_Group):
             )
         self._owner._fields["reduction"] = name
         return self._owner
+
+    def setMeanAccumulationAndReplicationReductionStrategy(self, strategy: object) -> Options:  # noqa: N802
+        """Running, Post or PostAndLoss (``poptorch.MeanReductionStrategy``): each takes the
+        same mean. The emulator sums, then divides (Post), so Running (a mean kept as it
+        goes, as MAE and Swin set it) agrees within float rounding; it is named once."""
+        name = _name(strategy)
+        if name not in ("running", "post", "postandloss"):
+            raise ValueError(
+                f"Training.setMeanAccumulationAndReplicationReductionStrategy({strategy!r}): "
+                "pass a poptorch.MeanReductionStrategy member (Running, Post, PostAndLoss)."
+            )
+        if name == "running" and "running mean" not in _NOTED:
+            _NOTED.add("running mean")
+            warnings.warn(
+                "popdist.poptorch.Options.Training.setMeanAccumulationAndReplicationReduction"
+                "Strategy(Running): the emulator takes the mean after the sum (Post), the same "
+                "mean within float rounding",
+                stacklevel=2,
+            )
+        return self._owner._set(mean_reduction_strategy=name)
 
     @property
     def gradient_accumulation(self) -> int:

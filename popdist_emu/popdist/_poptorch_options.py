@@ -145,6 +145,9 @@ class Options:
         self.poptorch_output_mode: str | None = None
         self.output_return_period = 1
         self.process_id = (popdist.getInstanceIndex(), popdist.getNumInstances())
+        # ``anchorTensor``'s: short name -> (tensor name, output mode or None, EveryN period).
+        self.anchored_tensors: dict[str, tuple[str, str | None, int]] = {}
+        self.synthetic_data = False  # ``enableSyntheticData``
         self.Training = _Training(self)
         self.TensorLocations = _TensorLocations(self)
         self.Precision = _Precision(self)
@@ -222,16 +225,9 @@ class Options:
         return self
 
     def enableSyntheticData(self, enabled: bool) -> Options:  # noqa: N802
-        """``False`` (host data, PopTorch's default) is accepted; ``True`` is refused: PopTorch
-        then feeds the model random-normal data made on the IPU, which the emulator does not
-        make, and silently training on the host's data instead would give other numbers."""
-        if enabled:
-            raise ValueError(
-                "popdist.poptorch.Options.enableSyntheticData(True): the emulator makes no "
-                "device-side random data (PopTorch's synthetic mode); feed host-generated data "
-                "instead (the programs' --dataset/--data generated) or pass False."
-            )
-        return self
+        """``True``: the device makes random inputs and no host IO runs (PopTorch's synthetic
+        mode, ``poptorch._synthetic``); ``False``: host data, PopTorch's default."""
+        return self._set(synthetic_data=bool(enabled))
 
     def clone(self) -> Options:
         """An independent copy (PopTorch's ``Options.clone``): changing it leaves this one."""
@@ -278,6 +274,31 @@ class Options:
         return self._set(poptorch_output_mode=name, output_return_period=period)
 
     anchorMode = outputMode  # PopTorch's older name  # noqa: N815
+
+    def anchorTensor(  # noqa: N802
+        self,
+        short_name: str,
+        long_name: str,
+        output_mode: object = None,
+        output_return_period: int = 1,
+    ) -> Options:
+        """Anchors the step's tensor ``long_name`` (``Gradient___fc.weight``, ...) for
+        ``getAnchoredTensor(short_name)``, laid out by ``output_mode`` (None: the model's);
+        which names a model has is checked at its compile (``poptorch._anchors``)."""
+        if not isinstance(short_name, str) or not isinstance(long_name, str):
+            raise ValueError(
+                f"anchorTensor({short_name!r}, {long_name!r}): pass two strings, a name of your "
+                "own and the tensor's (model.getTensorNames() lists them)."
+            )
+        mode = None if output_mode is None else _name(output_mode)
+        if mode not in (None, "all", "final", "everyn", "sum", "default"):
+            raise ValueError(
+                f"anchorTensor({short_name!r}, output_mode={mode!r}): pass a poptorch.OutputMode "
+                "member or None (the model's mode)."
+            )
+        period = output_return_period if mode == "everyn" else 1
+        self.anchored_tensors[short_name] = (long_name, mode, period)
+        return self
 
     def setAvailableMemoryProportion(self, proportion: dict[str, float] | float) -> Options:  # noqa: N802
         values = proportion.values() if isinstance(proportion, dict) else [proportion]

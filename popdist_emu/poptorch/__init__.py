@@ -29,8 +29,11 @@ from popdist_emu.poptorch._api import (
     DataLoaderMode,
     ExecutionStrategy,
     MatMulSerializationMode,
+    MeanReductionStrategy,
     OutputMode,
+    OverlapMode,
     ReductionType,
+    SharingStrategy,
     identity_loss,
     refused,
 )
@@ -48,8 +51,13 @@ from popdist_emu.poptorch._blocks import (
 from popdist_emu.poptorch._custom_ops import custom_op, register_custom_op
 from popdist_emu.poptorch._identity import ConnectionType, ipu_print_tensor, nop
 from popdist_emu.poptorch._names import (
+    AsynchronousDataAccessor,
     Attribute,
+    MultiConv,
+    for_loop,
     serializedMatMul,
+    set_overlap_for_input,
+    set_overlap_for_output,
     setLogLevel,
 )
 from popdist_emu.poptorch._names import register_torch_ops as _register_torch_ops
@@ -62,6 +70,7 @@ if TYPE_CHECKING:
     from popdist_emu.poptorch._model import trainingModel as trainingModel
 
 __all__ = [
+    "AsynchronousDataAccessor",
     "Attribute",
     "AutoStage",
     "BeginBlock",
@@ -71,15 +80,20 @@ __all__ = [
     "DataLoaderMode",
     "ExecutionStrategy",
     "MatMulSerializationMode",
+    "MeanReductionStrategy",
+    "MultiConv",
     "Options",
     "OutputMode",
+    "OverlapMode",
     "PipelinedExecution",
     "ReductionType",
     "ShardedExecution",
+    "SharingStrategy",
     "Stage",
     "TensorLocationSettings",
     "custom_op",
     "enums",
+    "for_loop",
     "identity_loss",
     "inferenceModel",
     "ipu_print_tensor",
@@ -91,6 +105,8 @@ __all__ = [
     "serializedMatMul",
     "setLogLevel",
     "set_available_memory",
+    "set_overlap_for_input",
+    "set_overlap_for_output",
     "trainingModel",
 ]
 

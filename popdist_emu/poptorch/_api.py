@@ -4,7 +4,10 @@ References:
     PopTorch User Guide, "Reference": ``poptorch.OutputMode`` (All, Final, EveryN, Sum),
     ``poptorch.ReductionType`` (Sum, Mean, NoReduction), ``poptorch.DataLoaderMode`` (Sync,
     Async, AsyncRebatched), ``poptorch.MatMulSerializationMode`` (InputChannels, ReducingDim,
-    OutputChannels, Disabled), ``poptorch.identity_loss(x, reduction)`` ("sum", "mean", "none":
+    OutputChannels, Disabled), ``poptorch.MeanReductionStrategy`` (Running, Post,
+    PostAndLoss), ``poptorch.SharingStrategy`` (SharedMemory, FileSystem, Fork, ForkServer),
+    ``poptorch.OverlapMode`` (NoOverlap, OverlapAccumulationLoop,
+    OverlapDeviceIterationLoop), ``poptorch.identity_loss(x, reduction)`` ("sum", "mean", "none":
     marks ``x`` as the loss to minimise).
 """
 
@@ -51,6 +54,32 @@ class MatMulSerializationMode(enum.Enum):
     ReducingDim = "reducing_dim"
     OutputChannels = "output_channels"
     Disabled = "none"
+
+
+class MeanReductionStrategy(enum.IntEnum):
+    """How a mean over accumulated micro-batches is taken: a running mean, or a sum divided
+    at the end (``Post``, ``PostAndLoss``). The same mean, so the emulator computes one."""
+
+    Running = 0
+    Post = 1
+    PostAndLoss = 2
+
+
+class SharingStrategy(enum.IntEnum):
+    """How asynchronous data-loader workers share tensors with the main process."""
+
+    SharedMemory = 0
+    FileSystem = 1
+    Fork = 2
+    ForkServer = 3
+
+
+class OverlapMode(enum.Enum):
+    """Whether a tensor's host transfer overlaps the compute (``set_overlap_for_input``)."""
+
+    NoOverlap = "no_overlap"
+    OverlapAccumulationLoop = "overlap_accumulation_loop"
+    OverlapDeviceIterationLoop = "overlap_device_iteration_loop"
 
 
 class ExecutionStrategy(enum.Enum):

@@ -60,6 +60,7 @@ from jax.typing import ArrayLike
 import popdist_emu
 from popdist_emu.popdist import PopTorchOptions
 from popdist_emu.poptorch import optim
+from popdist_emu.poptorch._anchors import Anchors
 from popdist_emu.poptorch._arrays import (
     HostBatch,
     LaidOutBatch,
@@ -81,6 +82,7 @@ from popdist_emu.poptorch._buffers import (
     module_function,
     write_buffers,
 )
+from popdist_emu.poptorch._device import DeviceCalls
 from popdist_emu.poptorch._optstate import HostOptimiserState
 from popdist_emu.poptorch._outputs import (
     IterationOutputs,
@@ -100,10 +102,12 @@ from popdist_emu.poptorch._random import (
 )
 from popdist_emu.poptorch._simulated import SimulatedPrograms, simulate_step
 from popdist_emu.poptorch._stages import blocked_loss
+from popdist_emu.poptorch._synthetic import synthetic_inputs
 
 
-class PoplarExecutor:
-    """What ``trainingModel``/``inferenceModel`` return: call it with the combined batch.
+class PoplarExecutor(DeviceCalls):
+    """What ``trainingModel``/``inferenceModel`` return: call it with the combined batch; it
+    stands in for the module (its attributes) and has PopTorch's device calls (``_device``).
 
     Args:
         model: the ``torch.nn.Module``; its forward returns the loss (training) or outputs.
@@ -146,6 +150,10 @@ class PoplarExecutor:
         trainable = {name for name, p in model.named_parameters() if p.requires_grad}
         self._names = [name for name in weights if name in trainable]
         self._constants = {k: v for k, v in weights.items() if k not in trainable}
+        anchored = getattr(self.options, "anchored_tensors", {})
+        self._anchors = Anchors(
+            anchored, self._names, self._buffer_names, training=training, default=self._output
+        )
         self._host_state = HostOptimiserState(self)  # the optimiser's state_dict(), both ways
         self._trainer: Any = None
         self._programs = SimulatedPrograms(self._mode_fields)  # simulated once each
@@ -156,6 +164,7 @@ class PoplarExecutor:
         self._forward = jax.jit(self._run_state)
         self._micro_forwards = jax.jit(functools.partial(micro_batch_forwards, self._run_state))
         self._attached = True
+        self._compiled = False  # a step compiled (``compile`` or a call), not destroyed
 
     # --------------------------------------------------------------------- helpers
     def _weights(self) -> Weights:
@@ -221,6 +230,7 @@ class PoplarExecutor:
 
     def _make_trainer(self, batch: HostBatch) -> popdist_emu.Trainer:
         if self._trainer is None:
+            self._anchors.check()
             weights = self._weights()
             params = {n: weights[n] for n in self._names}
             state = self._user_model.state_dict(keep_vars=True)  # the Parameter objects
@@ -285,13 +295,16 @@ class PoplarExecutor:
     def __call__(self, *args: Any) -> Any:
         """Runs one call (``device_iterations`` steps in training) on the combined batch,
         the module in this model's mode (training or eval) whatever another model left."""
+        if self.options.synthetic_data:  # the device makes the inputs (``_synthetic``)
+            instance = self._mode_fields.instance_index
+            args = synthetic_inputs(args, self._seed, self._calls, instance)
         with in_mode(self._user_model, self.training):
             return self._infer(args) if not self.training else self._train(args)
 
     def _infer(self, args: tuple[torch.Tensor | npt.ArrayLike, ...]) -> Any:
         """An inference call; buffers its forward changes stay on the (simulated) IPU, as
         PopTorch keeps them, until ``copyWeightsToHost``."""
-        self._attached = True
+        self._attached = self._compiled = True
         arrays = tuple(to_jax_array(a) for a in args)
         first = np.int32(self._calls * arrays[0].shape[0] % 2**31)
         self._calls += 1
@@ -308,7 +321,7 @@ class PoplarExecutor:
     def _train(self, args: tuple[torch.Tensor | npt.ArrayLike, ...]) -> Any:
         """A training call: ``device_iterations`` optimiser steps; the outputs of this
         instance's replicas as the output mode lays them out (``_outputs``)."""
-        self._attached = True
+        self._attached = self._compiled = True
         arrays, batch, _ = self._training_batch(args)
         self._calls += 1
         trainer = self._make_trainer(batch)
@@ -317,12 +330,13 @@ class PoplarExecutor:
 
     def _step(self, trainer: popdist_emu.Trainer, batch: HostBatch, inputs: int) -> Any:
         """Runs the training call's step; the outputs for the host."""
+        fields = self._mode_fields
         if trainer.has_aux:  # each micro-batch's outputs from its own forward in the step
-            stepped = trainer.step(batch)
+            stepped = trainer.step(batch, each_iteration=self._anchors.recording(None))
             assert isinstance(stepped, tuple)  # with has_aux: (losses, outputs)
             self.copyWeightsToHost()
+            self._anchor(batch)
             return to_torch(from_step(stepped[1], self._output))
-        fields = self._mode_fields
         shape = (fields.device_iterations, fields.gradient_accumulation)
         # Each micro-batch's forward beside the step: all of them where buffers change.
         passes = self._replicas or IterationOutputs(
@@ -331,13 +345,19 @@ class PoplarExecutor:
         weights_of = lambda params: {**self._constants, **params}  # noqa: E731
         laid_out = LaidOutBatch(batch, inputs, bool(self._random))
         hook = passes.each_iteration(self._forward, weights_of, laid_out)
-        trainer.step(batch, each_iteration=hook)
+        trainer.step(batch, each_iteration=self._anchors.recording(hook))
         self.copyWeightsToHost()
+        self._anchor(batch)
         host = from_records(
             passes.outputs, self._output, iterations=shape[0], accumulation=shape[1],
             replicas=fields.replication_factor,
         )  # fmt: skip
         return to_torch(host)
+
+    def _anchor(self, batch: HostBatch) -> None:
+        """The anchored tensors' values after a training call (``_anchors``)."""
+        replicas = self._mode_fields.replication_factor
+        self._anchors.collect(self._loss, self._trainer.params, self._user_model, batch, replicas)
 
     def copyWeightsToHost(self) -> None:  # noqa: N802
         """Copies the trained parameters, and buffers the forward changed, into the torch
@@ -370,6 +390,7 @@ class PoplarExecutor:
             if not self.training:
                 arrays = self._layout(tuple(to_jax_array(a) for a in args))
                 self._micro_forwards.lower(self._weights(), arrays, np.int32(0))
+                self._compiled = True
                 return
             _, batch, _ = self._training_batch(args)
             trainer = self._make_trainer(batch)
@@ -377,6 +398,7 @@ class PoplarExecutor:
                 self._programs.compiled(batch, lambda: self._simulate(batch))
             else:
                 trainer.compile(batch)
+        self._compiled = True
 
     def _simulate(self, batch: HostBatch) -> Any:
         """One step simulated on the job's IPU system (``_simulated`` reports it)."""
@@ -384,8 +406,9 @@ class PoplarExecutor:
         out = jax.eval_shape(self._outputs, params, tuple(a[0, 0, 0] for a in batch))
         name, fields = type(self._user_model).__name__, self._mode_fields
         return simulate_step(
-            self._trainer, batch, name=name, outputs=out, fields=fields, mode=self._output
-        )
+            self._trainer, batch, name=name, outputs=out, fields=fields, mode=self._output,
+            synthetic=self.options.synthetic_data,
+        )  # fmt: skip
 
     def detachFromDevice(self) -> None:  # noqa: N802
         """Releases the (simulated) IPUs; the next call attaches again."""
@@ -393,14 +416,11 @@ class PoplarExecutor:
             self._host_state.to_host()
         self._attached = False
 
-    def isAttachedToDevice(self) -> bool:  # noqa: N802
-        """Whether the model holds its IPUs."""
-        return self._attached
-
     def destroy(self) -> None:
         """Drops the compiled step (the module and optimiser keep the weights and state)."""
         self._host_state.to_host()
         self._trainer = None
+        self._compiled = False
 
 
 def trainingModel(  # noqa: N802

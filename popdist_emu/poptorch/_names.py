@@ -18,14 +18,33 @@
 - ``torch.ops.poptorch.push_name_scope(name)`` / ``pop_name_scope()``: PopTorch's op-name
   scopes for PopVision (Graphcore's CNNs and Swin call them from forward hooks on every
   module). Registered with ``torch.library`` as no-op operators, so the calls work in eager
-  PyTorch and under torchax's tracing, once torch is imported with ``poptorch``.
+  PyTorch and under torchax's tracing, once torch is imported with ``poptorch``;
+  ``internal_cast(tensor, dtype)`` (DINO) casts to PopART's type name (``FLOAT``,
+  ``FLOAT16``, ``INT32``, ...), as a composite operator, so torchax sees the cast itself.
+- ``poptorch.for_loop(count, body, inputs)``: PopTorch's on-device loop; the body runs
+  ``count`` times, each run's outputs the next one's inputs (unrolled here: the same
+  numbers, and the hardware model sees every iteration's operations).
+- ``poptorch.set_overlap_for_input(tensors, mode)`` / ``set_overlap_for_output``: mark host
+  transfers to overlap the compute on I/O tiles; the tensors are returned unchanged. The
+  simulated step does not model I/O tiles (``numIOTiles`` is accepted without effect), and
+  it already overlaps the host link with the compute through the infeed's prefetch.
+- ``with poptorch.MultiConv():``: PopTorch plans the convolutions in its scope together, to
+  run in parallel; the same results, and the hardware model plans each convolution on its
+  own. Its setters (``availableMemoryProportions``, ``partialsTypes``, ``planType``, ...)
+  are accepted and return the ``MultiConv``, as PopTorch's do; named once.
+- ``poptorch.AsynchronousDataAccessor(dataset, ...)``: PopTorch loads the dataset's batches
+  in a background process into a ring buffer; here it iterates the dataset (usually a
+  ``poptorch.DataLoader``, whose workers the simulated host already counts) in the caller,
+  yielding the same batches in the same order; ``rebatched_size`` is refused in one line.
 
 References:
     PopTorch User Guide, "Reference" (``poptorch.serializedMatMul``,
     ``poptorch.MatMulSerializationMode``, ``poptorch.setLogLevel``, ``poptorch.Attribute``)
     and "Environment variables" (``POPTORCH_LOG_LEVEL``); graphcore/examples
     ``nlp/bert/pytorch/modeling.py`` (``SerializedLinear``, ``outline_attribute``),
-    ``vision/cnns/pytorch/models/models.py`` (``name_scope_hook``); PyTorch documentation,
+    ``vision/cnns/pytorch/models/models.py`` (``name_scope_hook``); PopTorch User Guide,
+    "Reference" (``poptorch.for_loop``, ``set_overlap_for_input``, ``OverlapMode``,
+    ``MultiConv``, ``AsynchronousDataAccessor``); PyTorch documentation,
     ``torch.library.Library`` (``define``, ``impl``).
 """
 
@@ -33,9 +52,10 @@ from __future__ import annotations
 
 import sys
 import warnings
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from popdist_emu.poptorch._api import MatMulSerializationMode
+from popdist_emu.poptorch._api import MatMulSerializationMode, OverlapMode, SharingStrategy
 
 if TYPE_CHECKING:
     import torch
@@ -131,6 +151,8 @@ def register_torch_ops() -> None:
     library.define("pop_name_scope() -> ()")
     library.impl("push_name_scope", _push_name_scope, "CompositeExplicitAutograd")
     library.impl("pop_name_scope", _pop_name_scope, "CompositeExplicitAutograd")
+    library.define("internal_cast(Tensor self, str dtype) -> Tensor")
+    library.impl("internal_cast", _internal_cast, "CompositeImplicitAutograd")
     _LIBRARY.append(library)
 
 
@@ -140,3 +162,131 @@ def _push_name_scope(_name: str) -> None:
 
 def _pop_name_scope() -> None:
     return None
+
+
+# PopART's type names, as ``internal_cast`` takes them, and torch's dtypes by name.
+_POPART_TYPES = {
+    "FLOAT": "float32",
+    "FLOAT16": "float16",
+    "HALF": "float16",
+    "INT32": "int32",
+    "INT64": "int64",
+    "BOOL": "bool",
+}
+
+
+def _internal_cast(tensor: torch.Tensor, dtype: str) -> torch.Tensor:
+    import torch
+
+    name = _POPART_TYPES.get(dtype.upper())
+    if name is None:
+        raise ValueError(
+            f"torch.ops.poptorch.internal_cast(dtype={dtype!r}): pass one of PopART's type "
+            f"names {', '.join(_POPART_TYPES)}."
+        )
+    return tensor.to(getattr(torch, name))
+
+
+def for_loop(count: int, body: Callable[..., Any], inputs: list[torch.Tensor]) -> list[Any]:
+    """``poptorch.for_loop``: ``body`` run ``count`` times on its own outputs (docstring).
+
+    Raises:
+        ValueError: ``count`` not an int >= 0, ``inputs`` not a list of tensors, or a body
+            whose outputs are not as many as its inputs.
+    """
+    import torch
+
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"poptorch.for_loop(count={count!r}): pass an int >= 0.")
+    if not isinstance(inputs, list) or not all(isinstance(t, torch.Tensor) for t in inputs):
+        raise ValueError("poptorch.for_loop(inputs=...): pass a list of tensors, as PopTorch does.")
+    values: list[Any] = [t.clone() for t in inputs]  # passed by value, as PopTorch's body
+    for _ in range(count):
+        out = body(*values)
+        out = list(out) if isinstance(out, list | tuple) else [out]
+        if len(out) != len(values):
+            raise ValueError(
+                f"poptorch.for_loop: the body returned {len(out)} tensors for {len(values)} "
+                "inputs; return one output for each input."
+            )
+        values = out
+    return values
+
+
+def _overlap(name: str, tensors: Any, mode: OverlapMode) -> Any:
+    if not isinstance(mode, OverlapMode):
+        raise ValueError(
+            f"poptorch.{name}(mode={mode!r}): pass a poptorch.OverlapMode member, e.g. "
+            "poptorch.OverlapMode.OverlapAccumulationLoop."
+        )
+    return tensors
+
+
+def set_overlap_for_input(input_tensors: Any, mode: OverlapMode) -> Any:
+    """``poptorch.set_overlap_for_input``: the tensors, unchanged (module docstring)."""
+    return _overlap("set_overlap_for_input", input_tensors, mode)
+
+
+def set_overlap_for_output(output_tensors: Any, mode: OverlapMode) -> Any:
+    """``poptorch.set_overlap_for_output``: the tensors, unchanged (module docstring)."""
+    return _overlap("set_overlap_for_output", output_tensors, mode)
+
+
+class MultiConv:
+    """``with poptorch.MultiConv():``: accepted, no effect (module docstring)."""
+
+    def __init__(self) -> None:
+        if "MultiConv" not in _WARNED:
+            _WARNED.add("MultiConv")
+            warnings.warn(
+                "poptorch.MultiConv: accepted, no effect in the emulator (the convolutions "
+                "compute the same; the hardware model plans each one on its own)",
+                stacklevel=2,
+            )
+
+    def _accept(self, *_args: object, **_kwargs: object) -> MultiConv:
+        return self
+
+    availableMemoryProportions = partialsTypes = enableConvDithering = _accept  # noqa: N815
+    planType = perConvReservedTiles = cycleBackOff = _accept  # noqa: N815
+
+    def __enter__(self) -> MultiConv:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+class AsynchronousDataAccessor:
+    """``poptorch.AsynchronousDataAccessor(dataset, ...)``: the dataset's batches, in order,
+    loaded in the caller (module docstring).
+
+    Raises:
+        ValueError: ``rebatched_size`` (rebatching is not modelled).
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        buffer_size: int = 3,
+        miss_sleep_time_in_ms: float = 0.1,
+        load_indefinitely: bool = True,
+        early_preload: bool = False,
+        sharing_strategy: SharingStrategy = SharingStrategy.FileSystem,
+        rebatched_size: int | None = None,
+    ) -> None:
+        if rebatched_size is not None:
+            raise ValueError(
+                f"poptorch.AsynchronousDataAccessor(rebatched_size={rebatched_size}): not "
+                "modelled by popdist-emu; rebatch in the DataLoader (its batch_size) instead."
+            )
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.dataset)
+
+    def terminate(self) -> None:
+        """Stops PopTorch's loading process: nothing runs in the background here."""

@@ -44,6 +44,7 @@ from popdist_emu._options import Options
 from popdist_emu._trees import tree_nbytes
 from popdist_emu.poptorch._data import active_loader
 from popdist_emu.poptorch._outputs import OutputMode, outputs_per_step
+from popdist_emu.poptorch._synthetic import NO_HOST_IO
 
 if TYPE_CHECKING:
     import hardware
@@ -69,12 +70,14 @@ def simulate_step(
     outputs: Any,
     fields: Options,
     mode: OutputMode,
+    synthetic: bool = False,
 ) -> hardware.StepSimulation:
     """Simulates one step of ``trainer`` on the job's IPU system, with what the host does:
     the program's data loader, and the ``outputs`` (one micro-batch's shapes, per replica)
     going back to it, each as soon as it is computed: every micro-batch's
     (``OutputMode.All``), those of every n-th device iteration (EveryN), or one copy per
-    call (Final; Sum, whose sum is kept on the device), as ``mode`` says."""
+    call (Final; Sum, whose sum is kept on the device), as ``mode`` says; with ``synthetic``
+    data no host IO runs (``_synthetic``)."""
     returned = outputs_per_step(mode, fields.device_iterations, fields.gradient_accumulation)
     host: dict[str, Any] = {
         "host_output_bytes_per_micro_batch": tree_nbytes(outputs),
@@ -88,6 +91,8 @@ def simulate_step(
             "host_workers": cost.workers,
             "host_prefetch": cost.prefetch,
         }
+    if synthetic:
+        host |= NO_HOST_IO
     return popdist_emu.simulate(trainer, batch, name=name, host=host)
 
 
@@ -128,21 +133,29 @@ class SimulatedPrograms:
 
     def __init__(self, fields: Options) -> None:
         self._fields = fields
-        self._seen: set[tuple[tuple[tuple[int, ...], str], ...]] = set()
+        self._seen: dict[tuple[tuple[tuple[int, ...], str], ...], hardware.StepSimulation] = {}
+        # The simulation of the program the latest call or compile ran (``getLatency``).
+        self.latest: hardware.StepSimulation | None = None
 
     def _new(self, batch: tuple[np.ndarray, ...]) -> bool:
-        """Whether ``batch``'s program was not simulated yet (it is now counted)."""
+        """Whether ``batch``'s program was not simulated yet (``_keep`` then keeps it)."""
         key = program_key(batch)
-        new = key not in self._seen
-        self._seen.add(key)
-        return new
+        self.latest = self._seen.get(key)
+        return key not in self._seen
+
+    def _keep(
+        self, batch: tuple[np.ndarray, ...], simulation: hardware.StepSimulation
+    ) -> hardware.StepSimulation:
+        """Keeps ``batch``'s program's simulation; it is the latest."""
+        self._seen[program_key(batch)] = self.latest = simulation
+        return simulation
 
     def compiled(
         self, batch: tuple[np.ndarray, ...], simulate: Callable[[], hardware.StepSimulation]
     ) -> None:
         """``compile`` offline: simulates and reports ``batch``'s program if new."""
         if self._new(batch):
-            report_step(simulate(), self._fields)
+            report_step(self._keep(batch, simulate()), self._fields)
 
     @contextlib.contextmanager
     def call(
@@ -151,7 +164,8 @@ class SimulatedPrograms:
         """Around a training call: a new program is simulated before the call and reported
         after it ran (functional: the host track then holds it), or reported and the program
         ended (offline, where every call ends it)."""
-        simulation = simulate() if self._new(batch) else None  # a step too large is refused
+        # A step too large is refused here, at its first call.
+        simulation = self._keep(batch, simulate()) if self._new(batch) else None
         if self._fields.offline:  # nothing runs offline (``compile`` may have reported it)
             if simulation is not None:
                 report_step(simulation, self._fields)

@@ -4,7 +4,8 @@ PopTorch's ``SGD``, ``Adam``, ``AdamW`` and ``RMSprop`` are ``torch.optim`` opti
 extra IPU arguments (``loss_scaling``, ``velocity_scaling``, ``accum_type``, ...). Here they are the
 ``torch.optim`` classes with those arguments accepted: loss and velocity scaling cancel out
 mathematically (in float32 they only move the last bits), and the accumulator types are
-float32 in the emulator. :func:`to_optax` turns any of them, or the plain ``torch.optim``
+float32 in the emulator; all are ``poptorch.optim.Optimizer``s (``_optimizer_base``:
+``variable_attrs``). :func:`to_optax` turns any of them, or the plain ``torch.optim``
 ones, into the optax transformation that makes the same update:
 
 - SGD: ``buf = momentum * buf + (g + wd * p)``; ``p -= lr * buf`` (Nesterov:
@@ -41,12 +42,22 @@ import jax
 import optax
 import torch
 
+from popdist_emu.poptorch._optimizer_base import Optimizer
 from popdist_emu.runtime import Optimiser, layerwise
 
 if TYPE_CHECKING:
     from torch.optim.optimizer import ParamsT
 
-__all__ = ["LAMB", "SGD", "Adam", "AdamW", "RMSprop", "optimiser_hyperparams", "to_optax"]
+__all__ = [
+    "LAMB",
+    "SGD",
+    "Adam",
+    "AdamW",
+    "Optimizer",
+    "RMSprop",
+    "optimiser_hyperparams",
+    "to_optax",
+]
 
 # PopTorch-only arguments that change no number of the emulator's float32 update.
 _IPU_ARGUMENTS = (
@@ -84,7 +95,7 @@ def _pop_ipu_arguments(kwargs: dict[str, object], name: str) -> None:
             )
 
 
-class SGD(torch.optim.SGD):
+class SGD(Optimizer, torch.optim.SGD):
     """``poptorch.optim.SGD``: ``torch.optim.SGD`` plus PopTorch's IPU arguments (accepted)."""
 
     def __init__(self, params: ParamsT, lr: float, **kwargs: Any) -> None:
@@ -92,7 +103,7 @@ class SGD(torch.optim.SGD):
         super().__init__(params, lr=lr, **kwargs)
 
 
-class Adam(torch.optim.Adam):
+class Adam(Optimizer, torch.optim.Adam):
     """``poptorch.optim.Adam``: ``torch.optim.Adam`` plus PopTorch's IPU arguments."""
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, **kwargs: Any) -> None:
@@ -101,7 +112,7 @@ class Adam(torch.optim.Adam):
         super().__init__(params, lr=lr, **kwargs)
 
 
-class AdamW(torch.optim.AdamW):
+class AdamW(Optimizer, torch.optim.AdamW):
     """``poptorch.optim.AdamW``: ``torch.optim.AdamW`` (weight decay 0.01) plus IPU arguments."""
 
     def __init__(self, params: ParamsT, lr: float = 1e-3, **kwargs: Any) -> None:
@@ -110,7 +121,7 @@ class AdamW(torch.optim.AdamW):
         super().__init__(params, lr=lr, **kwargs)
 
 
-class RMSprop(torch.optim.RMSprop):
+class RMSprop(Optimizer, torch.optim.RMSprop):
     """``poptorch.optim.RMSprop``: ``torch.optim.RMSprop`` plus PopTorch's IPU arguments.
 
     Raises:
@@ -128,13 +139,7 @@ class RMSprop(torch.optim.RMSprop):
         super().__init__(params, lr=lr, **kwargs)
 
 
-_MAX_WEIGHT_NORM = (
-    "poptorch.optim.LAMB(max_weight_norm={}): not modelled by popdist-emu (its layer-wise trust "
-    "ratio, computed over replicated-tensor-sharding shards, has no weight-norm clip); remove it."
-)
-
-
-class LAMB(torch.optim.Optimizer):
+class LAMB(Optimizer, torch.optim.Optimizer):
     """``poptorch.optim.LAMB``: Adam's moments, then a layer-wise trust ratio.
 
     Per weight tensor ``w``, with Adam's bias-corrected moments ``m_hat`` and ``v_hat``:
@@ -148,10 +153,12 @@ class LAMB(torch.optim.Optimizer):
     the moments as they are: ``u = m / (sqrt(v) + eps) + weight_decay * w``, as PopTorch's
     LAMB does (its reference: "bias_correction: whether to use bias correction").
 
-    Raises:
-        ValueError: a ``max_weight_norm``, as an argument or a group's key (PopTorch clips
-            ``|w|`` in the trust ratio to it): the emulator's layer-wise trust ratio, which
-            replicated tensor sharding computes over the shards, has no such clip.
+    ``max_weight_norm`` (FastPitch; BERT and ViT pass None, per group too) clips the weight's
+    norm in the ratio, PopTorch's phi(z) = min(z, max_weight_norm): ``w -= lr *
+    (min(|w|, max) / |u|) * u``; under replicated tensor sharding the clip applies to the
+    whole tensor's norm. None does not clip (PopTorch then clips at float16's 65500, which
+    only a norm above it would notice). Groups that set different values are refused when the
+    update is built (one clip for the whole optimiser).
     """
 
     def __init__(
@@ -166,8 +173,6 @@ class LAMB(torch.optim.Optimizer):
         **kwargs: Any,
     ) -> None:
         _pop_ipu_arguments(kwargs, "LAMB")
-        if max_weight_norm is not None:
-            raise ValueError(_MAX_WEIGHT_NORM.format(max_weight_norm))
         if kwargs:
             raise TypeError(f"poptorch.optim.LAMB: unexpected arguments {sorted(kwargs)}.")
         defaults = {
@@ -176,6 +181,7 @@ class LAMB(torch.optim.Optimizer):
             "eps": eps,
             "weight_decay": weight_decay,
             "bias_correction": bool(bias_correction),
+            "max_weight_norm": max_weight_norm,
         }
         super().__init__(params, defaults)
 
@@ -269,10 +275,16 @@ def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> Optimiser:
     each side of the trust ratio (a frozen weight's direction is zero, its ratio 1)."""
     inners: dict[Hashable, optax.GradientTransformation] = {}
     tails: dict[Hashable, optax.GradientTransformation] = {}
+    clips = {_group_settings(optimizer, g).get("max_weight_norm") for g in optimizer.param_groups}
+    if len(clips) > 1:
+        raise ValueError(
+            f"poptorch.optim.LAMB: parameter groups set max_weight_norm {sorted(map(str, clips))};"
+            " the emulator clips every weight's norm alike: give the groups one value."
+        )
+    clip = next(iter(clips))
+    clip = None if clip is None else float(clip)
     for k, group in enumerate(optimizer.param_groups):
         settings = _group_settings(optimizer, group)
-        if settings.get("max_weight_norm") is not None:
-            raise ValueError(_MAX_WEIGHT_NORM.format(settings["max_weight_norm"]))
         b1, b2 = (float(b) for b in settings["betas"])
         eps = float(settings["eps"])
         moments = (
@@ -289,12 +301,13 @@ def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> Optimiser:
             learning_rate=float(settings["lr"])
         )
     if len(inners) == 1:
-        return layerwise(inners["0"], tails["0"])
+        return layerwise(inners["0"], tails["0"], max_weight_norm=clip)
     labels = _group_labels(optimizer, names)
     frozen: dict[Hashable, optax.GradientTransformation] = {"frozen": optax.set_to_zero()}
     return layerwise(
         optax.multi_transform({**inners, **frozen}, labels),
         optax.multi_transform({**tails, **frozen}, labels),
+        max_weight_norm=clip,
     )
 
 

@@ -58,6 +58,8 @@ class LayerwiseOptimiser(NamedTuple):
         tail: the element-wise transformation after it.
         trust_coefficient: multiplies the trust ratio (LARS's ``trust_coefficient``).
         eps: added to the update's norm (LARS's ``eps``).
+        max_weight_norm: the weight's norm in the ratio is clipped to it (PopTorch's LAMB
+            ``max_weight_norm``: phi(z) = min(z, max_weight_norm)); None: not clipped.
     """
 
     init: Callable
@@ -66,6 +68,7 @@ class LayerwiseOptimiser(NamedTuple):
     tail: optax.GradientTransformation
     trust_coefficient: float = 1.0
     eps: float = 0.0
+    max_weight_norm: float | None = None
 
 
 def layerwise(
@@ -74,11 +77,49 @@ def layerwise(
     *,
     trust_coefficient: float = 1.0,
     eps: float = 0.0,
+    max_weight_norm: float | None = None,
 ) -> LayerwiseOptimiser:
-    """``optax.chain(inner, optax.scale_by_trust_ratio(...), tail)`` with its parts kept."""
-    ratio = optax.scale_by_trust_ratio(trust_coefficient=trust_coefficient, eps=eps)
+    """``optax.chain(inner, optax.scale_by_trust_ratio(...), tail)`` with its parts kept;
+    with ``max_weight_norm``, the weight's norm in the ratio clipped to it."""
+    if max_weight_norm is None:
+        ratio = optax.scale_by_trust_ratio(trust_coefficient=trust_coefficient, eps=eps)
+    else:
+        ratio = _clipped_trust_ratio(trust_coefficient, eps, max_weight_norm)
     chain = optax.chain(inner, ratio, tail)
-    return LayerwiseOptimiser(chain.init, chain.update, inner, tail, trust_coefficient, eps)
+    return LayerwiseOptimiser(
+        chain.init, chain.update, inner, tail, trust_coefficient, eps, max_weight_norm
+    )
+
+
+def _trust_ratio(
+    w_norm: jax.Array, u_norm: jax.Array, coefficient: float, eps: float, clip: float | None
+) -> jax.Array:
+    """``optax.scale_by_trust_ratio``'s ratio from the norms, the weight's norm clipped to
+    ``clip`` when given (PopTorch's LAMB); 1 where either norm is 0."""
+    if clip is not None:
+        w_norm = jnp.minimum(w_norm, jnp.asarray(clip, w_norm.dtype))
+    ratio = coefficient * w_norm / (u_norm + eps)
+    zero = jnp.logical_or(w_norm == 0.0, u_norm == 0.0)
+    return jnp.where(zero, jnp.array(1.0, dtype=w_norm.dtype), ratio)
+
+
+def _clipped_trust_ratio(
+    coefficient: float, eps: float, clip: float
+) -> optax.GradientTransformation:
+    """``optax.scale_by_trust_ratio`` with the weight's norm clipped to ``clip``."""
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        def scale(u: jax.Array, w: jax.Array) -> jax.Array:
+            norms = jnp.linalg.norm(w), jnp.linalg.norm(u)
+            return u * _trust_ratio(*norms, coefficient, eps, clip).astype(u.dtype)
+
+        return jax.tree.map(scale, updates, params), state
+
+    def init(params: Any) -> optax.EmptyState:
+        del params
+        return optax.EmptyState()
+
+    return optax.GradientTransformation(init, update)
 
 
 def lamb(
@@ -148,6 +189,7 @@ def layerwise_update(optimiser: LayerwiseOptimiser, scale: float | None) -> Laye
     """
     inner, tail = optimiser.inner, optimiser.tail
     coefficient, eps = optimiser.trust_coefficient, optimiser.eps
+    clip = optimiser.max_weight_norm
 
     def direction(params: Params, inner_state: Any, grad_flat: jax.Array) -> tuple[Any, Any]:
         if scale is not None:
@@ -161,9 +203,7 @@ def layerwise_update(optimiser: LayerwiseOptimiser, scale: float | None) -> Laye
         for i, (x, w) in enumerate(zip(leaves, weights, strict=True)):
             # optax.scale_by_trust_ratio's formula, on the whole tensor's norms.
             w_norm, u_norm = norms[0, i].astype(w.dtype), norms[1, i].astype(w.dtype)
-            ratio = coefficient * w_norm / (u_norm + eps)
-            zero = jnp.logical_or(w_norm == 0.0, u_norm == 0.0)
-            scaled.append(x * jnp.where(zero, jnp.array(1.0, dtype=w.dtype), ratio))
+            scaled.append(x * _trust_ratio(w_norm, u_norm, coefficient, eps, clip))
         updates, tail_state = tail.update(jax.tree.unflatten(treedef, scaled), tail_state, params)
         return optax.apply_updates(params, updates), tail_state
 

@@ -4,8 +4,20 @@ from popdist_emu.poptorch.enums import (
     AutoStage,
     DataLoaderMode,
     MatMulSerializationMode,
+    MeanReductionStrategy,
     OutputMode,
+    OverlapMode,
     ReductionType,
+    SharingStrategy,
 )
 
-__all__ = ["AutoStage", "DataLoaderMode", "MatMulSerializationMode", "OutputMode", "ReductionType"]
+__all__ = [
+    "AutoStage",
+    "DataLoaderMode",
+    "MatMulSerializationMode",
+    "MeanReductionStrategy",
+    "OutputMode",
+    "OverlapMode",
+    "ReductionType",
+    "SharingStrategy",
+]

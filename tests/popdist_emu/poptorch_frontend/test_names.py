@@ -4,7 +4,7 @@
 (CNNs, ViT), ``torch.ops.poptorch`` name scopes in forward hooks (CNNs, Swin),
 ``poptorch.Attribute`` from forward hooks (BERT's ``outline_attribute``),
 ``serializedMatMul`` (BERT's ``SerializedLinear``), ``removeBlocks`` (SQuAD's
-``deparallelize``), ``setLogLevel`` and ``enableSyntheticData(False)``.
+``deparallelize``), ``setLogLevel`` and ``enableSyntheticData``.
 """
 
 from __future__ import annotations
@@ -105,12 +105,10 @@ def test_distributed_process_id_is_the_instance_under_poprun_emu(tmp_path: Path)
     assert rows == [["0", "2", "0", "2", "0", "2", "2"], ["1", "2", "1", "2", "1", "2", "2"]]
 
 
-def test_synthetic_data_false_is_accepted_and_true_refused_in_one_line() -> None:
+def test_synthetic_data_is_set_either_way() -> None:
     opts = poptorch.Options()
-    assert opts.enableSyntheticData(False) is opts
-    with pytest.raises(ValueError, match=r"enableSyntheticData\(True\)") as info:
-        opts.enableSyntheticData(True)
-    assert "\n" not in str(info.value)
+    assert opts.enableSyntheticData(False) is opts and not opts.synthetic_data
+    assert opts.enableSyntheticData(True).synthetic_data  # see test_synthetic.py
 
 
 class _Bert(torch.nn.Module):
@@ -210,3 +208,101 @@ def test_set_log_level_refuses_another_level_in_one_line() -> None:
     with pytest.raises(ValueError, match="PopTorch's levels are TRACE") as info:
         poptorch.setLogLevel("LOUD")
     assert "\n" not in str(info.value)
+
+
+class _Looped(torch.nn.Module):
+    """DINO's cast, an on-device loop, the CNNs' overlapped inputs and a ``MultiConv``."""
+
+    def __init__(self, poptorch_ops: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.ops = poptorch_ops
+        self.fc = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.ops:
+            h = x
+            for _ in range(3):
+                h = torch.tanh(self.fc(h))
+            return h, F.mse_loss(h.half().float(), y)
+        mode = poptorch.OverlapMode.OverlapAccumulationLoop
+        x = poptorch.set_overlap_for_input(x, mode)
+        with poptorch.MultiConv().availableMemoryProportions(0.3).planType("parallel"):
+            (h,) = poptorch.for_loop(3, lambda t: torch.tanh(self.fc(t)), [x])
+        half = torch.ops.poptorch.internal_cast(h, "FLOAT16")
+        assert half.dtype == torch.float16
+        out = poptorch.set_overlap_for_output(h, mode)
+        return out, F.mse_loss(torch.ops.poptorch.internal_cast(half, "FLOAT"), y)
+
+
+def test_loop_cast_overlap_and_multiconv_train_as_plain_pytorch() -> None:
+    eager = _losses_of(_Looped(poptorch_ops=False), wrapped=False)
+    assert _losses_of(_Looped(poptorch_ops=True), wrapped=False) == eager
+    np.testing.assert_allclose(_losses_of(_Looped(True), wrapped=True), eager, atol=1e-5)
+
+
+def _losses_of(model: torch.nn.Module, wrapped: bool) -> list[float]:
+    """Two SGD steps on regression data, through ``trainingModel`` or in PyTorch."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
+    step = poptorch.trainingModel(model, poptorch.Options(), optimizer) if wrapped else None
+    generator = torch.Generator().manual_seed(4)
+    losses = []
+    for _ in range(2):
+        x, y = torch.randn(4, 4, generator=generator), torch.randn(4, 4, generator=generator)
+        if step is not None:
+            losses.append(float(step(x, y)[1]))
+            continue
+        optimizer.zero_grad()
+        loss = model(x, y)[1]
+        loss.backward()
+        optimizer.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+def test_loop_cast_and_overlap_refuse_bad_arguments_in_one_line() -> None:
+    x = torch.ones(2)
+    cases = [
+        (lambda: poptorch.for_loop(-1, torch.tanh, [x]), "for_loop(count=-1)"),
+        (lambda: poptorch.for_loop(2, torch.tanh, (x,)), "pass a list of tensors"),
+        (lambda: poptorch.for_loop(2, lambda t: (t, t), [x]), "returned 2 tensors for 1"),
+        (lambda: poptorch.set_overlap_for_input(x, "overlap"), "pass a poptorch.OverlapMode"),
+        (lambda: torch.ops.poptorch.internal_cast(x, "DOUBLE"), "internal_cast(dtype='DOUBLE')"),
+        (lambda: poptorch.AsynchronousDataAccessor([x], rebatched_size=2), "rebatched_size=2"),
+    ]
+    for call, words in cases:
+        with pytest.raises((ValueError, RuntimeError)) as info:
+            call()
+        assert words in str(info.value), str(info.value)
+
+
+def test_asynchronous_data_accessor_yields_the_loaders_batches() -> None:
+    dataset = torch.utils.data.TensorDataset(torch.arange(12.0).reshape(6, 2))
+    loader = poptorch.DataLoader(poptorch.Options(), dataset, batch_size=2)
+    accessor = poptorch.AsynchronousDataAccessor(
+        loader, sharing_strategy=poptorch.SharingStrategy.SharedMemory
+    )
+    assert len(accessor) == len(loader) == 3
+    for _ in range(2):  # each epoch the same batches, in order
+        got = [batch[0].tolist() for batch in accessor]
+        assert got == [
+            [[0.0, 1.0], [2.0, 3.0]],
+            [[4.0, 5.0], [6.0, 7.0]],
+            [[8.0, 9.0], [10.0, 11.0]],
+        ]
+    accessor.terminate()
+
+
+def test_mean_reduction_strategy_is_accepted_running_named_once() -> None:
+    opts = poptorch.Options()
+    strategy = poptorch.MeanReductionStrategy.Post
+    assert opts.Training.setMeanAccumulationAndReplicationReductionStrategy(strategy) is opts
+    from popdist_emu.popdist import _poptorch_groups
+
+    _poptorch_groups._WARNED.discard("running mean")
+    with pytest.warns(UserWarning, match="the same mean within float rounding"):
+        opts.Training.setMeanAccumulationAndReplicationReductionStrategy(
+            poptorch.enums.MeanReductionStrategy.Running
+        )
+    with pytest.raises(ValueError, match=r"pass a poptorch\.MeanReductionStrategy member"):
+        opts.Training.setMeanAccumulationAndReplicationReductionStrategy("fast")

@@ -99,10 +99,15 @@ def test_poptorch_rmsprop_defaults_are_torchs() -> None:
 
 
 def _lamb_reference(
-    w: np.ndarray, grads: list[np.ndarray], lr: float, wd: float, bias_correction: bool = True
+    w: np.ndarray,
+    grads: list[np.ndarray],
+    lr: float,
+    wd: float,
+    bias_correction: bool = True,
+    max_weight_norm: float = np.inf,
 ) -> np.ndarray:
-    """You et al. 2020, Algorithm 2 (LAMB), with or without Adam's bias correction, in
-    float64."""
+    """You et al. 2020, Algorithm 2 (LAMB), with or without Adam's bias correction, the
+    weight's norm clipped by PopTorch's phi(z) = min(z, max_weight_norm), in float64."""
     b1, b2, eps = 0.9, 0.999, 1e-8
     m, v = np.zeros_like(w), np.zeros_like(w)
     for t, g in enumerate(grads, start=1):
@@ -110,16 +115,19 @@ def _lamb_reference(
         v = b2 * v + (1 - b2) * g * g
         c1, c2 = (1 - b1**t, 1 - b2**t) if bias_correction else (1.0, 1.0)
         u = (m / c1) / (np.sqrt(v / c2) + eps) + wd * w
-        w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(u)
+        w_norm, u_norm = min(np.linalg.norm(w), max_weight_norm), np.linalg.norm(u)
         ratio = w_norm / u_norm if w_norm > 0 and u_norm > 0 else 1.0
         w = w - lr * ratio * u
     return w
 
 
-@pytest.mark.parametrize("bias_correction", [True, False])
-def test_lamb_makes_the_papers_update(bias_correction: bool) -> None:
+@pytest.mark.parametrize(
+    ("bias_correction", "max_weight_norm"), [(True, None), (False, None), (True, 1.5)]
+)
+def test_lamb_makes_the_papers_update(bias_correction: bool, max_weight_norm: float | None) -> None:
     """With PopTorch's ``bias_correction=False`` too (Graphcore's BERT
-    ``LAMBNoBiasCorrection``, GPT-2 and CLIP): the moments are used as they are."""
+    ``LAMBNoBiasCorrection``, GPT-2 and CLIP): the moments are used as they are; and with
+    ``max_weight_norm`` (FastPitch) below the weight's norm (about 3.5): it is clipped."""
     torch.manual_seed(0)
     start = torch.randn(4, 3)
     optimizer = optim.LAMB(
@@ -127,6 +135,7 @@ def test_lamb_makes_the_papers_update(bias_correction: bool) -> None:
         lr=0.01,
         weight_decay=0.1,
         bias_correction=bias_correction,
+        max_weight_norm=max_weight_norm,
     )
     transform = optim.to_optax(optimizer)
     params = {"w": jax.numpy.asarray(start.numpy())}
@@ -135,8 +144,13 @@ def test_lamb_makes_the_papers_update(bias_correction: bool) -> None:
     for grad in grads:
         updates, state = transform.update({"w": grad.astype(np.float32)}, state, params)
         params = jax.tree.map(lambda p, u: p + u, params, updates)
-    expected = _lamb_reference(start.numpy().astype(np.float64), grads, 0.01, 0.1, bias_correction)
+    clip = np.inf if max_weight_norm is None else max_weight_norm
+    w64 = start.numpy().astype(np.float64)
+    expected = _lamb_reference(w64, grads, 0.01, 0.1, bias_correction, clip)
     assert float(np.abs(np.asarray(params["w"]) - expected).max()) < 1e-6
+    if max_weight_norm is not None:  # the clip matters: unclipped is far off
+        unclipped = _lamb_reference(w64, grads, 0.01, 0.1, bias_correction)
+        assert float(np.abs(unclipped - expected).max()) > 1e-3
 
 
 def test_lamb_defaults_and_refusals_are_poptorchs() -> None:
@@ -148,13 +162,18 @@ def test_lamb_defaults_and_refusals_are_poptorchs() -> None:
         1e-8,
         1e-2,
     )
-    with pytest.raises(ValueError, match=r"max_weight_norm=65504\.0.*not modelled") as info:
-        optim.LAMB([param], max_weight_norm=65504.0)
-    assert "\n" not in str(info.value)
-    # BERT and ViT set it per parameter group: refused when the update is built.
-    grouped = optim.LAMB([{"params": [param], "max_weight_norm": 1000.0}])
-    with pytest.raises(ValueError, match=r"max_weight_norm=1000\.0") as info:
-        optim.to_optax(grouped)
+    # BERT and ViT set it per parameter group (None); groups that differ are refused.
+    other = torch.nn.Parameter(torch.zeros(1))
+    same = optim.LAMB([{"params": [param], "max_weight_norm": None}, {"params": [other]}])
+    assert optim.to_optax(same, {"a": param, "b": other}).max_weight_norm is None
+    grouped = optim.LAMB(
+        [{"params": [param], "max_weight_norm": 1000.0}, {"params": [other]}],
+        max_weight_norm=10.0,
+    )
+    with pytest.raises(
+        ValueError, match=r"groups set max_weight_norm \['10\.0', '1000\.0'\]"
+    ) as info:
+        optim.to_optax(grouped, {"a": param, "b": other})
     assert "\n" not in str(info.value)
 
 
