@@ -4,8 +4,7 @@
 graphcore/examples (commit 3cc8f81f) use, with how many files and applications use it (the
 census in the project's shared reference, ``poptorch-census.md``) and its expected status:
 ``provided`` (PopTorch's semantics), ``no-effect`` (accepted; it changes neither the numbers
-nor the simulated time), ``refused`` (one line naming the call), ``not-ours`` (another part
-of issue 38 provides it: it resolves, or is refused in one line naming it) and ``geometric``
+nor the simulated time), ``refused`` (one line naming the call) and ``geometric``
 (PopTorch Geometric, a separate package, outside the goal). ``census_program.py`` looks each
 name up as a program sees it, in one fresh interpreter.
 """
@@ -24,7 +23,7 @@ from popdist_emu.popdist import _poptorch_options
 
 CENSUS = Path(__file__).with_name("census.csv")
 PROGRAM = Path(__file__).with_name("census_program.py")
-STATUSES = {"provided", "no-effect", "refused", "not-ours", "geometric"}
+STATUSES = {"provided", "no-effect", "refused", "geometric"}
 
 
 def _rows() -> list[dict[str, str]]:
@@ -64,8 +63,8 @@ def test_each_name_has_its_status(found: dict[str, str]) -> None:
             good = got == "ok"
         elif status == "refused":
             good = refused_in_one_line
-        else:  # not-ours, geometric: provided elsewhere, or refused in one line
-            good = got == "ok" or refused_in_one_line or status == "geometric"
+        else:  # geometric: PopTorch Geometric, a separate package
+            good = True
         if not good:
             wrong.append(f"{name} ({status}): {got}")
     assert not wrong, "\n".join(wrong)
