@@ -94,9 +94,7 @@ def test_the_launcher_refuses_an_unknown_family_before_launch_and_passes_a_known
     assert refused.returncode == 2 and "started" not in refused.stdout
     (line,) = refused.stderr.strip().splitlines()
     assert line.startswith("poprun-emu: error: ") and "ResNet-50, BERT" in line
-    program = (
-        "import popdist_emu, json; print(json.dumps(popdist_emu.Options().calibration_family))"
-    )
+    program = "import popdist_emu; print(repr(popdist_emu.Options().calibration_family))"
     passed = _poprun("--calibration-family", "bert", "python", "-c", program)
     assert passed.returncode == 0, passed.stderr[-2000:]
     assert passed.stdout.strip().splitlines()[-1].split(">:", 1)[-1] == "'BERT'"
