@@ -1,39 +1,48 @@
-"""Fits the BERT family's two parameters to Graphcore's Mk2 MLPerf BERT-Large rows.
+"""Fits the two structural terms Graphcore's Mk2 MLPerf BERT-Large rows constrain.
 
-Why a family of its own: with the parameters fitted on ResNet-50 alone, every published
-BERT-Large row deviates the same way. Per replica, the steps of Graphcore's four MLPerf v2.0
-Bow rows fit ``0.201 s + 4.42 ms x GA`` (gradient accumulation 36 to 256, residuals within
-0.6 %), where the model's fit ``0.062 s + 5.98 ms x GA``: a BERT micro-batch runs faster than
-ResNet-50's sustained fraction of peak says (its large matmuls keep the AMP units busier
-than convolutions and batch norms do), and each weight update pays about a tenth of a second
-the model lacks, at every scale from one POD16 instance to four POD256 instances. That cost
-does not shrink on the faster Bow IPU, so it is host-side: Graphcore's BERT returns to the
-host after every weight update (``batches_per_step`` 1), where its loop prepares the next
-step's arrays, reads the outputs and calls ``updateOptimizerFromHost`` with the step's
-learning rate (mlcommons/training_results_v2.0, ``Graphcore/benchmarks/bert/implementations/
-popart/bert.py``, ``bert_process_data``). The two parameters are the family's
-``compute_efficiency`` and ``host_sync_seconds`` (the fixed cost of the host call that ends a
-step); every other parameter stays the ResNet-50 fit's (``benchmarks/calibrate.py``).
+Why: with the parameters fitted on ResNet-50 alone, every published BERT-Large row deviates
+the same way. Per replica, the steps of Graphcore's four MLPerf v2.0 Bow rows fit ``0.201 s +
+4.42 ms x GA`` (gradient accumulation 36 to 256, residuals within 0.6 %), where the model's
+fit ``0.062 s + 5.98 ms x GA``: a BERT micro-batch runs faster than ResNet-50's sustained
+fraction of peak says (its large matmuls keep the AMP units busier than convolutions and
+batch norms do), and each weight update pays about a tenth of a second the model lacks, at
+every scale from one POD16 instance to four POD256 instances, a cost that does not shrink on
+the faster Bow IPU.
+
+What the fit sets, for every program through its structure (``hardware.ModelParameters``),
+never through a model's name: ``matmul_efficiency``, the sustained rate of matmul FLOPs (a
+program's FLOPs are split by its operations' classes: a transformer's are nearly all
+matmuls, ResNet-50's nearly none), and ``multi_ipu_sync_seconds``, the fixed cost of the
+host call that ends a step of a replica spread over several IPUs (every BERT row's replica
+spans 4 or 8 IPUs, with or without offloaded optimiser state; ResNet-50's one). Graphcore's
+BERT returns to its Python loop after every call (``batches_per_step`` 1), which prepares
+the next call's arrays, reads the outputs and calls ``updateOptimizerFromHost``
+(mlcommons/training_results_v2.0, ``Graphcore/benchmarks/bert/implementations/popart/
+bert.py``); the rows cannot tell a cost per call from one per weight update (each of their
+calls is one update), and the per-call form is the one the ResNeXt and EfficientNet rows,
+104 updates a call, allow. Every other parameter stays the ResNet-50 fit's
+(``benchmarks/calibrate.py``). The record also keeps the old whole-program values (every
+FLOP at the fitted efficiency, the fitted cost per call as host synchronisation of any
+replica), which ``poprun-emu --calibration-family BERT`` applies to any program.
 
 Rows: the Mk2 MLPerf BERT-Large rows on one Pod, ``bert_rows.BERT_CALIBRATION_ROWS`` (v1.0
 POD16 and POD64 on SDK 2.1, v1.1 POD16 and POD64 on SDK 2.3), each an offline run of
 ``examples/bert.py`` as Graphcore's configuration file sets it. The rows across Pods are left
-to the shared fit's GW-Link model, which they check: v1.1's POD128 row (with it in the fit,
-the worst fitted row is 2.7 % off, as POD64's step grows 6 % from one Pod to two where the
-model's grows 2 %). The Bow rows (MLPerf v2.0) stay out of the fit too:
-``benchmarks/validate.py --bert`` checks them.
+to the shared fit's GW-Link model, which they check: v1.1's POD128 row. The Bow rows (MLPerf
+v2.0) stay out of the fit too: ``benchmarks/validate.py --bert`` checks them.
 
-Method: the model's step of a row is exactly ``a / eta + b + sync`` in the family's
-efficiency ``eta`` and host synchronisation ``sync`` (a stage's arithmetic time is
-proportional to ``1 / eta``; its compute-set and memory time, the collectives and the
-update do not depend on either), so each row is run at two trial efficiencies to solve for
-its ``a`` and ``b``; the parameters then minimise the squared relative throughput error
+Method: the model's step of a row is exactly ``a / eta + b + n x s`` in the matmul efficiency
+``eta`` and the multi-IPU cost ``s``, with ``n`` the row's multi-IPU host calls per step (its
+report's ``multi_ipu_sync_calls``): the matmuls' arithmetic time is proportional to
+``1 / eta``; other FLOPs, compute sets, memory time, the collectives and the update depend on
+neither. So each row is run at two trial efficiencies (``s`` = 0) to solve for its ``a`` and
+``b``; the parameters then minimise the squared relative throughput error
 (``scipy.optimize.least_squares``), and each row is predicted again by a fit without it
 (leave-one-out): ``popdist_emu.calibration``'s family fit, which this command feeds with the
 runs only the example can give. A last run at the fitted values checks the closed form
 against the model. The trial values are written to ``hardware/calibration.json`` while the
 runs read it (the file is restored afterwards unless ``--write`` stores the fit, with each
-row's ``a`` and ``b``, from which the fit can be made again without a run).
+row's ``a``, ``b`` and ``n``, from which the fit can be made again without a run).
 
 Run::
 
@@ -64,11 +73,12 @@ from popdist_emu import calibration
 
 FAMILY = "BERT"
 DATA = "MLPerf Training v1.0 and v1.1 Graphcore BERT-Large, Mk2 POD16 and POD64 (sequences/s)"
+MODELS = ("BERT-Large",)  # what the rows ran, for the reports' band
 
 
-def _steps(rows: Sequence[ExampleRow], values: dict[str, float] | None) -> list[tuple]:
+def _steps(rows: Sequence[ExampleRow], values: dict[str, float]) -> list[tuple]:
     """Each row's simulated (step seconds, samples per step) and its example's report, with
-    the family's parameters at ``values`` (None: the shared ones)."""
+    the family's parameters at ``values``."""
     with (
         calibration.trial_family_parameters(FAMILY, values),
         ThreadPoolExecutor(max_workers=2) as pool,
@@ -88,13 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     rows = BERT_CALIBRATION_ROWS
     shared = hardware.load_parameters()
     eta1, eta2 = calibration.trial_efficiencies(shared.compute_efficiency)
-    sync = shared.host_sync_seconds
-    first = _steps(rows, None)
-    second = _steps(rows, {"compute_efficiency": eta2, "host_sync_seconds": sync})
+    first = _steps(rows, {"matmul_efficiency": eta1, "multi_ipu_sync_seconds": 0.0})
+    second = _steps(rows, {"matmul_efficiency": eta2, "multi_ipu_sync_seconds": 0.0})
     fitted_rows = []
-    for row, (t1, samples, _), (t2, _, _) in zip(rows, first, second, strict=True):
+    for row, (t1, samples, report), (t2, _, _) in zip(rows, first, second, strict=True):
         launch = row.launch.split()
-        terms = calibration.solve_step_terms((t1, t2), (eta1, eta2), sync, samples)
+        calls = float(report["multi_ipu_sync_calls"])
+        terms = calibration.solve_step_terms((t1, t2), (eta1, eta2), 0.0, samples, calls)
         fitted_rows.append(
             calibration.FamilyRow(
                 row.key,
@@ -130,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
             fitted_by="python benchmarks/calibrate_bert.py --write",
             data=DATA,
             fixed_cost_share=share,
+            shared_host_sync=shared.host_sync_seconds,
+            model_families=MODELS,
         )
         try:
             calibration.write_family_record(FAMILY, record)

@@ -30,8 +30,11 @@ and three of its TensorFlow 1 BERT (BERT-Large at 128 tokens on a Bow Pod16 and 
 on a Pod16): other sequence lengths, micro-batches, a smaller model, another task and four
 frameworks. With ``--vit``, the ViT-B/16 row, with ``--resnext`` the ResNeXt-101 row
 (``examples/resnext_training.py``) and with ``--efficientnet`` the three G16-EfficientNet-B4
-rows (``examples/efficientnet_training.py``), all on the shared parameters. The other families
-wait for their examples.
+rows (``examples/efficientnet_training.py``). Every row runs with the one calibrated parameter
+set, each term weighed by what the row's program shows, never by its model's name (matmul
+FLOPs at the BERT fit's matmul efficiency, a replica of several IPUs paying its cost per host
+call: ``docs/hardware-model.md``, "Structure, not names"). The other families wait for their
+examples.
 
 Layouts: one IPU per replica, ``replicas / 2`` instances (PopRun's MLPerf ResNet-50 runs;
 16 for the v1.0 Pod64 run, as its logs give),

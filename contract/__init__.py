@@ -12,6 +12,7 @@ this face.
 from contract._environment import DEFAULT_GCL_TIMEOUT_S as DEFAULT_GCL_TIMEOUT_S
 from contract._environment import EMULATOR_VARIABLES as EMULATOR_VARIABLES
 from contract._environment import ENV_BOOTSTRAP as ENV_BOOTSTRAP
+from contract._environment import ENV_CALIBRATION_FAMILY as ENV_CALIBRATION_FAMILY
 from contract._environment import ENV_COMMAND as ENV_COMMAND
 from contract._environment import ENV_GCL_ON_FAILURE as ENV_GCL_ON_FAILURE
 from contract._environment import ENV_GCL_TIMEOUT as ENV_GCL_TIMEOUT
@@ -79,6 +80,7 @@ __all__ = [
     "DEFAULT_GCL_TIMEOUT_S",
     "EMULATOR_VARIABLES",
     "ENV_BOOTSTRAP",
+    "ENV_CALIBRATION_FAMILY",
     "ENV_COMMAND",
     "ENV_GCL_ON_FAILURE",
     "ENV_GCL_TIMEOUT",

@@ -57,6 +57,8 @@ ENV_JOB_DIR = "POPDIST_EMU_JOB_DIR"  # the launcher's job directory (pid/status 
 ENV_PROGRESS = "POPDIST_EMU_PROGRESS"  # "1": the launcher's terminal wants a progress bar
 ENV_BOOTSTRAP = "POPDIST_EMU_BOOTSTRAP"  # the JobConfig, as JSON, for the bootstraps
 ENV_COMMAND = "POPDIST_EMU_COMMAND"  # the poprun-emu command line, for the reports
+# --calibration-family: a calibrated family's whole-program parameters; empty = the structural
+ENV_CALIBRATION_FAMILY = "POPDIST_EMU_CALIBRATION_FAMILY"
 # poprun-emu-scaling -> the program: a request file listing every point of a sweep
 ENV_SCALING_REQUEST = "POPDIST_EMU_SCALING_REQUEST"
 EMULATOR_VARIABLES = (
@@ -69,6 +71,7 @@ EMULATOR_VARIABLES = (
     ENV_PROGRESS,
     ENV_BOOTSTRAP,
     ENV_COMMAND,
+    ENV_CALIBRATION_FAMILY,
 )
 
 # -- Choosing a system MPI (read by the launcher from the user's environment) ------------------
@@ -122,6 +125,8 @@ class InstanceEnvironment:
             the reports; empty outside the launcher.
         scaling_request: the request file of ``poprun-emu-scaling`` (every point of a sweep
             to evaluate from this run's step); empty when no sweep asked.
+        calibration_family: ``--calibration-family``: the calibrated family whose
+            whole-program parameters the simulation uses; empty = the structural ones.
     """
 
     layout: ReplicaLayout = dataclasses.field(default_factory=ReplicaLayout)
@@ -135,6 +140,7 @@ class InstanceEnvironment:
     progress: bool = False
     command: str = ""
     scaling_request: str = ""
+    calibration_family: str = ""
 
     @property
     def replica_offset(self) -> int:
@@ -177,6 +183,7 @@ class InstanceEnvironment:
             progress=environ.get(ENV_PROGRESS, "") == "1",
             command=environ.get(ENV_COMMAND, ""),
             scaling_request=environ.get(ENV_SCALING_REQUEST, ""),
+            calibration_family=environ.get(ENV_CALIBRATION_FAMILY, ""),
         )
 
     def to_environ(self) -> dict[str, str]:
@@ -200,6 +207,7 @@ class InstanceEnvironment:
             ENV_JOB_DIR: self.job_dir,
             ENV_PROGRESS: "1" if self.progress else "0",
             ENV_COMMAND: self.command,
+            ENV_CALIBRATION_FAMILY: self.calibration_family,
         }
 
 
@@ -267,6 +275,7 @@ class JobConfig:
             are also written under DIR in Open MPI's layout; empty = no log files.
         command: the ``poprun-emu`` command line, shell-quoted, for the reports.
         tag_output: ``--tag-output`` given: tag every line, even where one instance prints.
+        calibration_family: ``--calibration-family``; empty = the structural parameters.
     """
 
     layout: ReplicaLayout
@@ -284,6 +293,7 @@ class JobConfig:
     output_dir: str = ""
     command: str = ""
     tag_output: bool = False
+    calibration_family: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "exports", tuple((str(k), str(v)) for k, v in self.exports))
@@ -317,6 +327,7 @@ class JobConfig:
             job_dir=self.job_dir,
             progress=self.progress and instance == 0,
             command=self.command,
+            calibration_family=self.calibration_family,
         )
 
     def instance_variables(self, instance: int) -> dict[str, str]:

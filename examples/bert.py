@@ -410,6 +410,8 @@ def main(argv=None) -> dict:
         "bubble_fraction": pipe.bubble_fraction,
         "balance": pipe.balance,
         "fixed_cost_share": hardware.fixed_cost_share(simulation),
+        # host calls per step paying the multi-IPU host synchronisation (calibrate_bert.py)
+        "multi_ipu_sync_calls": hardware.multi_ipu_sync_calls(simulation.layout),
         "memory_per_ipu_per_stage": [m.total for m in pipe.stage_memory],
         "memory_per_ipu": [m.total for m in pipe.ipu_memory],
         "system": simulation.system.name,

@@ -9,6 +9,7 @@ from hardware._collectives import group_span as group_span
 from hardware._collectives import link_bandwidths as link_bandwidths
 from hardware._collectives import ring_seconds as ring_seconds
 from hardware._compute import compute_seconds as compute_seconds
+from hardware._compute import matmul_flops as matmul_flops
 from hardware._host_compute import host_compute_seconds as host_compute_seconds
 from hardware._host_compute import host_servers as host_servers
 from hardware._host_io import host_io_seconds as host_io_seconds
@@ -23,7 +24,12 @@ from hardware._memory import memory_per_ipu as memory_per_ipu
 from hardware._memory import replica_memory as replica_memory
 from hardware._parameters import CALIBRATION_FILE as CALIBRATION_FILE
 from hardware._parameters import DEFAULT_PREFETCH_DEPTH as DEFAULT_PREFETCH_DEPTH
+from hardware._parameters import FITTED_PARAMETERS as FITTED_PARAMETERS
+from hardware._parameters import SHARED_FAMILY as SHARED_FAMILY
 from hardware._parameters import ModelParameters as ModelParameters
+from hardware._parameters import UnknownFamilyError as UnknownFamilyError
+from hardware._parameters import check_family as check_family
+from hardware._parameters import family_names as family_names
 from hardware._parameters import load_parameters as load_parameters
 from hardware._pipeline import SCHEDULES as PIPELINE_SCHEDULES
 from hardware._pipeline import STRATEGIES as PIPELINE_STRATEGIES
@@ -78,7 +84,12 @@ from hardware._step_simulation import TRACKS as TRACKS
 from hardware._step_simulation import StepSimulation as StepSimulation
 from hardware._step_simulation import TimelineEvent as TimelineEvent
 from hardware._step_simulation import ipu_track as ipu_track
+from hardware._terms import leaned_on as leaned_on
+from hardware._terms import matmul_share as matmul_share
+from hardware._terms import phase_terms as phase_terms
+from hardware._timeline import multi_ipu_sync_calls as multi_ipu_sync_calls
 from hardware._uncertainty import Calibration as Calibration
+from hardware._uncertainty import calibration_for as calibration_for
 from hardware._uncertainty import fixed_cost_share as fixed_cost_share
 from hardware._uncertainty import load_calibration as load_calibration
 
@@ -88,6 +99,7 @@ __all__ = [
     "CALIBRATION_FILE",
     "COLLECTIVE_METHODS",
     "DEFAULT_PREFETCH_DEPTH",
+    "FITTED_PARAMETERS",
     "GC200",
     "IPU_M2000",
     "MEMORY_CATEGORIES",
@@ -96,6 +108,7 @@ __all__ = [
     "PIPELINE_SCHEDULES",
     "PIPELINE_STRATEGIES",
     "PLANNER_WARNING",
+    "SHARED_FAMILY",
     "SYSTEMS",
     "TRACKS",
     "VALID_IPUS_PER_REPLICA",
@@ -124,13 +137,17 @@ __all__ = [
     "SystemSelectionError",
     "SystemSpec",
     "TimelineEvent",
+    "UnknownFamilyError",
     "as_replica",
+    "calibration_for",
+    "check_family",
     "check_memory",
     "check_proportion",
     "check_strategy",
     "collective_time",
     "compute_seconds",
     "default_system",
+    "family_names",
     "fixed_cost_share",
     "get_system",
     "group_span",
@@ -138,12 +155,17 @@ __all__ = [
     "host_io_seconds",
     "host_servers",
     "ipu_track",
+    "leaned_on",
     "link_bandwidths",
     "load_calibration",
     "load_parameters",
+    "matmul_flops",
+    "matmul_share",
     "memory_per_ipu",
     "micro_step_stage",
     "min_gradient_accumulation",
+    "multi_ipu_sync_calls",
+    "phase_terms",
     "plan_op",
     "plan_profile",
     "plan_step",

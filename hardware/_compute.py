@@ -8,11 +8,14 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from hardware._parameters import (
     CLOCK_OF_FIT_HZ,
     TRANSCENDENTALS_PER_TILE_CYCLE,
     ModelParameters,
 )
+from hardware._planner import ConvOp
 from hardware._specs import IpuSpec
 
 
@@ -26,13 +29,18 @@ def compute_seconds(
     *,
     num_ipus: int = 1,
     compute_sets: int = 0,
+    matmul_flops: float = 0.0,
 ) -> float:
     """Seconds an IPU (or a replica of ``num_ipus`` IPUs) needs for a computation.
 
-    ``t = max(F / (eta * P), B / M) + T / (tiles * clock * r) + C * s`` with F FLOPs, B
-    bytes accessed, T transcendentals, P the peak FLOP/s of ``precision`` (the datasheet's
-    FP16.16 or FP32 peak), M the In-Processor-Memory bandwidth, eta the fitted sustained
-    efficiency, r one transcendental per tile per cycle, C the compute sets and s the fitted
+    ``t = max((F - F_mm) / (eta * P) + F_mm / (eta_mm * P), B / M) + T / (tiles * clock *
+    r) + C * s`` with F FLOPs, of which F_mm are the matmuls' (``matmul_flops``, at most F),
+    B bytes accessed, T transcendentals, P the peak FLOP/s of ``precision`` (the datasheet's
+    FP16.16 or FP32 peak), M the In-Processor-Memory bandwidth, eta and eta_mm the fitted
+    sustained efficiencies of other FLOPs and of matmul FLOPs
+    (``ModelParameters.compute_efficiency`` and ``matmul_efficiency``: each class of
+    operation at its own rate, so the time adds), r one transcendental per tile per cycle,
+    C the compute sets and s the fitted
     fixed cost of one compute set (its BSP sync and exchange set-up), which keeps small
     models from computing in microseconds. Work spread over ``num_ipus`` IPUs (a weight
     update, each IPU updating its own stages' weights) divides the arithmetic evenly; the
@@ -52,7 +60,11 @@ def compute_seconds(
             f"{bytes_accessed}, {transcendentals}: pass XLA's cost_analysis() values."
         )
     n = max(int(num_ipus), 1)
-    arithmetic = flops / n / (params.compute_efficiency * ipu.peak_flops(precision))
+    matmul = min(max(matmul_flops, 0.0), flops)
+    peak = ipu.peak_flops(precision)
+    arithmetic = (
+        (flops - matmul) / params.compute_efficiency + matmul / params.matmul_efficiency
+    ) / (n * peak)
     memory = bytes_accessed / n / ipu.memory_bandwidth
     special = transcendentals / n / (ipu.tiles * ipu.clock_hz * TRANSCENDENTALS_PER_TILE_CYCLE)
     if compute_sets < 0:
@@ -65,3 +77,11 @@ def compute_set_overhead(compute_sets: int, ipu: IpuSpec, params: ModelParameter
     fitted cost of one, measured in cycles of the clock of the fit, so a faster IPU pays it
     in proportionally less time."""
     return compute_sets * params.compute_set_seconds * CLOCK_OF_FIT_HZ / ipu.clock_hz
+
+
+def matmul_flops(ops: Iterable[ConvOp]) -> float:
+    """FLOPs of the matmuls among ``ops`` (``kind`` ``"matmul"``; convolutions are not):
+    two per multiply-accumulate, ``2 x groups x rows x columns x reduction`` each, the
+    count XLA's cost analysis gives a ``dot_general``."""
+    macs = sum(op.groups * op.rows * op.columns * op.reduction for op in ops if op.kind == "matmul")
+    return 2.0 * macs

@@ -1,16 +1,22 @@
-"""The few free parameters of the model, fitted by ``benchmarks/calibrate.py``, and fixed ones.
+"""The few free parameters of the model, fitted by ``benchmarks/calibrate*.py``, and fixed ones.
 
-Only the five ``ModelParameters`` are fitted to published throughput; every other number of
+Only the seven ``ModelParameters`` are fitted to published throughput; every other number of
 the model is a datasheet figure (``_specs``) or a fixed, documented assumption below that no
 fit touches. The fitted values live in ``hardware/calibration.json`` so anyone can re-run
 the fit and see exactly what changed.
 
-A calibrated family (``calibration.json``'s ``families``: BERT, fitted by
-``benchmarks/calibrate_bert.py`` on Graphcore's Mk2 MLPerf BERT-Large rows) replaces two of
-them for its models, the sustained compute efficiency and the host synchronisation per step:
-the ResNet-50 rows that fix the shared values cannot tell how busy a transformer's matmuls
-keep the IPU, nor what a training loop that returns to the host after every weight update
-costs there. The link latencies and the compute-set cost stay shared.
+Every program runs with the same parameters; what a program's structure shows decides how
+much each one weighs, never its name. The shared fit (``benchmarks/calibrate.py``, on
+MLPerf ResNet-50 rows) sets five of them; the BERT fit (``benchmarks/calibrate_bert.py``,
+on Graphcore's Mk2 MLPerf BERT-Large rows) sets the two that the ResNet-50 rows cannot see:
+the sustained efficiency of matmul FLOPs (a transformer's large matmuls keep the AMP units
+busier than convolutions and normalisations do; a program's FLOPs are split by its
+operations' classes) and the fixed cost of the host call that ends a step of a replica
+spread over several IPUs (paid by a pipelined or sharded replica, once per call, so a
+program that runs many weight updates per call amortises it). ``calibration.json``'s
+``families`` keep each fit's rows and the whole-program values a user may ask for instead
+(``load_parameters(family=...)``, ``poprun-emu --calibration-family``): the old way, one
+family's fitted values applied to every FLOP and step of the program.
 """
 
 from __future__ import annotations
@@ -18,9 +24,15 @@ from __future__ import annotations
 import dataclasses
 import json
 import pathlib
-from collections.abc import Iterable
+from typing import Any
 
 CALIBRATION_FILE = pathlib.Path(__file__).with_name("calibration.json")
+# The name of the shared fit's parameter set, as --calibration-family takes it.
+SHARED_FAMILY = "ResNet-50"
+
+
+class UnknownFamilyError(ValueError):
+    """A ``--calibration-family`` (``Options.calibration_family``) that names no fit."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,25 +40,30 @@ class ModelParameters:
     """Physical parameters the datasheets do not give; fitted, then used unchanged everywhere.
 
     Attributes:
-        compute_efficiency: sustained fraction of peak FLOP/s a compiled step reaches
-            (vertex efficiency, exchange and sync phases inside the step). Prior: 0.1-0.4
-            for convolutional nets on the IPU; a transformer's large matmuls reach more
-            (the BERT family's own fit).
+        compute_efficiency: sustained fraction of peak FLOP/s that a compiled step's FLOPs
+            outside matmuls reach (convolutions, normalisations, element-wise work; vertex
+            efficiency, exchange and sync phases inside the step). Prior: 0.1-0.4 for
+            convolutional nets on the IPU.
+        matmul_efficiency: the same for the FLOPs of the step's matmuls (``ConvOp.kind``
+            ``"matmul"``: dense and batched ``dot_general``, attention included). A large
+            matmul keeps the AMP units busier than a convolution whose small channel counts
+            and kernel windows leave them partly idle (Graphcore, "Memory and Performance
+            Optimisation on the IPU", section 2.2, AMP units). A step's arithmetic time is
+            ``matmul FLOPs / matmul_efficiency + other FLOPs / compute_efficiency`` over the
+            peak: each class of operation at its own sustained rate. Prior: as
+            ``compute_efficiency``.
         ipu_link_latency: seconds per ring step over IPU-Links (send, sync, receive of one
             fragment), the alpha of the alpha-beta model inside an IPU-Link domain. Prior:
             microseconds (GCL figures are UNCONFIRMED).
         gw_link_latency: seconds per ring step over GW-Links between Pods (through the
             gateways), the alpha across Pods. Prior: tens of microseconds to milliseconds.
-            The fit lands near 1.6 ms, far above a wire latency: it absorbs whatever a
-            cross-Pod step costs beyond bandwidth (gateway synchronisation of the Pods), and
-            only POD128 and POD256 constrain it, so predictions for many more Pods, where
+            The fit lands near a millisecond, far above a wire latency: it absorbs whatever
+            a cross-Pod step costs beyond bandwidth (gateway synchronisation of the Pods),
+            and only POD128 and POD256 constrain it, so predictions for many more Pods, where
             the ring's 2(P-1) steps dominate, are extrapolations.
         host_sync_seconds: fixed cost per step of the host synchronisation that ends a step
             (the IPUs wait for all hosts, and the host reads back results). Prior:
-            0.1-1 ms per step. The BERT family's fit puts about a tenth of a second here:
-            Graphcore's BERT returns to its Python loop after every weight update, which
-            prepares the next step's arrays, reads the outputs and writes the step's
-            learning rate to the IPUs (``updateOptimizerFromHost``) while they wait.
+            0.1-1 ms per step.
         compute_set_seconds: fixed cost of one compute set beyond its arithmetic: the BSP
             synchronisation of all tiles that ends it and the set-up of the exchange phase
             that follows (Jia, Tillman, Maggioni and Scarpazza, "Dissecting the Graphcore
@@ -57,6 +74,23 @@ class ModelParameters:
             so a faster IPU pays it in proportionally less time. Prior: 1 microsecond;
             fitted with the others (the ResNet-50 rows alone cannot separate it from
             ``compute_efficiency``: see the README).
+        multi_ipu_sync_seconds: fixed cost of the host call that ends a step when a replica
+            spans several IPUs (``ipus_per_replica`` > 1: a pipelined or sharded model), on
+            top of ``host_sync_seconds``; paid once per call, so ``device_iterations``
+            weight updates per call share it. Graphcore's multi-IPU trainers return to their
+            host loop after every call, which prepares the next call's arrays, reads the
+            outputs and writes the step's optimiser values to every IPU of the replica
+            (PopART BERT's ``bert.py`` with ``batches_per_step`` 1 and
+            ``updateOptimizerFromHost``: mlcommons/training_results_v2.0,
+            ``Graphcore/benchmarks/bert/implementations/popart``). Fitted on the BERT-Large
+            rows, where it is about a tenth of a second at every scale, on the Mk2 and the
+            faster Bow IPU alike, with or without offloaded optimiser state; the
+            single-IPU ResNet-50 rows never pay it. What the rows support, not a measured
+            mechanism: they cannot tell a cost per call from one per weight update (each of
+            their calls is one update), and the ResNeXt and EfficientNet rows, which run 104
+            updates per call, would pay a per-update cost 104 times. Prior: 0.
+        family_override: the calibrated family whose whole-program values replaced the
+            structural ones (``load_parameters(family=...)``); empty: none. Not fitted.
     """
 
     compute_efficiency: float = 0.2
@@ -64,64 +98,108 @@ class ModelParameters:
     gw_link_latency: float = 1e-4
     host_sync_seconds: float = 3e-4
     compute_set_seconds: float = 1e-6
+    matmul_efficiency: float = 0.2
+    multi_ipu_sync_seconds: float = 0.0
+    family_override: str = ""
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.compute_efficiency <= 1.0:
-            raise ValueError(
-                f"`compute_efficiency` must be in (0, 1], got {self.compute_efficiency}: it is "
-                "a fraction of peak FLOP/s."
-            )
+        for name in ("compute_efficiency", "matmul_efficiency"):
+            value = getattr(self, name)
+            if not 0.0 < value <= 1.0:
+                raise ValueError(
+                    f"`{name}` must be in (0, 1], got {value}: it is a fraction of peak FLOP/s."
+                )
         for name in (
             "ipu_link_latency",
             "gw_link_latency",
             "host_sync_seconds",
             "compute_set_seconds",
+            "multi_ipu_sync_seconds",
         ):
             if getattr(self, name) < 0:
                 raise ValueError(f"`{name}` must be >= 0 seconds, got {getattr(self, name)}.")
 
     def to_json(self) -> dict[str, float]:
-        """The parameters as a JSON-ready dict."""
-        return dataclasses.asdict(self)
+        """The fitted parameters as a JSON-ready dict (the override's name left out)."""
+        return {k: v for k, v in dataclasses.asdict(self).items() if k in FITTED_PARAMETERS}
+
+    @property
+    def parameter_set(self) -> str:
+        """The parameter set in words: the structural one, or the family override."""
+        if self.family_override:
+            return f"{self.family_override} family override (--calibration-family)"
+        return "structural (every term weighed by the program's structure)"
 
 
-def load_parameters(path: str | pathlib.Path | None = None, *, model: str = "") -> ModelParameters:
+FITTED_PARAMETERS = tuple(
+    f.name for f in dataclasses.fields(ModelParameters) if f.name != "family_override"
+)
+
+
+def load_parameters(path: str | pathlib.Path | None = None, *, family: str = "") -> ModelParameters:
     """The fitted parameters from ``path`` (default: the packaged calibration.json).
 
-    ``model`` is the model's name in reports: a model of a calibrated family (its name holds
-    the family's, as "BERT-large" holds "BERT") gets that family's fitted parameters in place
-    of the shared ones (``calibration_family``). Falls back to the priors of
-    ``ModelParameters`` when no calibration file exists, so a fresh checkout still runs
-    before anyone has calibrated.
+    Every fit's parameters together: the shared fit's and each family fit's own terms. A
+    ``family`` (``--calibration-family``) replaces them with that fit's whole-program values
+    (``family_names`` lists them). Falls back to the priors of ``ModelParameters`` when no
+    calibration file exists, so a fresh checkout still runs before anyone has calibrated.
+
+    Raises:
+        UnknownFamilyError: ``family`` names no fit of the file, listing those there are.
     """
     file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
-    if not file.exists():
-        return ModelParameters()
-    data = json.loads(file.read_text())
-    fields = {f.name for f in dataclasses.fields(ModelParameters)}
-    values = {k: float(v) for k, v in data.get("parameters", {}).items() if k in fields}
-    family, record = family_record(data, model)
+    data = json.loads(file.read_text()) if file.exists() else {}
+    # Any: every key is a float field, which ``**`` cannot tell a type checker.
+    values: dict[str, Any] = _floats(data.get("parameters", {}))
+    for record in data.get("families", {}).values():
+        values.update(_floats(record.get("parameters", {})))
+    parameters = ModelParameters(**values)
     if family:
-        own = record.get("parameters", {})
-        values.update({k: float(v) for k, v in own.items() if k in fields})
-    return ModelParameters(**values)
+        name = check_family(family, path)
+        values.update(override_values(data, name, values))
+        parameters = dataclasses.replace(ModelParameters(**values), family_override=name)
+    return parameters
 
 
-def family_record(data: dict, model: str) -> tuple[str | None, dict]:
-    """``model``'s calibrated family in a calibration file's ``data`` and that family's
-    record, or (None, the shared record ``data``)."""
-    families = data.get("families", {})
-    family = calibration_family(model, families)
-    return family, (families[family] if family else data)
+def _floats(record: dict) -> dict[str, float]:
+    """The fitted parameters of a file's ``record``, as floats (other keys left out)."""
+    return {k: float(v) for k, v in record.items() if k in FITTED_PARAMETERS}
 
 
-def calibration_family(model: str, families: Iterable[str]) -> str | None:
-    """The calibrated family ``model`` belongs to: the first whose name its name holds
-    (case and ``_``/``-`` ignored), or None (the shared parameters apply)."""
-    name = model.lower().replace("_", "-")
-    if not name:
-        return None
-    return next((f for f in families if f.lower().replace("_", "-") in name), None)
+def family_names(path: str | pathlib.Path | None = None) -> tuple[str, ...]:
+    """The parameter sets ``--calibration-family`` takes: the shared fit's and each family
+    fit's of ``path`` (default: the packaged calibration.json)."""
+    file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
+    data = json.loads(file.read_text()) if file.exists() else {}
+    return (SHARED_FAMILY, *data.get("families", {}))
+
+
+def check_family(family: str, path: str | pathlib.Path | None = None) -> str:
+    """``family`` as the file spells it (case and ``_``/``-`` ignored).
+
+    Raises:
+        UnknownFamilyError: one line naming ``family`` and the valid names.
+    """
+    names = family_names(path)
+    key = family.lower().replace("_", "-")
+    for name in names:
+        if name.lower().replace("_", "-") == key:
+            return name
+    raise UnknownFamilyError(
+        f"calibration family {family!r} (--calibration-family, Options.calibration_family) "
+        f"is not a calibrated family: use one of "
+        f"{', '.join(names)}, or leave it out to let the program's structure decide."
+    )
+
+
+def override_values(data: dict, family: str, values: dict[str, float]) -> dict[str, float]:
+    """The whole-program values ``family`` stands for: its record's ``override`` (every FLOP
+    at its efficiency, its fixed cost per call as host synchronisation of any replica), or,
+    for the shared fit, every FLOP at its compute efficiency and no multi-IPU term."""
+    if family == SHARED_FAMILY:
+        efficiency = values.get("compute_efficiency", ModelParameters.compute_efficiency)
+        return {"matmul_efficiency": efficiency, "multi_ipu_sync_seconds": 0.0}
+    return _floats(data["families"][family].get("override", {}))
 
 
 # Fixed assumptions (never fitted). Each is a round number with its reasoning.

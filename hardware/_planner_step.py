@@ -202,7 +202,7 @@ def plan_profile(
     """
     from hardware._parameters import load_parameters
 
-    params = parameters if parameters is not None else load_parameters(model=profile.name)
+    params = parameters if parameters is not None else load_parameters()
     return plan_step(
         profile.matmuls if ops is None else ops,
         ipu,

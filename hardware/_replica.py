@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from hardware._compute import compute_seconds
+from hardware._compute import compute_seconds, matmul_flops
 from hardware._parameters import ModelParameters
 from hardware._pipeline import STRATEGIES, StageCost, check_strategy, min_gradient_accumulation
 from hardware._planner import ConvOp
@@ -144,8 +144,14 @@ def as_replica(replica: ReplicaModel | StepProfile) -> ReplicaModel:
 
 
 def _pass_seconds(
-    counts: PassCounts, ipu: IpuSpec, precision: str, params: ModelParameters
+    counts: PassCounts,
+    ipu: IpuSpec,
+    precision: str,
+    params: ModelParameters,
+    matmul: float | None = None,
 ) -> float:
+    """The pass's roofline time, its matmuls' FLOPs (``matmul``; default: those of its
+    ``matmuls``) at the matmul efficiency."""
     return compute_seconds(
         counts.flops,
         counts.bytes_accessed,
@@ -154,6 +160,7 @@ def _pass_seconds(
         precision,
         params,
         compute_sets=counts.num_ops,
+        matmul_flops=matmul_flops(counts.matmuls) if matmul is None else matmul,
     )
 
 
@@ -192,7 +199,11 @@ def stage_costs(
         forward_plans = planned(f.matmuls, stage.ipu)
         forward += forward_plans
         rerun = stage.backward_reruns_forward and not model.recomputation
-        backward = _pass_seconds(_minus(b, f) if rerun else b, ipu, profile.precision, params)
+        if rerun:  # the backward's own matmuls: its count less the forward's it reruns
+            own = max(matmul_flops(b.matmuls) - matmul_flops(f.matmuls), 0.0)
+            backward = _pass_seconds(_minus(b, f), ipu, profile.precision, params, own)
+        else:
+            backward = _pass_seconds(b, ipu, profile.precision, params)
         plans = planned(b.matmuls, stage.ipu)
         backward += max(plans - forward_plans, 0.0) if rerun else plans
         costs.append(StageCost(stage, forward, backward))

@@ -171,7 +171,7 @@ def simulate_step(
     if prefetch_depth < 0:
         raise ValueError(f"`prefetch_depth` must be >= 0, got {prefetch_depth}.")
     model.check(layout.ipus_per_replica)
-    params = parameters if parameters is not None else load_parameters(model=profile.name)
+    params = parameters if parameters is not None else load_parameters()
     ipu = system.ipu
     # IPU s sends to IPU s + 1 over the IPU-Links between them; with the replica's IPUs on
     # one ring, half of an IPU's links face each neighbour (graphcore-facts.md section 4).

@@ -118,7 +118,7 @@ def durations(
         collectives,
         update,
         streaming,
-        params.host_sync_seconds,
+        params.host_sync_seconds + multi_ipu_sync_calls(layout) * params.multi_ipu_sync_seconds,
         output,
     )
 
@@ -286,6 +286,12 @@ def _run_steps(
             t += d.sync
         step_ends.append(t)
     return events, step_ends
+
+
+def multi_ipu_sync_calls(layout: ReplicaLayout) -> int:
+    """Host calls per step that pay ``ModelParameters.multi_ipu_sync_seconds``: the step's
+    one call when a replica spans several IPUs (a pipelined or sharded model), else none."""
+    return 1 if layout.ipus_per_replica > 1 else 0
 
 
 def host_link_seconds(d: Durations, profile: StepProfile) -> float:

@@ -7,10 +7,13 @@ that spread: ``x (1 +/- sigma)`` with ``sigma`` the root-mean-square of the leav
 relative errors (one standard deviation of the error, were the errors normal; four rows
 give a coarse estimate, so read it as "a few per cent", not as a confidence level).
 
-A configuration the calibration rows do not cover is an extrapolation, named as such:
-more IPUs than the largest row (the cross-Pod collectives follow the fitted GW-Link
-latency far beyond the Pods that fixed it), another IPU than the rows', another model
-family than the one the compute efficiency was fitted on, or a step whose compute is far
+The rows are those of the fit the step leans on (:func:`calibration_for`), chosen by what the
+program's structure shows (``hardware._terms.leaned_on``: matmul-dominated FLOPs, offloaded
+parameter tensors), or by the family a user named (``--calibration-family``), never by the
+model's name. A configuration the calibration rows do not cover is an extrapolation, named
+as such: more IPUs than the largest row (the cross-Pod collectives follow the fitted GW-Link
+latency far beyond the Pods that fixed it), another IPU than the rows', or a step whose
+compute is far
 more the fixed cost of its operations than the rows' was (``fixed_cost_share``): the rows
 all ran one micro-batch size, so they cannot tell that cost from the efficiency, and a
 step of many small operations (a deep net at a small micro-batch) leans on the split.
@@ -31,9 +34,10 @@ import pathlib
 
 from hardware._compute import compute_set_overhead
 from hardware._layout import ReplicaLayout
-from hardware._parameters import CALIBRATION_FILE, family_record
+from hardware._parameters import CALIBRATION_FILE, SHARED_FAMILY
 from hardware._specs import SystemSpec, get_system
 from hardware._step_simulation import StepSimulation
+from hardware._terms import leaned_on
 
 METHOD = "leave-one-out RMS relative error of the calibration rows"
 # How far (in points of the compute) a step's fixed-cost share may exceed the rows' before
@@ -70,8 +74,7 @@ class Calibration:
         model_families: the models the rows measured (the compute efficiency's).
         fixed_cost_share: the largest ``fixed_cost_share`` of the rows' steps (0: not
             recorded, and not checked).
-        family: the calibrated family whose own fitted parameters the model runs with
-            (``calibration_family``); empty: the shared parameters.
+        family: the family fit whose rows these are; empty: the shared fit's.
     """
 
     rows: tuple[CalibrationRow, ...]
@@ -82,10 +85,10 @@ class Calibration:
 
     @property
     def parameter_set(self) -> str:
-        """The calibrated parameter set a figure comes from, in words: the family's own
-        fit, the shared fit and the models it was fitted on, or the priors (no file)."""
+        """The fit whose rows give the band, in words: a family's fit, the shared fit and the
+        models it was fitted on, or the priors (no file)."""
         if self.family:
-            return f"{self.family} family fit"
+            return f"{self.family} fit ({', '.join(self.model_families)})"
         if self.model_families:
             return f"shared fit ({', '.join(self.model_families)})"
         return "uncalibrated priors"
@@ -129,7 +132,7 @@ class Calibration:
         return None
 
     def extrapolations(
-        self, layout: ReplicaLayout, system: SystemSpec, model: str, fixed_share: float = 0.0
+        self, layout: ReplicaLayout, system: SystemSpec, fixed_share: float = 0.0
     ) -> list[str]:
         """What of this configuration the calibration rows do not cover, one line each;
         ``fixed_share`` is the step's ``fixed_cost_share``."""
@@ -145,13 +148,6 @@ class Calibration:
             out.append(
                 f"{system.ipu.name}: the calibration rows ran on {', '.join(self.ipu_names)}; "
                 "the fitted parameters carry over scaled by clock and datasheet figures"
-            )
-        family = model.lower().replace("_", "-")
-        if self.model_families and not any(f.lower() in family for f in self.model_families):
-            out.append(
-                f"model {model}: the compute efficiency was fitted on "
-                f"{', '.join(self.model_families)}; another model's compute time is an "
-                "extrapolation"
             )
         if self.fixed_cost_share and fixed_share > self.fixed_cost_share + FIXED_COST_MARGIN:
             out.append(
@@ -175,17 +171,18 @@ def fixed_cost_share(sim: StepSimulation) -> float:
 
 
 @functools.lru_cache(maxsize=8)
-def load_calibration(path: str | pathlib.Path | None = None, model: str = "") -> Calibration:
-    """The calibration rows of ``path`` (default: the packaged calibration.json) that fitted
-    the parameters ``model`` runs with: its family's rows when it belongs to a calibrated
-    family (``calibration_family``), else the shared rows; none when the file does not exist
-    (a checkout before anyone calibrated). Read once per process and model: every report and
-    every point of a sweep asks for it."""
+def load_calibration(path: str | pathlib.Path | None = None, family: str = "") -> Calibration:
+    """The calibration rows of ``path`` (default: the packaged calibration.json) of one fit:
+    ``family``'s (a key of the file's ``families``), or the shared fit's (empty or
+    ``SHARED_FAMILY``); none when the file does not exist (a checkout before anyone
+    calibrated). Read once per process and fit: every report and every point of a sweep
+    asks for it."""
     file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
     if not file.exists():
         return Calibration((), "", ())
     data = json.loads(file.read_text())
-    family, record = family_record(data, model)
+    own = family if family and family != SHARED_FAMILY else ""
+    record = data.get("families", {}).get(own, {}) if own else data
     rows = tuple(
         CalibrationRow(
             system=str(r["system"]),
@@ -196,6 +193,24 @@ def load_calibration(path: str | pathlib.Path | None = None, model: str = "") ->
         )
         for r in record.get("rows", ())
     )
-    names = (family,) if family else tuple(data.get("model_families", ()))
+    names = tuple(record.get("model_families", (own,) if own else ()))
     share = float(record.get("fixed_cost_share", 0.0))
-    return Calibration(rows, str(record.get("data", "")), names, share, family or "")
+    return Calibration(rows, str(record.get("data", "")), names, share, own)
+
+
+def calibration_for(sim: StepSimulation, path: str | pathlib.Path | None = None) -> Calibration:
+    """The calibration whose rows give ``sim``'s band: the family a user named
+    (``ModelParameters.family_override``); else the first family fit that set a parameter
+    the step leans on (``hardware._terms.leaned_on``: its matmul efficiency for a
+    matmul-dominated step, its per-transfer streaming cost for an offloaded one); else the
+    shared fit. Decided by the program's structure, never by its name."""
+    override = sim.parameters.family_override
+    if override:
+        return load_calibration(path, override)
+    file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
+    families = json.loads(file.read_text()).get("families", {}) if file.exists() else {}
+    leans = set(leaned_on(sim))
+    for name, record in families.items():
+        if leans & set(record.get("parameters", {})):
+            return load_calibration(path, name)
+    return load_calibration(path)

@@ -27,7 +27,14 @@ from contract import (
     MIN_TIMEOUT_S,
     JobConfig,
 )
-from hardware import LayoutError, ReplicaLayout, SystemSelectionError, select_system
+from hardware import (
+    LayoutError,
+    ReplicaLayout,
+    SystemSelectionError,
+    UnknownFamilyError,
+    check_family,
+    select_system,
+)
 from launch._cache import executable_cache_dir
 from launch._errors import UsageError
 from launch._job import instance_environment, pid_space
@@ -114,9 +121,9 @@ def validate(options: LaunchOptions) -> tuple[ReplicaLayout, list[str]]:
 
     Raises:
         UsageError: a layout PopRun refuses, an unknown ``--system`` or one with fewer IPUs
-            than the job needs, a bad program, a malformed ``-x`` in the MPI arguments, or an
-            instance index for ``--only-output-from-instance`` outside
-            ``[0, num_instances)``.
+            than the job needs, an unknown ``--calibration-family``, a bad program, a malformed
+            ``-x`` in the MPI arguments, or an instance index for
+            ``--only-output-from-instance`` outside ``[0, num_instances)``.
     """
     try:
         layout = ReplicaLayout(
@@ -131,6 +138,11 @@ def validate(options: LaunchOptions) -> tuple[ReplicaLayout, list[str]]:
         # Refused here, before any instance starts, rather than by every instance later.
         select_system(options.system, layout.num_ipus)
     except SystemSelectionError as error:
+        raise UsageError(str(error)) from None
+    try:
+        if options.calibration_family:  # an unknown family, before any instance starts
+            check_family(options.calibration_family)
+    except UnknownFamilyError as error:
         raise UsageError(str(error)) from None
     only = options.only_output_from_instance
     if only is not None and not 0 <= only < layout.num_instances:
@@ -286,6 +298,7 @@ def launch(
             system=options.system or "",
             report_dir=options.report_dir or "",
             offline=options.offline_mode,
+            calibration_family=options.calibration_family,
             launcher_pid=os.getpid(),
             launcher_pid_space=pid_space(),
             instance=0 if single else None,

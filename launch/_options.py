@@ -133,6 +133,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "NAME",
     ),
     OptionSpec(
+        ("--calibration-family",),
+        "str",
+        "calibration_family",
+        "Emulator: a calibrated family's whole-program parameters (e.g. BERT, ResNet-50) in "
+        "place of the terms the program's structure weighs (POPDIST_EMU_CALIBRATION_FAMILY).",
+        "NAME",
+    ),
+    OptionSpec(
         ("--report-dir",),
         "str",
         "report_dir",
@@ -173,11 +181,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "FILE",
     ),
     OptionSpec(
-        ("--export-config",),
-        "str",
-        "export_config",
-        "Write the options given (after --import-config) to this file as JSON.",
-        "FILE",
+        ("--export-config",), "str", "export_config", "Write the options given as JSON.", "FILE"
     ),
     OptionSpec(
         ("--overwrite-config",),
@@ -232,14 +236,7 @@ OPTIONS: tuple[OptionSpec, ...] = (
     OptionSpec(("--reset-partition",), "bool", "reset_partition", "No effect.", "yes|no", True),
     OptionSpec(("--remove-partition",), "bool", "remove_partition", "No effect.", "yes|no", True),
     OptionSpec(("--num-ilds",), "int", "num_ilds", "No effect.", "N", True),
-    OptionSpec(
-        ("--sync-type",),
-        "str",
-        "sync_type",
-        "No effect (partition sync type, e.g. ST_POD_NATIVE_DEFAULT).",
-        "TYPE",
-        True,
-    ),
+    OptionSpec(("--sync-type",), "str", "sync_type", "No effect (partition sync type).", "T", True),
     OptionSpec(
         ("--host-subnet",),
         "str",
@@ -292,6 +289,7 @@ class LaunchOptions:
     numa_aware: bool = False
     offline_mode: bool = False
     system: str = ""
+    calibration_family: str = ""
     report_dir: str = ""
     executable_cache_path: str = ""
     collective_timeout: str = ""

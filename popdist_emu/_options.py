@@ -31,6 +31,7 @@ from hardware import (
     PARTIALS_TYPES,
     LayoutError,
     ReplicaLayout,
+    check_family,
     proportion_for_ipu,
 )
 
@@ -172,6 +173,10 @@ class Options:
         command: the command line the reports name (``poprun-emu``'s); "" for none.
         scaling_request: the request file of a ``poprun-emu-scaling`` sweep to answer from
             this job's simulated step; "" when none asked.
+        calibration_family: a calibrated family whose whole-program parameters the
+            simulation uses instead of the structural ones (``poprun-emu
+            --calibration-family``, ``hardware.family_names()``); "" lets the program's
+            structure weigh every fitted term.
     """
 
     replication_factor: int
@@ -195,6 +200,7 @@ class Options:
     report_dir: str
     command: str
     scaling_request: str
+    calibration_family: str
 
     def __init__(
         self,
@@ -221,6 +227,7 @@ class Options:
         report_dir: str | None = None,
         command: str | None = None,
         scaling_request: str | None = None,
+        calibration_family: str | None = None,
     ) -> None:
         """Validates the fields and resolves the per-instance ones, once.
 
@@ -236,9 +243,9 @@ class Options:
                 layout, False with a given layout.
             job_dir: None takes ``poprun-emu``'s job directory from the environment read
                 for the layout, "" (this process is the job) with a given layout.
-            system, report_dir, command, scaling_request: None takes ``poprun-emu``'s (and
-                ``poprun-emu-scaling``'s) from the environment read for the layout, "" with
-                a given layout.
+            system, report_dir, command, scaling_request, calibration_family: None takes
+                ``poprun-emu``'s (and ``poprun-emu-scaling``'s) from the environment read
+                for the layout, "" with a given layout.
 
         The other arguments are the attributes of the same names.
 
@@ -269,6 +276,7 @@ class Options:
             "report_dir": report_dir,
             "command": command,
             "scaling_request": scaling_request,
+            "calibration_family": calibration_family,
         }
         fields |= {
             "replication_factor": local,
@@ -307,12 +315,16 @@ class Options:
             raise ValueError(
                 f"Options: `prefetch_depth` must be an int, got {self.prefetch_depth!r}."
             )
-        for name in ("job_dir", "system", "report_dir", "command", "scaling_request"):
+        names = ("job_dir", "system", "report_dir", "command", "scaling_request")
+        for name in (*names, "calibration_family"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(
                     f"Options: `{name}` must be a str (poprun-emu's, or an empty string), got "
                     f"{getattr(self, name)!r}."
                 )
+        if self.calibration_family:  # one line naming the value and the valid names
+            family = check_family(self.calibration_family)
+            object.__setattr__(self, "calibration_family", family)
         if self.prefetch_depth < 1:
             raise ValueError(
                 f"Options: `prefetch_depth` must be >= 1 (1 = only the next batch is "

@@ -19,6 +19,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -84,9 +85,12 @@ def predict_row(
 
 
 def _parameters(x: np.ndarray) -> hardware.ModelParameters:
+    """The shared parameters at ``x`` (logs), the structural terms other fits set as the
+    calibration file has them (a ResNet-50 step barely weighs them: a few matmul FLOPs, no
+    offloaded state)."""
     values = dict(zip(SHARED_PARAMETERS, np.exp(x), strict=True))
     values["compute_efficiency"] = min(values["compute_efficiency"], 1.0)
-    return hardware.ModelParameters(**values)
+    return dataclasses.replace(hardware.load_parameters(), **values)
 
 
 def fit_shared(
@@ -163,7 +167,10 @@ def shared_record(
     the families the compute efficiency was fitted on (``hardware.load_calibration``) and the
     rows."""
     return {
-        "parameters": calibration.parameters.to_json(),
+        # Its own parameters only: the structural terms belong to the fits that set them.
+        "parameters": {
+            k: v for k, v in calibration.parameters.to_json().items() if k in SHARED_PARAMETERS
+        },
         "fitted_by": fitted_by,
         "data": data,
         "model_families": list(model_families),

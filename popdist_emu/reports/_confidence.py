@@ -1,8 +1,11 @@
-"""How far a single run's prediction can be trusted: its band and what it extrapolates.
+"""How far a single run's prediction can be trusted: its band, what it extrapolates, and
+which fitted terms produced it.
 
-Every predicted throughput and step time is shown with the calibration's leave-one-out
-spread (``hardware._uncertainty``), and a configuration the calibration rows do not cover
-says what it extrapolates, in ``summary.json``, the printed summary and the page alike.
+Every predicted throughput and step time is shown with the leave-one-out spread of the fit
+the step leans on (``hardware.calibration_for``: chosen by the program's structure, or by
+``--calibration-family``), a configuration the calibration rows do not cover says what it
+extrapolates, and the parameter set and each phase's terms (``hardware.phase_terms``) are
+named, in ``summary.json``, the printed summary and the page alike.
 """
 
 from __future__ import annotations
@@ -10,7 +13,15 @@ from __future__ import annotations
 import html
 from typing import TypedDict
 
-from hardware import StepSimulation, fixed_cost_share, load_calibration
+from hardware import (
+    FITTED_PARAMETERS,
+    StepSimulation,
+    calibration_for,
+    fixed_cost_share,
+    matmul_share,
+    multi_ipu_sync_calls,
+    phase_terms,
+)
 
 
 class UncertaintySummary(TypedDict):
@@ -18,7 +29,12 @@ class UncertaintySummary(TypedDict):
 
     method: str
     calibration: str  # where the calibration rows come from
-    parameters: str  # the calibrated parameter set every figure comes from
+    parameters: str  # the parameter set every figure comes from (structural or an override)
+    band_fit: str  # the fit whose rows give the band
+    band_family: str  # its name for --calibration-family ("" for the shared fit)
+    terms: dict[str, str]  # phase -> the fitted terms that produced it
+    matmul_share: float  # the share of the step's FLOPs in matmuls
+    multi_ipu_sync_calls: int  # host calls per step of a multi-IPU replica (0 or 1)
     relative: float
     samples_per_second: list[float]  # [low, high]
     simulated_step_seconds: list[float]  # [fast, slow]
@@ -28,32 +44,48 @@ class UncertaintySummary(TypedDict):
 def uncertainty_summary(sim: StepSimulation) -> UncertaintySummary:
     """``summary.json``'s ``uncertainty``: the bands, how they were derived, and the
     extrapolations (empty when the configuration is inside the calibrated range)."""
-    calibration = load_calibration(model=sim.profile.name)
+    calibration = calibration_for(sim)
     low, high = calibration.band(sim.samples_per_second)
     fast, slow = calibration.step_band(sim.simulated_step_seconds)
     return {
         "method": calibration.method,
         "calibration": calibration.data,
-        "parameters": calibration.parameter_set,
+        "parameters": sim.parameters.parameter_set,
+        "band_fit": calibration.parameter_set,
+        "band_family": calibration.family,
+        "terms": phase_terms(sim),
+        "matmul_share": matmul_share(sim),
+        "multi_ipu_sync_calls": multi_ipu_sync_calls(sim.layout),
         "relative": calibration.relative_spread,
         "samples_per_second": [low, high],
         "simulated_step_seconds": [fast, slow],
-        "extrapolations": calibration.extrapolations(
-            sim.layout, sim.system, sim.profile.name, fixed_cost_share(sim)
-        ),
+        "extrapolations": calibration.extrapolations(sim.layout, sim.system, fixed_cost_share(sim)),
     }
 
 
 def uncertainty_lines(sim: StepSimulation) -> list[str]:
-    """The printed summary's lines: the band, then one line per extrapolation."""
+    """The printed summary's lines: the band, the parameter set, one line per
+    extrapolation, then the terms of each phase."""
     u = uncertainty_summary(sim)
     low, high = u["samples_per_second"]
     lines = [
         f"  uncertainty: +/-{100 * u['relative']:.1f} % ({u['method']}): "
-        f"{low:,.0f} to {high:,.0f} samples/s; calibrated parameters: {u['parameters']}"
+        f"{low:,.0f} to {high:,.0f} samples/s; calibrated parameters: {u['band_fit']}; "
+        f"parameter set: {u['parameters']}"
     ]
     lines += [f"  EXTRAPOLATED: {line}" for line in u["extrapolations"]]
+    lines.append(f"  terms (matmul FLOPs {u['matmul_share']:.0%}): {_terms_line(u['terms'])}")
     return lines
+
+
+def _terms_line(terms: dict[str, str]) -> str:
+    """Each phase's fitted parameters by name (phases with the same ones together), for the
+    printed summary; ``summary.json`` and the page give the values."""
+    by_names: dict[tuple[str, ...], list[str]] = {}
+    for phase, text in terms.items():
+        names = tuple(n for n in FITTED_PARAMETERS if n in text) or ("no fitted term",)
+        by_names.setdefault(names, []).append(phase)
+    return "; ".join(f"{', '.join(ph)}: {', '.join(n)}" for n, ph in by_names.items())
 
 
 def uncertainty_html(sim: StepSimulation) -> str:
@@ -63,10 +95,14 @@ def uncertainty_html(sim: StepSimulation) -> str:
     fast, slow = u["simulated_step_seconds"]
     text = (
         f"<p>Uncertainty: &plusmn;{100 * u['relative']:.1f} %, the {html.escape(u['method'])} "
-        f"({html.escape(u['calibration'])}; calibrated parameters: "
+        f"({html.escape(u['calibration'])}, the {html.escape(u['band_fit'])}; parameter set: "
         f"{html.escape(u['parameters'])}): {low:,.0f} to {high:,.0f} samples/s, a step of "
         f"{fast * 1e3:.3f} to {slow * 1e3:.3f} ms.</p>"
     )
+    items = "".join(
+        f"<li>{html.escape(phase)}: {html.escape(line)}</li>" for phase, line in u["terms"].items()
+    )
+    text += f"<p>The fitted terms of each phase:</p><ul>{items}</ul>"
     if u["extrapolations"]:
         items = "".join(f"<li>{html.escape(line)}</li>" for line in u["extrapolations"])
         text += (

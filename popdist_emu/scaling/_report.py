@@ -186,14 +186,20 @@ def _extrapolated(rows: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
+def _band_family(series: Sequence[Mapping[str, Any]]) -> str:
+    """The fit whose rows give the points' band (their ``band_family``: chosen by the
+    program's structure or ``--calibration-family``; "" for the shared fit)."""
+    rows = [r for s in series for r in _good(s["rows"])]
+    return str(rows[0].get("band_family", "")) if rows else ""
+
+
 def _published_rows(
-    series: Sequence[Mapping[str, Any]], published: Sequence[Mapping[str, Any]], model: str = ""
+    series: Sequence[Mapping[str, Any]], published: Sequence[Mapping[str, Any]]
 ) -> tuple[list[list[str]], list[list[str]]]:
     """The published points against the predictions: the calibration rows (the parameters
     were fitted on them, so their error is no check; their leave-one-out error is), and the
-    held-out rows, which are checks. ``model`` picks the calibration that fitted its
-    parameters (a calibrated family's rows, else the shared ones)."""
-    calibration = load_calibration(model=model)
+    held-out rows, which are checks, against the rows of the fit the points lean on."""
+    calibration = load_calibration(family=_band_family(series))
     fitted, held_out = [], []
     for m in published:
         for s in series:
@@ -338,7 +344,7 @@ def report_html(doc: Mapping[str, Any]) -> str:
                 fits,
             )
         )
-    fitted, held_out = _published_rows(series, published, doc["model"] or "")
+    fitted, held_out = _published_rows(series, published)
     header = [
         "published",
         "series",
@@ -348,7 +354,7 @@ def report_html(doc: Mapping[str, Any]) -> str:
         "band",
         "error",
     ]
-    calibration = load_calibration(model=doc["model"] or "")
+    calibration = load_calibration(family=_band_family(series))
     spread = (
         f"&plusmn;{100 * calibration.relative_spread:.1f} %, the {html.escape(calibration.method)} "
         f"({html.escape(calibration.data)})"

@@ -73,6 +73,9 @@ def series_rows(label: str, points: Sequence[EvaluatedPoint]) -> list[dict[str, 
             "samples_per_second_low": s["uncertainty"]["samples_per_second"][0] if s else None,
             "samples_per_second_high": s["uncertainty"]["samples_per_second"][1] if s else None,
             "extrapolations": list(s["uncertainty"]["extrapolations"]) if s else [],
+            # The fit whose rows give the band ("" for the shared fit's), chosen by the
+            # program's structure or --calibration-family, never by the model's name.
+            "band_family": s["uncertainty"].get("band_family", "") if s else "",
             "speedup": None,
             "efficiency": None,
             "karp_flatt": None,

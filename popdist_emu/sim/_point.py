@@ -98,6 +98,7 @@ def evaluate_point(
     *,
     prefetch_depth: int | None = None,
     relayout: Relayout | None = None,
+    parameters: hardware.ModelParameters | None = None,
 ) -> dict[str, object]:
     """One point of the sweep: ``summary.json``'s content for that layout, or why not.
 
@@ -107,6 +108,8 @@ def evaluate_point(
             accumulation follows from it; None keeps the profile's accumulation).
         prefetch_depth: the infeed's prefetch depth (None: the hardware model's default).
         relayout: layout-dependent profile fields (see :func:`trainer_relayout`).
+        parameters: the fitted parameters (None: the calibrated ones, weighed by the
+            program's structure).
 
     Returns:
         ``{"status": "ok" | "out_of_memory" | "invalid", "reason": str, "summary": dict,
@@ -123,7 +126,9 @@ def evaluate_point(
                 point.global_batch, layout.num_replicas, profile.micro_batch_size
             )
         point_model = model.replace(profile=profile.replace(**changes)) if changes else model
-        simulation = hardware.simulate_step(point_model, layout, spec, prefetch_depth=depth)
+        simulation = hardware.simulate_step(
+            point_model, layout, spec, parameters=parameters, prefetch_depth=depth
+        )
     except (ValueError, hardware.SystemSelectionError) as error:
         return {"status": "invalid", "reason": str(error).splitlines()[0]}
     result: dict[str, object] = {
@@ -146,6 +151,7 @@ def answer_request(
     *,
     prefetch_depth: int | None,
     relayout: Relayout | None = None,
+    parameters: hardware.ModelParameters | None = None,
 ) -> None:
     """Evaluates the points of the sweep request file ``request`` (``Options.
     scaling_request``) from ``model`` and writes them where the request says.
@@ -160,7 +166,9 @@ def answer_request(
     points = []
     for point in todo:
         start = time.perf_counter()
-        result = evaluate_point(model, point, prefetch_depth=prefetch_depth, relayout=relayout)
+        result = evaluate_point(
+            model, point, prefetch_depth=prefetch_depth, relayout=relayout, parameters=parameters
+        )
         result["evaluation_seconds"] = time.perf_counter() - start
         points.append(result)
     profile = model.profile

@@ -67,17 +67,34 @@ def simulate_replica(
         replica: the replica (``profile_replica``), or a step profile (``profile_step``,
             ``profile_programs``, ``Trainer.profile``): the data-parallel replica of one
             compiled micro-step.
-        options: the job: its layout, system, prefetch depth and sweep request.
+        options: the job: its layout, system, prefetch depth, sweep request and
+            calibration family (``Options.calibration_family``).
         system: a system name overriding ``options.system``.
         relayout: for ``poprun-emu-scaling``: the profile fields that depend on the layout
             (``trainer_relayout``); None when none do.
     """
     model = hardware.as_replica(replica)
     depth = int(options.prefetch_depth)
+    # The fitted parameters, weighed by the program's structure; a family's whole-program
+    # values only when the user named one (--calibration-family), never from the name.
+    parameters = hardware.load_parameters(family=options.calibration_family)
     if options.scaling_request:  # every point of a sweep from this one replica
-        answer_request(model, options.scaling_request, prefetch_depth=depth, relayout=relayout)
+        answer_request(
+            model,
+            options.scaling_request,
+            prefetch_depth=depth,
+            relayout=relayout,
+            parameters=parameters,
+        )
     spec = simulated_system(options.layout.num_ipus, options.system if system is None else system)
-    return checked_step(model, options.layout, spec, prefetch_depth=depth, warnings=sys.stderr)
+    return checked_step(
+        model,
+        options.layout,
+        spec,
+        prefetch_depth=depth,
+        parameters=parameters,
+        warnings=sys.stderr,
+    )
 
 
 def simulate(

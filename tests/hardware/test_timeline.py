@@ -139,16 +139,66 @@ def test_calibrated_parameters_are_loaded_by_default():
     assert sim.parameters == hardware.load_parameters()
 
 
-def test_a_model_of_a_calibrated_family_runs_with_the_family_parameters():
+def test_a_model_s_name_picks_no_parameter():
     layout, pod16 = hardware.ReplicaLayout(16, 8), hardware.get_system("pod16")
-    shared = hardware.simulate_step(profile(name="toy"), layout, pod16)
+    toy = hardware.simulate_step(profile(name="toy"), layout, pod16)
     bert = hardware.simulate_step(profile(name="BERT-large"), layout, pod16)
-    assert bert.parameters == hardware.load_parameters(model="BERT-large")
-    assert bert.parameters != shared.parameters == hardware.load_parameters()
-    # The family's host synchronisation ends each step; its efficiency sets the compute.
-    assert bert.phases["host_sync"] == bert.parameters.host_sync_seconds
-    ratio = shared.parameters.compute_efficiency / bert.parameters.compute_efficiency
-    assert bert.phases["compute"] < shared.phases["compute"] and ratio < 1
+    assert bert.parameters == toy.parameters == hardware.load_parameters()
+    assert bert.phases == toy.phases and bert.samples_per_second == toy.samples_per_second
+
+
+def _matmul(kind, n=1024):
+    return hardware.ConvOp("op", kind, groups=1, rows=n, columns=n, reduction=n, depth=n)
+
+
+def test_matmul_flops_run_at_the_matmul_efficiency_and_the_rest_at_the_compute_one():
+    # 2 x 1024^3 FLOPs each: one matmul, one convolution (which stays at compute_efficiency).
+    flops = 2.0 * 1024**3
+    assert hardware.matmul_flops([_matmul("matmul"), _matmul("conv")]) == flops
+    params = hardware.ModelParameters(compute_efficiency=0.2, matmul_efficiency=0.4)
+    ipu, peak = hardware.GC200, hardware.GC200.peak_flops("float16")
+    mixed = hardware.compute_seconds(4 * flops, 0, 0, ipu, "float16", params, matmul_flops=flops)
+    assert mixed == pytest.approx((3 * flops / 0.2 + flops / 0.4) / peak)
+    # The share is capped at the pass's FLOPs.
+    capped = hardware.compute_seconds(flops, 0.0, 0.0, ipu, "float16", params, matmul_flops=9e99)
+    assert capped == pytest.approx(flops / 0.4 / peak)
+
+
+def test_a_matmul_dominated_step_leans_on_the_matmul_efficiency():
+    layout, pod16 = hardware.ReplicaLayout(16, 8), hardware.get_system("pod16")
+    flops = 2.0 * 1024**3 * 8
+    params = hardware.ModelParameters(compute_efficiency=0.2, matmul_efficiency=0.4)
+    steps = {}
+    for kind in ("matmul", "conv"):
+        p = profile(grad_flops=flops, grad_bytes_accessed=1e6, matmuls=(_matmul(kind),) * 8)
+        steps[kind] = hardware.simulate_step(p, layout, pod16, parameters=params)
+    assert hardware.matmul_share(steps["matmul"]) == pytest.approx(1.0)
+    assert hardware.matmul_share(steps["conv"]) == 0.0
+    assert steps["matmul"].phases["compute"] < steps["conv"].phases["compute"]
+    assert hardware.leaned_on(steps["matmul"]) == ("matmul_efficiency",)
+    assert hardware.leaned_on(steps["conv"]) == ()
+    assert "matmul FLOPs 100%" in hardware.phase_terms(steps["matmul"])["compute"]
+
+
+def test_a_replica_of_several_ipus_pays_the_multi_ipu_host_sync_once_per_call():
+    pod16 = hardware.get_system("pod16")
+    params = hardware.ModelParameters(host_sync_seconds=1e-3, multi_ipu_sync_seconds=0.1)
+    one, two = hardware.ReplicaLayout(4, 2), hardware.ReplicaLayout(4, 2, ipus_per_replica=2)
+    assert (hardware.multi_ipu_sync_calls(one), hardware.multi_ipu_sync_calls(two)) == (0, 1)
+    stages = (
+        hardware.StageProfile(0, ("B0",), hardware.PassCounts(1e9), hardware.PassCounts(2e9)),
+        hardware.StageProfile(1, ("B1",), hardware.PassCounts(1e9), hardware.PassCounts(2e9)),
+    )
+    p = profile(collectives=[], device_iterations=4)
+    plain = hardware.simulate_step(p, one, pod16, parameters=params)
+    piped = hardware.simulate_step(
+        hardware.ReplicaModel(p, stages, "pipelined"), two, pod16, parameters=params
+    )
+    assert plain.phases["host_sync"] == pytest.approx(1e-3)
+    assert piped.phases["host_sync"] == pytest.approx(0.101)  # once per call, 4 updates
+    assert "multi_ipu_sync_seconds 100.000 ms" in hardware.phase_terms(piped)["host_sync"]
+    assert "multi_ipu_sync_seconds" in hardware.leaned_on(piped)
+    assert hardware.leaned_on(plain) == ()
 
 
 @given(

@@ -30,21 +30,20 @@ def test_the_band_is_the_rms_of_the_calibration_rows_leave_one_out_errors():
 def test_what_the_calibration_covers_is_not_called_an_extrapolation():
     calibration = hardware.load_calibration()
     pod64 = hardware.get_system("pod64")
-    assert calibration.extrapolations(hardware.ReplicaLayout(64, 32), pod64, "ResNet-50") == []
+    assert calibration.extrapolations(hardware.ReplicaLayout(64, 32), pod64) == []
 
 
 @pytest.mark.parametrize(
-    ("replicas", "system", "model", "words"),
+    ("replicas", "system", "words"),
     [
-        (65536, "pod65536", "ResNet-50", "65,536 IPUs: beyond the largest calibration row"),
-        (64, "bow-pod64", "ResNet-50", "Bow"),
-        (16, "pod16", "ViT-base", "model ViT-base"),
+        (65536, "pod65536", "65,536 IPUs: beyond the largest calibration row"),
+        (64, "bow-pod64", "Bow"),
     ],
 )
-def test_each_extrapolation_is_named(replicas, system, model, words):
+def test_each_extrapolation_is_named(replicas, system, words):
     calibration = hardware.load_calibration()
     layout = hardware.ReplicaLayout(replicas, max(replicas // 2, 1))
-    lines = calibration.extrapolations(layout, hardware.get_system(system), model)
+    lines = calibration.extrapolations(layout, hardware.get_system(system))
     assert len(lines) == 1 and words in lines[0]
 
 
@@ -52,7 +51,7 @@ def test_no_calibration_file_means_no_band(tmp_path):
     empty = hardware.load_calibration(tmp_path / "missing.json")
     assert empty.relative_spread == 0 and empty.band(5.0) == (5.0, 5.0)
     assert (
-        empty.extrapolations(hardware.ReplicaLayout(16, 8), hardware.get_system("pod16"), "x") == []
+        empty.extrapolations(hardware.ReplicaLayout(16, 8), hardware.get_system("pod16"), "") == []
     )
 
 
@@ -63,19 +62,17 @@ def test_a_calibrated_family_has_its_own_rows_band_and_coverage(tmp_path):
     record["families"] = {"BERT": {"parameters": {}, "data": "BERT rows", "rows": family_rows}}
     path = tmp_path / "calibration.json"
     path.write_text(json.dumps(record))
-    bert = hardware.load_calibration(path, model="BERT-large")
+    bert = hardware.load_calibration(path, "BERT")
     assert bert.data == "BERT rows" and bert.relative_spread == pytest.approx(0.0354, abs=1e-4)
     assert bert.max_ipus == 64  # a row's IPUs are its system's, 8 replicas of 8 IPUs here
     pod64, bow = hardware.get_system("pod64"), hardware.get_system("bow-pod64")
     layout = hardware.ReplicaLayout(8, 1, ipus_per_replica=8)
-    assert bert.extrapolations(layout, pod64, "BERT-large") == []
-    assert [line.split(":")[0] for line in bert.extrapolations(layout, bow, "BERT-large")] == [
-        "Bow IPU"
-    ]
-    # Every other model keeps the shared rows; each figure names the parameter set it used.
-    shared = hardware.load_calibration(path, model="ResNet-50")
-    assert shared.data == record["data"]
-    assert bert.parameter_set == "BERT family fit"
+    assert bert.extrapolations(layout, pod64) == []
+    assert [line.split(":")[0] for line in bert.extrapolations(layout, bow)] == ["Bow IPU"]
+    # The shared fit's rows otherwise; each figure names the fit its band comes from.
+    shared = hardware.load_calibration(path)
+    assert shared.data == record["data"] == hardware.load_calibration(path, "ResNet-50").data
+    assert bert.parameter_set == "BERT fit (BERT)"
     assert shared.parameter_set == "shared fit (ResNet-50)"
     assert hardware.load_calibration(tmp_path / "none.json").parameter_set == "uncalibrated priors"
 
@@ -86,12 +83,12 @@ def test_a_step_mostly_of_fixed_operation_costs_is_called_an_extrapolation():
     layout, pod64 = hardware.ReplicaLayout(64, 32), hardware.get_system("pod64")
     inside = calibration.fixed_cost_share + 0.05
     beyond = calibration.fixed_cost_share + 0.15
-    assert calibration.extrapolations(layout, pod64, "ResNet-50", inside) == []
-    (line,) = calibration.extrapolations(layout, pod64, "ResNet-50", beyond)
+    assert calibration.extrapolations(layout, pod64, inside) == []
+    (line,) = calibration.extrapolations(layout, pod64, beyond)
     assert line.startswith(f"fixed cost per operation {beyond:.0%} of the compute")
     # Without a recorded share nothing is checked.
     unrecorded = hardware.Calibration(calibration.rows, calibration.data, ("ResNet-50",))
-    assert unrecorded.extrapolations(layout, pod64, "ResNet-50", 0.99) == []
+    assert unrecorded.extrapolations(layout, pod64, 0.99) == []
 
 
 @pytest.mark.parametrize("num_ops", [0, 1_000, 100_000])

@@ -35,6 +35,17 @@ def test_calibration_rows_are_labelled_with_their_leave_one_out_error():
     assert held_out[0][-1] == f"{100 * (500000 / 520000 - 1):+.1f} %"
 
 
+def test_points_leaning_on_the_bert_fit_are_checked_against_its_rows_whatever_the_name():
+    # A matmul-dominated or multi-IPU program's points carry band_family "BERT" (from their
+    # summary's uncertainty); the published BERT row is then a calibration row of that fit.
+    series = [{"label": "TinyLM", "rows": [{**_row(4, 1400.0), "band_family": "BERT"}]}]
+    published = [{"replicas": 4, "throughput": 1419.0, "label": "MLPerf v1.0 POD16"}]
+    bert = hardware.load_calibration(family="BERT")
+    (row,) = [r for r in bert.rows if r.published == 1419.0]
+    fitted, held_out = _published_rows(series, published)
+    assert held_out == [] and fitted[0][-1] == f"{100 * row.leave_one_out_error:+.1f} %"
+
+
 def test_the_narrative_names_the_extrapolated_points():
     why = "collectives across more Pods follow the fitted GW-Link latency"
     rows = [
