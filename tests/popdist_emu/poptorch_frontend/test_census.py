@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from deadlines import within
 
 from popdist_emu.popdist import _poptorch_options
 
@@ -38,7 +39,7 @@ def found() -> dict[str, str]:
         [sys.executable, str(PROGRAM), str(CENSUS)],
         capture_output=True,
         text=True,
-        timeout=300,
+        timeout=within(300),
         cwd=root,
     )
     assert out.returncode == 0, out.stderr[-3000:]

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from deadlines import within
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed")
@@ -277,7 +278,7 @@ def test_under_the_launcher_its_flag_rules_and_the_traceback_comes_once(tmp_path
         capture_output=True,
         text=True,
         env=env,
-        timeout=300,
+        timeout=within(300),
     )
     assert out.returncode == 1, out.stderr[-3000:]
     assert out.stderr.count("Traceback (most recent call last)") == 1, out.stderr[-3000:]

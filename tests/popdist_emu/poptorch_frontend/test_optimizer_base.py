@@ -7,6 +7,7 @@ import sys
 
 import pytest
 import torch
+from deadlines import within
 
 import popdist_emu.poptorch as poptorch
 
@@ -40,5 +41,7 @@ def test_from_poptorch_optim_import_optimizer_as_a_program_does() -> None:
         "fromlist=['x']).PopDistFallbackFinder)\n"
         "from poptorch.optim import Optimizer, SGD\nprint(issubclass(SGD, Optimizer))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=within(300)
+    )
     assert out.stdout.strip() == "True", out.stderr[-2000:]

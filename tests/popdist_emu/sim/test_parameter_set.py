@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import optax
 import pytest
+from deadlines import within
 from two_dense_blocks import two_dense_blocks
 
 import hardware
@@ -86,7 +87,9 @@ def _poprun(*words: str) -> subprocess.CompletedProcess:
     bin_dir = Path(sys.executable).parent
     path = shutil.which("poprun-emu", path=str(bin_dir))
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run([str(path), *words], capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [str(path), *words], capture_output=True, text=True, env=env, timeout=within(120)
+    )
 
 
 def test_the_launcher_refuses_an_unknown_family_before_launch_and_passes_a_known_one():
