@@ -16,6 +16,20 @@ import pytest
 from deadlines import within
 
 LAYOUT = ("poprun-emu", "--num-replicas", "2", "--num-instances", "2")
+LONG = "import os, time\nprint('started', os.environ['POPDIST_EMU_INSTANCE_INDEX'], os.getpid(), flush=True)\n"
+
+
+def _sleeping_job(cwd) -> subprocess.Popen:
+    """Two instances that print "started RANK PID" and sleep 120 s."""
+    (cwd / "long.py").write_text(LONG + "time.sleep(120)\n")
+    return subprocess.Popen(
+        [*LAYOUT, "--collective-timeout", "3", "long.py"],
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _parent(pid: int) -> int:
@@ -36,17 +50,7 @@ def _parent(pid: int) -> int:
 def test_a_killed_process_manager_or_mpiexec_or_a_stopped_bootstrap_ends_the_job_at_once(
     tmp_path, generations, name, sig, words
 ):
-    (tmp_path / "long.py").write_text(
-        "import os, time\nprint('started', os.getpid(), flush=True)\ntime.sleep(120)\n"
-    )
-    job = subprocess.Popen(
-        [*LAYOUT, "--collective-timeout", "3", "long.py"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    job = _sleeping_job(tmp_path)
     try:
         victim = int(job.stdout.readline().split()[-1])  # "[1,i]<stdout>:started PID"
         for _ in range(generations):  # program -> bootstrap -> proxy -> mpiexec
@@ -66,14 +70,7 @@ def test_a_killed_process_manager_or_mpiexec_or_a_stopped_bootstrap_ends_the_job
 
 def _killed_bootstrap_job(cwd) -> subprocess.Popen:
     """A job of two sleeping instances whose instance 1 has just lost its bootstrap."""
-    job = subprocess.Popen(
-        [*LAYOUT, "--collective-timeout", "3", "long.py"],
-        cwd=cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    job = _sleeping_job(cwd)
     try:
         started = (job.stdout.readline().split() for _ in "01")  # "... started RANK PID"
         programs = {int(words[-2]): int(words[-1]) for words in started}
@@ -89,11 +86,6 @@ def test_a_killed_bootstrap_is_named_every_time(tmp_path):
     instances' process groups, often before the watchdog looks, so both are gone without a
     status; the one whose program still runs is the cause (instance 0 was named in 1 of 2
     red-team runs). Twenty jobs, four at a time: the race is more likely under load."""
-    (tmp_path / "long.py").write_text(
-        "import os, time\n"
-        "print('started', os.environ['PMI_RANK'], os.getpid(), flush=True)\n"
-        "time.sleep(120)\n"
-    )
     named = []
     for _ in range(5):
         jobs = [_killed_bootstrap_job(tmp_path) for _ in range(4)]

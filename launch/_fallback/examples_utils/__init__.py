@@ -25,6 +25,8 @@ References:
 import os as _os
 import warnings as _warnings
 
+from launch._fallback_refusal import refusing
+
 __all__ = ["load_lib"]
 
 # The files load_lib was given, in order (each noted once).
@@ -58,14 +60,8 @@ def load_lib(filepath: str, timeout: int = 5 * 60) -> None:
         )
 
 
-def __getattr__(name: str) -> object:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    raise AttributeError(
-        f"examples_utils.{name} is not provided by popdist-emu's examples_utils, which has "
-        f"only load_lib; install Graphcore's examples-utils for its benchmarking tools."
-    )
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = refusing(
+    "examples_utils",
+    __all__,
+    "which has only load_lib; install Graphcore's examples-utils for its benchmarking tools.",
+)

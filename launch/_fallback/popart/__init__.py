@@ -22,6 +22,8 @@ References:
 
 import enum as _enum
 
+from launch._fallback_refusal import refusing
+
 __all__ = [
     "AccumulateOuterFragmentSchedule",
     "RecomputationType",
@@ -65,15 +67,9 @@ class RecomputationType(_enum.IntEnum):
     RecomputeAll = 4
 
 
-def __getattr__(name: str) -> object:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    raise AttributeError(
-        f"popart.{name} is not provided by popdist-emu's popart, which has only the enums "
-        f"Graphcore's PopTorch applications read ({', '.join(__all__)}): PopART's builder and "
-        f"sessions need a Poplar SDK; remove the use or install the SDK."
-    )
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = refusing(
+    "popart",
+    __all__,
+    "which has only the enums Graphcore's PopTorch applications read ({names}): PopART's "
+    "builder and sessions need a Poplar SDK; remove the use or install the SDK.",
+)

@@ -9,6 +9,8 @@ References:
 
 import sys as _sys
 
+from launch._fallback_refusal import refusing
+
 try:
     from popdist_emu.popdist import _horovod as _emu
     from popdist_emu.popdist._horovod import *  # noqa: F403 - Horovod's names, listed there
@@ -22,15 +24,9 @@ __all__: list[str] = []
 __all__ += _emu.__all__
 
 
-def __getattr__(name: str) -> object:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    raise AttributeError(
-        f"horovod.torch.{name} is not provided by popdist-emu's Horovod, which has only what "
-        f"Graphcore's PopTorch applications call ({', '.join(sorted(__all__))}); install "
-        f"Horovod for the rest."
-    )
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = refusing(
+    "horovod.torch",
+    __all__,
+    "which has only what Graphcore's PopTorch applications call ({names}); "
+    "install Horovod for the rest.",
+)
