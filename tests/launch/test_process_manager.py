@@ -16,7 +16,10 @@ import pytest
 from deadlines import within
 
 LAYOUT = ("poprun-emu", "--num-replicas", "2", "--num-instances", "2")
-LONG = "import os, time\nprint('started', os.environ['POPDIST_EMU_INSTANCE_INDEX'], os.getpid(), flush=True)\n"
+LONG = (
+    "import os, time\n"
+    "print('started', os.environ['POPDIST_EMU_INSTANCE_INDEX'], os.getpid(), flush=True)\n"
+)
 
 
 def _sleeping_job(cwd) -> subprocess.Popen:
