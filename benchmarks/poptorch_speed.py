@@ -1,36 +1,51 @@
-"""Seconds per optimiser step of a PopTorch program: under ``poprun-emu`` against plain PyTorch.
+"""Seconds per optimiser step of PopTorch programs: under ``poprun-emu`` against plain PyTorch.
 
-The program is ``examples/poptorch_tutorial.py`` (the PopTorch pipelining tutorial's
-structure on the digits). Both runs take the same global batch per step (micro-batch 1 x
-gradient accumulation 8 x replicas) and the same data order: plain PyTorch eager on the CPU
-(``--reference N``) and the PopTorch program under ``poprun-emu --num-replicas N`` on one
-instance (functional: real numbers on the JAX core). The figure is the program's own
+Two programs. ``examples/poptorch_tutorial.py`` (the PopTorch pipelining tutorial's
+structure on the digits): both runs take the same global batch per step (micro-batch 1 x
+gradient accumulation 8 x replicas) and the same data order. ``benchmarks/poptorch_cnn.py``
+(a small CNN, three convolutions on 32x32 images, at batch 32: micro-batches of 32, 4
+device iterations a call, against PyTorch's steps of 32). Each runs in plain PyTorch eager on
+the CPU (``--reference``) and as the PopTorch program under ``poprun-emu --num-replicas N``
+on one instance (functional: real numbers on the JAX core). The figure is the program's own
 ``seconds_per_step``: wall seconds from the end of its first call (start-up and compilation
 are over by then) to the end of training, over the steps in between. The runs alternate,
 ``--repeats`` times; the median and the range of each are printed side by side with their
-ratio, and the load average before the runs, since other work on the machine slows every
-figure. The last line is one JSON object.
+ratio, and the load average before each model's runs, since other work on the machine slows
+every figure. The last line is one JSON object; the same figures, with the date, the machine
+(``platform``, ``os.cpu_count()``), the load averages and the command, are written to
+``benchmarks/results/poptorch_speed.json`` (renamed into place whole).
 
 Needs the ``poptorch`` extra (torch and torchax).
 
 Usage::
 
-    python benchmarks/poptorch_speed.py [--replicas 1] [--ipus-per-replica 1] [--repeats 3]
+    python benchmarks/poptorch_speed.py [--models tutorial cnn] [--replicas 1]
+        [--ipus-per-replica 1] [--repeats 3]
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
 import shutil
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+from contract import atomic_write
 
 ROOT = Path(__file__).resolve().parents[1]
-PROGRAM = ROOT / "examples" / "poptorch_tutorial.py"
+# Each model's program and the words that make it plain PyTorch with N replicas' batch.
+PROGRAMS = {
+    "tutorial": (ROOT / "examples" / "poptorch_tutorial.py", lambda n: ["--reference", str(n)]),
+    "cnn": (ROOT / "benchmarks" / "poptorch_cnn.py", lambda n: ["--reference"]),
+}
+RESULTS = ROOT / "benchmarks" / "results" / "poptorch_speed.json"
 
 
 def _per_step(command: list[str], **extra_env: str) -> float:
@@ -43,20 +58,14 @@ def _per_step(command: list[str], **extra_env: str) -> float:
     return float(json.loads(out.stdout.strip().splitlines()[-1])["seconds_per_step"])
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--replicas", type=int, default=1)
-    parser.add_argument("--ipus-per-replica", type=int, default=1)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    launcher = shutil.which("poprun-emu", path=str(Path(sys.executable).parent))
-    if launcher is None:
-        raise SystemExit("poprun-emu is not installed beside this Python: pip install -e .")
+def _model(name: str, args: argparse.Namespace, launcher: str) -> dict[str, Any]:
+    """One model's runs, alternating, and the table of their medians, ranges and ratios."""
+    program, reference = PROGRAMS[name]
     emulated = [
         launcher, "--num-replicas", str(args.replicas), "--ipus-per-replica",
-        str(args.ipus_per_replica), "--only-output-from-instance", "0", str(PROGRAM),
+        str(args.ipus_per_replica), "--only-output-from-instance", "0", str(program),
     ]  # fmt: skip
-    eager = [sys.executable, str(PROGRAM), "--reference", str(args.replicas)]
+    eager = [sys.executable, str(program), *reference(args.replicas)]
     load = os.getloadavg()[0]
     times: dict[str, list[float]] = {"pytorch_eager": [], "pytorch_eager_1_thread": [],
                                      "poprun_emu": []}  # fmt: skip
@@ -66,30 +75,51 @@ def main() -> None:
         times["pytorch_eager_1_thread"].append(_per_step(eager, OMP_NUM_THREADS="1"))
         times["poprun_emu"].append(_per_step(emulated))
     medians = {k: statistics.median(v) for k, v in times.items()}
-    print(f"load average before the runs: {load:.2f}")
+    print(f"{name}: load average before the runs: {load:.2f}")
     print(f"{'run':<24}{'ms per step (median)':>22}{'range':>22}")
-    for name, values in times.items():
+    for run, values in times.items():
         spread = f"{min(values) * 1e3:.2f}-{max(values) * 1e3:.2f}"
-        print(f"{name:<24}{medians[name] * 1e3:>22.2f}{spread:>22}")
+        print(f"{run:<24}{medians[run] * 1e3:>22.2f}{spread:>22}")
     ratio = medians["poprun_emu"] / medians["pytorch_eager"]
     ratio_1 = medians["poprun_emu"] / medians["pytorch_eager_1_thread"]
     print(
-        f"poprun-emu / PyTorch eager: {ratio:.2f}x; / PyTorch eager on one thread: "
+        f"{name}: poprun-emu / PyTorch eager: {ratio:.2f}x; / PyTorch eager on one thread: "
         f"{ratio_1:.2f}x (goal: no slower, 1.00x or less)"
     )
-    print(
-        json.dumps(
-            {
-                "replicas": args.replicas,
-                "ipus_per_replica": args.ipus_per_replica,
-                "global_batch": 8 * args.replicas,
-                "seconds_per_step": times,
-                "median_ratio": ratio,
-                "median_ratio_one_thread": ratio_1,
-                "load_average": load,
-            }
-        )
-    )
+    return {
+        "seconds_per_step": times,
+        "median_ratio": ratio,
+        "median_ratio_one_thread": ratio_1,
+        "load_average": load,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", choices=sorted(PROGRAMS), default=list(PROGRAMS))
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--ipus-per-replica", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    launcher = shutil.which("poprun-emu", path=str(Path(sys.executable).parent))
+    if launcher is None:
+        raise SystemExit("poprun-emu is not installed beside this Python: pip install -e .")
+    figures = {name: _model(name, args, launcher) for name in args.models}
+    result = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "replicas": args.replicas,
+        "ipus_per_replica": args.ipus_per_replica,
+        "global_batch": {"tutorial": 8 * args.replicas, "cnn": 32},
+        "load_average_after": os.getloadavg()[0],
+        "models": figures,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_write(RESULTS, "w") as out:
+        json.dump(result, out, indent=1)
+        out.write("\n")
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ import jax
 import numpy as np
 import torch
 
+from popdist_emu.poptorch import _host_weights as on_host
 from popdist_emu.poptorch._arrays import to_jax_array
 
 if TYPE_CHECKING:
@@ -73,6 +74,8 @@ class DeviceCalls:
 
     _user_model: torch.nn.Module
     _names: list[str]
+    _constants: dict[str, Any]
+    _host_weights: on_host.HostWeights
     _trainer: Any
     _attached: bool
     _compiled: bool
@@ -154,19 +157,17 @@ class DeviceCalls:
             RuntimeError: not compiled (as PopTorch refuses).
         """
         self._refuse_uncompiled("copyWeightsToDevice")
-        model = self._user_model
-        buffers = {n: to_jax_array(b) for n, b in model.named_buffers(remove_duplicate=False)}
+        self._host_weights.forget()  # the host's weights are the newer ones from now on
         self._device_buffers = {}  # inference: the device's changed buffers are replaced
-        if self._replicas is not None:  # each replica's copy of what training changes
-            for replica in self._replicas.per_replica:
-                replica.update({n: jax.numpy.asarray(buffers[n]) for n in replica})
         trainer = self._trainer
-        if trainer is None or trainer.state is None:
-            return  # inference reads the module's weights at every call
-        params = dict(model.named_parameters(remove_duplicate=False))
-        # Private copies: the update donates the parameter buffers.
-        new = {n: jax.device_put(np.array(to_jax_array(params[n]))) for n in self._names}
-        trainer.state = trainer.state._replace(params=new)
+        if trainer is not None and trainer.state is not None:
+            on_host.copy_to_device(
+                self._user_model, trainer, self._names, self._constants, self._replicas
+            )
+        elif self._replicas is not None:  # each replica's copy of what the forward changes
+            buffers = dict(self._user_model.named_buffers(remove_duplicate=False))
+            for replica in self._replicas.per_replica:
+                replica.update({n: jax.numpy.asarray(to_jax_array(buffers[n])) for n in replica})
 
     def getTensorNames(self) -> list[str]:  # noqa: N802
         """The tensors ``Options.anchorTensor`` can name (``_anchors``), once compiled.

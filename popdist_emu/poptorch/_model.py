@@ -25,8 +25,8 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
   (else ``torch.initial_seed()``) folded with the global index of the micro-batch's first
   sample, which reaches the step as one more input (4 bytes a sample over the simulated
   host link), so masks do not depend on the instance layout (see ``_random``);
-- after every call the torch module's parameters hold the trained values (PopTorch copies
-  weights back to the host when they are read);
+- the torch module's parameters and changed buffers get the trained values when the host
+  reads them, not after every call, as PopTorch copies them (see ``_host_weights``);
 - buffers the forward changes (BatchNorm's running statistics) change as in PopTorch: each
   replica's, micro-batch after micro-batch, from the weights of the device iteration; the
   host sees the first local replica's (see ``_buffers``: with several replicas PopTorch
@@ -59,6 +59,7 @@ from jax.typing import ArrayLike
 
 import popdist_emu
 from popdist_emu.popdist import PopTorchOptions
+from popdist_emu.poptorch import _host_weights as on_host
 from popdist_emu.poptorch import optim
 from popdist_emu.poptorch._anchors import Anchors
 from popdist_emu.poptorch._arrays import (
@@ -155,6 +156,7 @@ class PoplarExecutor(DeviceCalls):
             anchored, self._names, self._buffer_names, training=training, default=self._output
         )
         self._host_state = HostOptimiserState(self)  # the optimiser's state_dict(), both ways
+        self._host_weights = on_host.HostWeights()  # the module's weights, copied when read
         self._trainer: Any = None
         self._programs = SimulatedPrograms(self._mode_fields)  # simulated once each
         seed = self.options.random_seed
@@ -334,7 +336,7 @@ class PoplarExecutor(DeviceCalls):
         if trainer.has_aux:  # each micro-batch's outputs from its own forward in the step
             stepped = trainer.step(batch, each_iteration=self._anchors.recording(None))
             assert isinstance(stepped, tuple)  # with has_aux: (losses, outputs)
-            self.copyWeightsToHost()
+            self._host_weights.mark(self._trained_tensors, self._write_host)
             self._anchor(batch)
             return to_torch(from_step(stepped[1], self._output))
         shape = (fields.device_iterations, fields.gradient_accumulation)
@@ -346,7 +348,7 @@ class PoplarExecutor(DeviceCalls):
         laid_out = LaidOutBatch(batch, inputs, bool(self._random))
         hook = passes.each_iteration(self._forward, weights_of, laid_out)
         trainer.step(batch, each_iteration=self._anchors.recording(hook))
-        self.copyWeightsToHost()
+        self._host_weights.mark(self._trained_tensors, self._write_host)
         self._anchor(batch)
         host = from_records(
             passes.outputs, self._output, iterations=shape[0], accumulation=shape[1],
@@ -361,17 +363,22 @@ class PoplarExecutor(DeviceCalls):
 
     def copyWeightsToHost(self) -> None:  # noqa: N802
         """Copies the trained parameters, and buffers the forward changed, into the torch
-        module (PopTorch's weight copy)."""
+        module (PopTorch's weight copy; a read of the module's weights makes it too)."""
+        self._host_weights.forget()
         write_buffers(self._user_model, self._device_buffers)
-        if self._trainer is None:
-            return
-        params = self._trainer.params
-        named = dict(self._user_model.named_parameters())
-        with torch.no_grad():
-            for name in self._names:
-                named[name].copy_(torch.from_numpy(np.array(params[name])))
-        if self._replicas is not None:
-            write_buffers(self._user_model, self._replicas.first)
+        self._write_host()
+
+    def _write_host(self) -> None:
+        """The copy a read of stale weights makes: the trainer's into the module."""
+        if self._trainer is not None:
+            params = self._trainer.params
+            buffers = {} if self._replicas is None else self._replicas.first
+            on_host.write_to_host(self._user_model, {n: params[n] for n in self._names}, buffers)
+
+    def _trained_tensors(self) -> list[torch.Tensor]:
+        """The module's tensors a training call changes (stale until read)."""
+        changed = [] if self._replicas is None else list(self._replicas.first)
+        return on_host.module_tensors(self._user_model, [*self._names, *changed])
 
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:  # noqa: N802
         """Changes the learning rate from the next call on, keeping the optimiser state.

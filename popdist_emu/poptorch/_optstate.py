@@ -131,6 +131,7 @@ class HostOptimiserState:
         executor = self._executor()
         if executor is None or executor._trainer is None or executor._trainer.state is None:
             return
+        executor._host_weights.refresh()  # PopTorch syncs the weights with the state
         optimizer = executor._optimizer
         named = self._named()
         by_name = to_torch_state(optimizer, full_opt_state(executor._trainer))
