@@ -5,7 +5,7 @@ machine is busy (CI's two cores, a laptop beside a build, the suite beside eight
 So every timeout a test gives a subprocess, a wait or the emulator, and every "ended within"
 bound it asserts, is a base figure measured on an idle 2-core machine times one factor:
 
-- ``POPDIST_EMU_TEST_SCALE`` (a decimal number at least 1) where CI or a person sets it, and
+- ``TEST_DEADLINE_SCALE`` (a decimal number at least 1) where CI or a person sets it, and
 - the machine's load per CPU at the moment the deadline is set (the 1-minute load average
   divided by the CPUs this process may run on), when that is larger,
 
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import os
 
-VARIABLE = "POPDIST_EMU_TEST_SCALE"
+VARIABLE = "TEST_DEADLINE_SCALE"
 
 
 def _configured() -> float:

@@ -213,6 +213,7 @@ import torch
 import popdist, popdist.poptorch
 import poptorch
 sys.path.insert(0, sys.argv[1])
+sys.path.append(sys.argv[1].rsplit("/", 2)[0])  # tests/: the deadlines module
 from test_outputs import _Net, _data, _options, ITERATIONS, ACCUMULATION, MICRO, MODES, LR
 
 out = {}
