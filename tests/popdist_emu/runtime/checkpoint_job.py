@@ -6,9 +6,6 @@ parameters to OUT.
 """
 
 import sys
-from pathlib import Path
-
-sys.path.append(str(Path(__file__).resolve().parents[2]))  # tests/: the deadlines module
 
 import jax
 import numpy as np
