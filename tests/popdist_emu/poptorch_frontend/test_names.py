@@ -143,17 +143,24 @@ class _Bert(torch.nn.Module):
         return out, F.cross_entropy(out, y)
 
 
-def _losses(model: torch.nn.Module, wrapped: bool) -> list[float]:
-    """Three SGD steps, through ``trainingModel`` or in PyTorch."""
+def _classification(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(4, 4, generator=generator), torch.randint(0, 3, (4,), generator=generator)
+
+
+def _regression(generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.randn(4, 4, generator=generator), torch.randn(4, 4, generator=generator)
+
+
+def _losses(
+    model: torch.nn.Module, wrapped: bool, steps: int = 3, batch=_classification
+) -> list[float]:
+    """``steps`` SGD steps on ``batch``'s data, through ``trainingModel`` or in PyTorch."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
     step = poptorch.trainingModel(model, poptorch.Options(), optimizer) if wrapped else None
     generator = torch.Generator().manual_seed(4)
     losses = []
-    for _ in range(3):
-        x, y = (
-            torch.randn(4, 4, generator=generator),
-            torch.randint(0, 3, (4,), generator=generator),
-        )
+    for _ in range(steps):
+        x, y = batch(generator)
         if step is not None:
             losses.append(float(step(x, y)[1]))
             continue
@@ -243,21 +250,7 @@ def test_loop_cast_overlap_and_multiconv_train_as_plain_pytorch() -> None:
 
 def _losses_of(model: torch.nn.Module, wrapped: bool) -> list[float]:
     """Two SGD steps on regression data, through ``trainingModel`` or in PyTorch."""
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.3)
-    step = poptorch.trainingModel(model, poptorch.Options(), optimizer) if wrapped else None
-    generator = torch.Generator().manual_seed(4)
-    losses = []
-    for _ in range(2):
-        x, y = torch.randn(4, 4, generator=generator), torch.randn(4, 4, generator=generator)
-        if step is not None:
-            losses.append(float(step(x, y)[1]))
-            continue
-        optimizer.zero_grad()
-        loss = model(x, y)[1]
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return losses
+    return _losses(model, wrapped, steps=2, batch=_regression)
 
 
 def test_loop_cast_and_overlap_refuse_bad_arguments_in_one_line() -> None:
