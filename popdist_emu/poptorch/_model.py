@@ -84,6 +84,7 @@ from popdist_emu.poptorch._buffers import (
     write_buffers,
 )
 from popdist_emu.poptorch._device import DeviceCalls
+from popdist_emu.poptorch._learning_rate import changed_learning_rates, set_learning_rates
 from popdist_emu.poptorch._optstate import HostOptimiserState
 from popdist_emu.poptorch._outputs import (
     IterationOutputs,
@@ -381,15 +382,18 @@ class PoplarExecutor(DeviceCalls):
         return on_host.module_tensors(self._user_model, [*self._names, *changed])
 
     def setOptimizer(self, optimizer: torch.optim.Optimizer) -> None:  # noqa: N802
-        """Changes the learning rate from the next call on, keeping the optimiser state.
+        """Changes each parameter group's learning rate from the next call on, keeping the
+        optimiser state.
 
         Raises:
-            ValueError: another optimiser class or a change other than the learning rate.
+            ValueError: another optimiser class or a change other than the learning rates.
         """
-        learning_rate = optim.changed_learning_rate(self._optimizer, optimizer)
+        rates = changed_learning_rates(self._optimizer, optimizer)
         self._optimizer = self._host_state.follow(optimizer)
-        if self._trainer is not None:
-            optim.set_learning_rate(self._trainer.state.opt_state, learning_rate)
+        trainer = self._trainer
+        if trainer is not None and trainer.state is not None:  # no state offline
+            state = trainer.state
+            trainer.state = state._replace(opt_state=set_learning_rates(state.opt_state, rates))
 
     def compile(self, *args: Any) -> None:
         """Compiles the step for this combined batch's shapes without running it."""

@@ -243,3 +243,63 @@ def test_set_optimizer_changes_lambs_learning_rate() -> None:
             ]
         )
     assert min(runs[0]) > 0 and max(runs[1]) == 0  # a zero rate leaves the weights alone
+
+
+@pytest.mark.filterwarnings("ignore:Detected call of `lr_scheduler.step")
+@pytest.mark.parametrize("where", ["on chip", "offloaded", "sharded"])
+def test_set_optimizer_after_a_scheduler_step_changes_each_groups_rate(where: str) -> None:
+    """Two parameter groups (BERT's and GPT-2's: no weight decay on biases) and a scheduler
+    stepped before each ``setOptimizer``, as those programs do: every group's new rate is
+    taken, with the optimiser state on chip, offloaded (BERT's default) or sharded over 2
+    replicas (RTS), and training follows PyTorch eager step for step, for AdamW and for
+    LAMB's groups (whose rate 0 must leave the weights alone)."""
+    import torch
+
+    import popdist_emu.poptorch as poptorch
+
+    x = torch.linspace(-1, 1, 16).reshape(8, 2)
+    y = torch.arange(8) % 3
+
+    def groups(model: torch.nn.Module) -> list[dict]:
+        linear = model.get_submodule("linear")
+        return [
+            {"params": [linear.weight], "weight_decay": 0.1},
+            {"params": [linear.bias], "weight_decay": 0.0, "lr": 0.05},
+        ]
+
+    model, reference = _Loss(), _Loss()
+    optimizer = torch.optim.AdamW(groups(model), lr=0.1)
+    torch_opt = torch.optim.AdamW(groups(reference), lr=0.1)
+    schedules = [
+        torch.optim.lr_scheduler.LambdaLR(o, lambda s: 0.5**s) for o in (optimizer, torch_opt)
+    ]
+    opts = poptorch.Options().replicationFactor(2 if where == "sharded" else 1)
+    opts.TensorLocations.setOptimizerLocation(
+        poptorch.TensorLocationSettings()
+        .useOnChipStorage(where != "offloaded")
+        .useReplicatedTensorSharding(where == "sharded")
+    )
+    wrapped = poptorch.trainingModel(model, opts, optimizer)
+    for _ in range(4):
+        loss = wrapped(x, y).mean()  # sharded: each replica's loss of half the batch
+        torch_opt.zero_grad()
+        expected = reference(x, y)
+        expected.backward()
+        torch_opt.step()
+        for schedule in schedules:
+            schedule.step()
+        wrapped.setOptimizer(optimizer)
+        assert abs(float(loss) - float(expected.detach())) < 1e-5
+    for got, want in zip(model.parameters(), reference.parameters(), strict=True):
+        np.testing.assert_allclose(got.detach().numpy(), want.detach().numpy(), atol=1e-5)
+    lamb = poptorch.optim.LAMB(groups(model), lr=0.05)
+    wrapped = poptorch.trainingModel(model, opts.clone(), lamb)
+    wrapped(x, y)
+    for group in lamb.param_groups:
+        group["lr"] = 0.0
+    wrapped.setOptimizer(lamb)
+    before = [p.detach().numpy().copy() for p in model.parameters()]
+    wrapped(x, y)
+    wrapped.copyWeightsToHost()
+    for got, want in zip(model.parameters(), before, strict=True):
+        np.testing.assert_array_equal(got.detach().numpy(), want)
