@@ -16,6 +16,8 @@ from __future__ import annotations
 import enum
 from typing import TYPE_CHECKING
 
+from popdist_emu.poptorch._loss_mark import mark
+
 if TYPE_CHECKING:
     import torch
 
@@ -119,11 +121,11 @@ def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
         ValueError: another reduction.
     """
     if reduction == "sum":
-        return x.sum()
+        return mark(x.sum())
     if reduction == "mean":
-        return x.mean()
+        return mark(x.mean())
     if reduction == "none":
-        return x
+        return mark(x)
     raise ValueError(
         f"poptorch.identity_loss(reduction={reduction!r}): PopTorch takes 'sum', 'mean' or 'none'."
     )

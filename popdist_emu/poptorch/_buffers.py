@@ -39,6 +39,7 @@ from jax.typing import ArrayLike
 from torchax.interop import JittableModule
 
 from popdist_emu.poptorch._arrays import LaidOutBatch
+from popdist_emu.poptorch._loss_mark import marking_losses, note_loss_position
 
 _INSTALLED: list[bool] = []
 
@@ -126,8 +127,9 @@ def module_function(
         params = {k: states[k] for k in module.params}
         buffers = {k: states[k] for k in names}
         params, buffers, args = env.j2t_iso((params, buffers, args))
-        with env:
+        with env, marking_losses() as marked:
             out = module.functional_call("forward", params, buffers, *args)
+        note_loss_position(out, marked)  # which output is identity_loss's (the_loss)
         return env.t2j_iso((out, buffers))
 
     return weights, fn, names

@@ -9,9 +9,9 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
 
 - the combined batch's first dimension is ``device_iterations x gradient_accumulation x
   local replicas x micro-batch``, split in that order (outermost first);
-- the loss is the forward's output if it returns one tensor, else its last output (the
-  tutorial's ``return output, loss``); PopTorch finds it through ``identity_loss`` or the
-  loss function, which is the same tensor for such programs;
+- the loss is the forward's output if it returns one tensor, else the output
+  ``identity_loss`` returned (BERT's and GPT-2's first), else its last output (the
+  tutorial's ``return output, loss``, the loss function's output); see ``_loss_mark``;
 - a call returns this instance's replicas' outputs, the loss included, micro-batch by
   micro-batch, laid out as PopART's anchors for the output mode (All, Final, EveryN, Sum,
   Default; see ``_outputs``): never a mean over replicas or instances. Each micro-batch's
@@ -85,6 +85,7 @@ from popdist_emu.poptorch._buffers import (
 )
 from popdist_emu.poptorch._device import DeviceCalls
 from popdist_emu.poptorch._learning_rate import changed_learning_rates, set_learning_rates
+from popdist_emu.poptorch._loss_mark import the_loss
 from popdist_emu.poptorch._optstate import HostOptimiserState
 from popdist_emu.poptorch._outputs import (
     IterationOutputs,
@@ -96,12 +97,7 @@ from popdist_emu.poptorch._outputs import (
     returned_micro_batches,
 )
 from popdist_emu.poptorch._placement import placed_options
-from popdist_emu.poptorch._random import (
-    draws_random,
-    holding_key,
-    micro_batch_key,
-    sample_indices,
-)
+from popdist_emu.poptorch._random import draws_random, holding_key, micro_batch_key, sample_indices
 from popdist_emu.poptorch._simulated import SimulatedPrograms, simulate_step
 from popdist_emu.poptorch._stages import blocked_loss
 from popdist_emu.poptorch._synthetic import synthetic_inputs
@@ -202,13 +198,12 @@ class PoplarExecutor(DeviceCalls):
         return self._fn(weights, micro_batch)
 
     def _loss(self, params: Weights, micro_batch: MicroBatch) -> jax.Array:
-        out = self._outputs(params, micro_batch)
-        return out[-1] if isinstance(out, tuple | list) else out
+        return the_loss(self._outputs(params, micro_batch))
 
     def _loss_and_outputs(self, params: Weights, micro_batch: MicroBatch) -> tuple[jax.Array, Any]:
         """The loss and all the outputs, for a trainer that returns them (``has_aux``)."""
         out = self._outputs(params, micro_batch)
-        return (out[-1] if isinstance(out, tuple | list) else out), out
+        return the_loss(out), out
 
     def _training_batch(
         self, args: tuple[torch.Tensor | npt.ArrayLike, ...]
