@@ -12,16 +12,21 @@ directory of its own (they write checkpoints and plots to the working directory)
 (``--offline-mode``), ``scaling`` sweeps the program's replicas 1, 2, 4 and 8 with
 ``poprun-emu-scaling``.
 
+Graphcore's applications (``bert``, ``gpt2``: ``benchmarks/graphcore_nlp.py``) run with the
+interpreter ``--python`` names (a virtual environment with their requirements), one run per
+layout, and show their losses and, offline, the simulated throughput beside the published one.
+
 Prints one JSON line per run (program, mode, exit code, seconds, what it shows: the test
 accuracy the program prints, or offline the simulated step; the last lines of its stderr)
-and then a Markdown table.
+and then a Markdown table, and writes the runs to ``benchmarks/results/graphcore_programs.json``
+(the rows of programs not run this time are kept).
 
 Usage::
 
     pip install -e ".[poptorch]" "torchvision>=0.27,<0.28"
     python benchmarks/graphcore_programs.py --examples PATH/TO/graphcore/examples \\
         [--programs pipelining,mnist,basics] [--modes functional,offline,scaling]
-        [--timeout 1200]
+        [--timeout 1200] [--python /work/venv-nlp/bin/python]
 
 References:
     graphcore/examples (github.com/graphcore/examples): tutorials/tutorials/pytorch/pipelining,
@@ -44,6 +49,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from graphcore_nlp import APPLICATIONS, Layout, figures, layouts
+from results_file import results_dir, write_results
 from sklearn.datasets import load_digits
 
 
@@ -184,19 +191,65 @@ def run_program(examples: Path, name: str, mode: str, timeout: float) -> dict:
     }
 
 
+def run_application(
+    examples: Path, name: str, mode: str, layout: Layout, python: str, timeout: float
+) -> dict:
+    """Runs Graphcore application ``name`` once in ``layout`` (a directory of its own: the
+    programs write checkpoints there); returns what the JSON line prints."""
+    source = examples / APPLICATIONS[name].path
+    command = [python, "-m", "launch", *layout.poprun, str(source), *layout.args]
+    with tempfile.TemporaryDirectory(prefix=f"graphcore-{name}-") as work:
+        start = time.perf_counter()
+        try:
+            proc = subprocess.run(
+                command, cwd=work, capture_output=True, text=True, timeout=timeout
+            )
+            code, out, err = proc.returncode, proc.stdout, proc.stderr
+        except subprocess.TimeoutExpired as error:
+            code, out, err = None, str(error.stdout or ""), f"timed out after {timeout:g} s"
+        seconds = time.perf_counter() - start
+    lines = [line for line in err.splitlines() if line.strip() and "\r" not in line]
+    shown = figures(name, mode, out, err)
+    return {
+        "program": name,
+        "path": APPLICATIONS[name].path,
+        "mode": mode,
+        "layout": layout.name,
+        "command": " ".join(["poprun-emu", *command[3:]]).replace(str(examples) + "/", ""),
+        "exit_code": code,
+        "seconds": round(seconds, 1),
+        **shown,
+        "result": ", ".join(f"{k} {v}" for k, v in shown.items() if k != "losses"),
+        "last_lines": lines[-6:],
+    }
+
+
+def _write(runs: list[dict]) -> None:
+    """The runs into the results file, beside the kept rows of programs not run now."""
+    path = results_dir() / "graphcore_programs.json"
+    kept: list[dict] = []
+    if path.is_file():
+        ran = {run["program"] for run in runs}
+        kept = [r for r in json.loads(path.read_text())["figures"] if r["program"] not in ran]
+    rows = [{k: v for k, v in run.items() if k != "last_lines"} for run in runs]
+    write_results("graphcore_programs", kept + rows)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", required=True, type=Path, help="graphcore/examples")
     parser.add_argument("--programs", default=",".join(PROGRAMS))
     parser.add_argument("--modes", default=",".join(MODES))
     parser.add_argument("--timeout", type=float, default=1200.0)
+    parser.add_argument("--python", default=sys.executable, help="the applications' Python")
     args = parser.parse_args(argv)
+    known = {n: p.path for n, p in PROGRAMS.items()} | {n: a.path for n, a in APPLICATIONS.items()}
     names, modes = args.programs.split(","), args.modes.split(",")
-    for value, known, flag in ((names, PROGRAMS, "--programs"), (modes, MODES, "--modes")):
-        unknown = [v for v in value if v not in known]
+    for value, choices, flag in ((names, known, "--programs"), (modes, MODES, "--modes")):
+        unknown = [v for v in value if v not in choices]
         if unknown:
-            parser.error(f"{flag}: unknown {unknown}; choose from {','.join(known)}")
-    missing = [PROGRAMS[n].path for n in names if not (args.examples / PROGRAMS[n].path).is_file()]
+            parser.error(f"{flag}: unknown {unknown}; choose from {','.join(choices)}")
+    missing = [known[n] for n in names if not (args.examples / known[n]).is_file()]
     if missing:
         parser.error(
             f"--examples {args.examples}: no {missing[0]}; give a graphcore/examples checkout"
@@ -204,9 +257,16 @@ def main(argv: list[str] | None = None) -> int:
     runs = []
     for name in names:
         for mode in modes:
-            run = run_program(args.examples, name, mode, args.timeout)
-            print(json.dumps(run), flush=True)
-            runs.append(run)
+            if name in APPLICATIONS:
+                done = [
+                    run_application(args.examples, name, mode, layout, args.python, args.timeout)
+                    for layout in layouts(name, mode)
+                ]
+            else:
+                done = [run_program(args.examples, name, mode, args.timeout)]
+            for run in done:
+                print(json.dumps(run), flush=True)
+            runs += done
     print("\n| program | mode | exit code | seconds | result |")
     print("|---|---|---|---|---|")
     for run in runs:
@@ -214,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
             f"| `{run['path']}` | {run['mode']} | {run['exit_code']} | {run['seconds']} | "
             f"{run['result'] or (run['last_lines'] or [''])[-1][:120]} |"
         )
+    _write(runs)
     return 0 if all(r["exit_code"] == 0 for r in runs) else 1
 
 

@@ -83,6 +83,7 @@ from popdist_emu.poptorch._buffers import (
     module_function,
     write_buffers,
 )
+from popdist_emu.poptorch._call_args import forward_args
 from popdist_emu.poptorch._device import DeviceCalls
 from popdist_emu.poptorch._learning_rate import changed_learning_rates, set_learning_rates
 from popdist_emu.poptorch._loss_mark import the_loss
@@ -290,9 +291,10 @@ class PoplarExecutor(DeviceCalls):
         self._replicas = ReplicaBuffers(buffers, fields.replication_factor)
 
     # ------------------------------------------------------------ PopTorch's calls
-    def __call__(self, *args: Any) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Runs one call (``device_iterations`` steps in training) on the combined batch,
         the module in this model's mode (training or eval) whatever another model left."""
+        args = forward_args(self._user_model, args, kwargs)  # by name: as forward's
         if self.options.synthetic_data:  # the device makes the inputs (``_synthetic``)
             instance = self._mode_fields.instance_index
             args = synthetic_inputs(args, self._seed, self._calls, instance)
@@ -390,8 +392,9 @@ class PoplarExecutor(DeviceCalls):
             state = trainer.state
             trainer.state = state._replace(opt_state=set_learning_rates(state.opt_state, rates))
 
-    def compile(self, *args: Any) -> None:
+    def compile(self, *args: Any, **kwargs: Any) -> None:
         """Compiles the step for this combined batch's shapes without running it."""
+        args = forward_args(self._user_model, args, kwargs)
         with in_mode(self._user_model, self.training):
             if not self.training:
                 arrays = self._layout(tuple(to_jax_array(a) for a in args))

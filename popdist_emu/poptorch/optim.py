@@ -334,7 +334,35 @@ def _scale_by_uncorrected_moments(b1: float, b2: float, eps: float) -> optax.Gra
     return optax.GradientTransformation(init, update)  # type: ignore[arg-type]
 
 
+def _in_float32(inner: optax.GradientTransformation) -> optax.GradientTransformation:
+    """``inner`` computed in float32 for half-precision weights, its state (momentum, Adam's
+    moments) kept in float32, the update cast back to each weight's type: PopTorch keeps
+    optimiser state in float32 unless told otherwise (``first_order_momentum_accum_type``,
+    ``second_order_momentum_accum_type``), and a float16 second moment (a squared gradient)
+    underflows to zero, which makes Adam's step ``m / eps`` (BERT's ``.half()`` model
+    diverged so)."""
+
+    def wide(tree: Any) -> Any:
+        return jax.tree.map(lambda x: x.astype(jax.numpy.float32), tree)
+
+    def init(params: Any) -> Any:
+        return inner.init(wide(params))
+
+    def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
+        new, state = inner.update(wide(updates), state, None if params is None else wide(params))
+        return jax.tree.map(lambda n, u: n.astype(u.dtype), new, updates), state
+
+    return optax.GradientTransformation(init, update)
+
+
 def _group_transform(
+    optimizer: torch.optim.Optimizer, group: dict[str, Any]
+) -> optax.GradientTransformation:
+    """The transformation of one parameter group's settings, in float32 (``_in_float32``)."""
+    return _in_float32(_group_float32_transform(optimizer, group))
+
+
+def _group_float32_transform(
     optimizer: torch.optim.Optimizer, group: dict[str, Any]
 ) -> optax.GradientTransformation:
     """The transformation of one parameter group's settings."""

@@ -198,3 +198,38 @@ def test_from_poptorch_optim_imports_every_optimiser_without_the_sdk() -> None:
         check=False,
     )
     assert out.stdout.strip() == "True", out.stderr[-2000:]
+
+
+def test_a_half_precision_model_keeps_adams_moments_in_float32() -> None:
+    """Gradients of 1e-4 square below float16's smallest number: moments kept in float16
+    would make Adam's step ``m / eps`` (a jump of 100 per weight); PopTorch keeps them in
+    float32, so the half model follows a float32 one within float16's rounding."""
+    import torch
+
+    import popdist_emu.poptorch as poptorch
+
+    def make() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Linear(4, 1)
+
+    class Loss(torch.nn.Module):
+        def __init__(self, model: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.model(x).float().sum() * 1e-4  # gradients of about 1e-4
+
+    half, reference = make().half(), make()
+    optimizer = torch.optim.AdamW(half.parameters(), lr=0.01, eps=1e-6, weight_decay=0.0)
+    training = poptorch.trainingModel(Loss(half), poptorch.Options(), optimizer)
+    torch_opt = torch.optim.AdamW(reference.parameters(), lr=0.01, eps=1e-6, weight_decay=0.0)
+    x = torch.ones(2, 4)
+    for _ in range(3):
+        training(x.half())
+        torch_opt.zero_grad()
+        Loss(reference)(x).backward()
+        torch_opt.step()
+    np.testing.assert_allclose(
+        half.weight.detach().float().numpy(), reference.weight.detach().numpy(), atol=2e-3
+    )
