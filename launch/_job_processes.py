@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-from contract import pid_alive
+from contract import ENV_JOB_DIR, pid_alive
 from launch._exits import InstanceExit
 from launch._host_watch import stale
 from launch._job import pid_path
@@ -31,6 +31,20 @@ def stat_fields(pid: int) -> list[str] | None:
     except (OSError, IndexError):
         return None
     return fields if len(fields) > 3 else None
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` still runs: it exists and is not a zombie.
+
+    A bootstrap killed from outside stays a zombie until its parent, the MPI's process
+    manager, reaps it, and MPICH's ``hydra_pmi_proxy`` does so only once every connection
+    of that rank is closed; its orphaned program still holds the PMI one, so the zombie can
+    last as long as the program. ``kill(pid, 0)`` succeeds on a zombie.
+    """
+    if not os.path.isdir("/proc"):
+        return pid_alive(pid)
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -73,18 +87,50 @@ class Groups:
                     pid, pgid = (int(x) for x in f.read().split())
             except (FileNotFoundError, ValueError):
                 continue
-            if _ours(pid, pgid, self.root):
+            if _ours(pid, pgid, self.root) or _orphaned_here(pid, pgid, self.job_dir):
                 self.known[i] = (pid, pgid)
             else:
                 self.remote.add(i)
         return dict(self.known)
 
 
+def _orphaned_here(pid: int, pgid: int, job_dir: str) -> bool:
+    """Whether bootstrap ``pid`` is gone but its group still holds a process of this job.
+
+    A bootstrap killed before the watchdog's first look at its pid file can no longer be
+    traced to the launcher through ``/proc``; its program runs on, orphaned, in the
+    bootstrap's group. Watched as if on another host, that group would never be signalled,
+    and the program would outlive the job. It is this job's when a live member of the group
+    carries the job's directory in its environment (``/proc/<pid>/environ``), which no
+    process outside the job has.
+    """
+    if running(pid) or pgid <= 1:
+        return False
+    marker = f"{ENV_JOB_DIR}={job_dir}".encode()
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            fields = stat_fields(int(entry)) if entry.isdigit() else None
+            if fields is None or fields[0] in ("Z", "X") or int(fields[2]) != pgid:
+                continue
+            if marker in _environ(int(entry)).split(b"\0"):
+                return True
+    return False
+
+
+def _environ(pid: int) -> bytes:
+    """``/proc/<pid>/environ`` (NUL-separated), empty if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def vanished(groups: Groups, exits: Mapping[int, InstanceExit]) -> Iterator[int]:
     """Instances whose bootstrap is gone without writing a status (it was killed); on another
     host, that stopped renewing its pid file."""
     for i, (pid, _) in groups().items():
-        if i not in exits and not pid_alive(pid):
+        if i not in exits and not running(pid):
             yield i
     now_ns = time.time_ns()
     for i in sorted(groups.remote):

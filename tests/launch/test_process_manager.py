@@ -69,3 +69,104 @@ def test_a_killed_process_manager_or_mpiexec_or_a_stopped_bootstrap_ends_the_job
             os.killpg(job.pid, signal.SIGKILL)
     assert job.returncode != 0 and seconds < within(30), (seconds, err)  # the program runs 120 s
     assert words in err, err
+
+
+def _processes() -> dict[int, tuple[int, bytes]]:
+    """Every process's ``(parent, command line)`` from ``/proc``."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                found[int(entry)] = (_parent(int(entry)), f.read())
+        except (ValueError, OSError, IndexError):
+            continue
+    return found
+
+
+def _children(pid: int, name: bytes) -> list[int]:
+    """The children of ``pid`` whose command is ``name``."""
+    return [
+        p
+        for p, (parent, cmd) in _processes().items()
+        if parent == pid and os.path.basename(cmd.split(b"\0")[0]) == name
+    ]
+
+
+def _descends(pid: int, root: int, seen: dict[int, tuple[int, bytes]]) -> bool:
+    while pid in seen and pid > 1:
+        pid = seen[pid][0]
+        if pid == root:
+            return True
+    return False
+
+
+def _instance_of(pid: int) -> int:
+    with open(f"/proc/{pid}/environ", "rb") as f:
+        for item in f.read().split(b"\0"):
+            if item.startswith(b"POPDIST_EMU_INSTANCE_INDEX="):
+                return int(item.split(b"=")[1])
+    raise AssertionError(f"process {pid} is not an instance")
+
+
+def _until(find, what: str, seconds: float):
+    deadline = time.monotonic() + within(seconds)
+    while time.monotonic() < deadline:
+        if found := find():
+            return found
+        time.sleep(0.02)
+    raise AssertionError(f"no {what} within {within(seconds):.0f} s")
+
+
+def test_a_bootstrap_killed_before_the_watchdog_saw_it_ends_its_program_too(tmp_path):
+    """A bootstrap killed before the launcher's first look at its pid file cannot be traced to
+    the launcher in ``/proc`` any more; its program runs on, orphaned, in its group. It used to
+    be watched as if on another host: its program outlived the job, which named instance 0.
+
+    The launcher is stopped (SIGSTOP) from the moment mpiexec exists until the bootstrap is
+    killed, so its watchdog has not looked at any pid file yet."""
+    (tmp_path / "long.py").write_text(LONG + "time.sleep(120)\n")
+    job = subprocess.Popen(
+        [*LAYOUT, "--collective-timeout", "3", "long.py"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    program = None
+    try:
+        launched = _until(lambda: _children(job.pid, b"mpiexec"), "mpiexec", 60)[0]
+        os.kill(job.pid, signal.SIGSTOP)
+
+        def programs() -> dict[int, int]:
+            seen = _processes()
+            running = [
+                p
+                for p, (_, cmd) in seen.items()
+                if b"launch._runner" in cmd and _descends(p, launched, seen)
+            ]
+            return {_instance_of(p): p for p in running} if len(running) == 2 else {}
+
+        program = _until(programs, "two running programs", 60)[1]
+        os.kill(_parent(program), signal.SIGKILL)
+        time.sleep(0.5)
+        os.kill(job.pid, signal.SIGCONT)
+        _, err = job.communicate(timeout=within(60))
+        # The orphaned program was ended with the job, not left to sleep its 120 s.
+        _until(lambda: _stat_state(program) in ("gone", "Z"), "end of the orphaned program", 10)
+    finally:
+        if job.poll() is None:
+            os.kill(job.pid, signal.SIGCONT)
+            os.killpg(job.pid, signal.SIGKILL)
+        if program is not None and os.path.exists(f"/proc/{program}"):
+            os.kill(program, signal.SIGKILL)
+    assert job.returncode == 1, err
+    assert "instance 1 was killed before reporting its exit status" in err, err
+
+
+def _stat_state(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
