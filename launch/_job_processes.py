@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-from contract import ENV_JOB_DIR, pid_alive
+from contract import ENV_JOB_DIR, orphaned_path, pid_alive
 from launch._exits import InstanceExit
 from launch._host_watch import stale
 from launch._job import pid_path
@@ -184,7 +184,9 @@ def killed_first(groups: Groups, lost: Sequence[int]) -> list[int]:
     A bootstrap killed from outside (``kill -9`` of its pid) leaves its program running,
     orphaned; the MPI's process manager then ends the job's other processes by their groups,
     bootstrap and program together, often before the watchdog's next look. So both are lost
-    by then, and the one whose group still has a live (not zombie) process is the cause.
+    by then. The program of the killed one records the moment its bootstrap died
+    (``launch._orphan_watch``): the earliest record names the cause; without one, the instance
+    whose group still has a live (not zombie) process is.
     """
     live = set()
     with contextlib.suppress(OSError):
@@ -193,4 +195,19 @@ def killed_first(groups: Groups, lost: Sequence[int]) -> list[int]:
             if fields is not None and fields[0] not in ("Z", "X"):
                 live.add(int(fields[2]))
     known = groups()
-    return sorted(lost, key=lambda i: not (i in known and known[i][1] in live))
+    orphaned = {i: _orphaned_at(groups.job_dir, i) for i in lost}
+
+    def evidence(i: int) -> tuple[bool, int, bool]:
+        return orphaned[i] is None, orphaned[i] or 0, not (i in known and known[i][1] in live)
+
+    return sorted(lost, key=evidence)
+
+
+def _orphaned_at(job_dir: str, instance: int) -> int | None:
+    """When the program of ``instance`` recorded its bootstrap's death (``launch._orphan_watch``),
+    in ns since the epoch; None if it did not."""
+    try:
+        with open(orphaned_path(job_dir, instance)) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None
