@@ -70,7 +70,6 @@ _IPU_ARGUMENTS = (
     "max_grad_norm",
 )
 
-
 # Scalings the program set to other than 1, named once each: PopTorch applies them on the
 # IPU (against float16 underflow); the emulator computes without them.
 _SCALINGS = ("loss_scaling", "velocity_scaling")
@@ -78,6 +77,9 @@ _WARNED: set[str] = set()
 
 
 def _pop_ipu_arguments(kwargs: dict[str, object], name: str) -> None:
+    """Drops PopTorch's IPU-only arguments and each None (unset: torch's default)."""
+    for key in [k for k, v in kwargs.items() if v is None]:
+        del kwargs[key]
     for key in _IPU_ARGUMENTS:
         value = kwargs.pop(key, None)
         if key in _SCALINGS and value not in (None, 1, 1.0) and key not in _WARNED:
@@ -151,7 +153,7 @@ class LAMB(Optimizer, torch.optim.Optimizer):
 
     ``bias_correction=False`` (Graphcore's BERT ``LAMBNoBiasCorrection``, GPT-2, CLIP) uses
     the moments as they are: ``u = m / (sqrt(v) + eps) + weight_decay * w``, as PopTorch's
-    LAMB does (its reference: "bias_correction: whether to use bias correction").
+    LAMB does. An argument left None takes PopTorch's default (ViT passes ``betas=None``).
 
     ``max_weight_norm`` (FastPitch; BERT and ViT pass None, per group too) clips the weight's
     norm in the ratio, PopTorch's phi(z) = min(z, max_weight_norm): ``w -= lr *
@@ -161,29 +163,27 @@ class LAMB(Optimizer, torch.optim.Optimizer):
     update is built (one clip for the whole optimiser).
     """
 
+    # PopTorch's defaults, for the arguments a program leaves unset or passes as None.
+    _DEFAULTS = (("lr", 1e-3), ("betas", (0.9, 0.999)), ("eps", 1e-8), ("weight_decay", 1e-2))
+
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 1e-2,
-        bias_correction: bool = True,
+        lr: float | None = None,
+        betas: tuple[float, float] | None = None,
+        eps: float | None = None,
+        weight_decay: float | None = None,
+        bias_correction: bool | None = None,
         max_weight_norm: float | None = None,
         **kwargs: Any,
     ) -> None:
         _pop_ipu_arguments(kwargs, "LAMB")
         if kwargs:
             raise TypeError(f"poptorch.optim.LAMB: unexpected arguments {sorted(kwargs)}.")
-        defaults = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "bias_correction": bool(bias_correction),
-            "max_weight_norm": max_weight_norm,
-        }
-        super().__init__(params, defaults)
+        given = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        defaults = {**dict(self._DEFAULTS), **{k: v for k, v in given.items() if v is not None}}
+        defaults["bias_correction"] = bias_correction is None or bool(bias_correction)
+        super().__init__(params, {**defaults, "max_weight_norm": max_weight_norm})
 
 
 def optimiser_hyperparams(optimizer: torch.optim.Optimizer) -> dict[str, Any]:

@@ -198,3 +198,23 @@ def test_from_poptorch_optim_imports_every_optimiser_without_the_sdk() -> None:
         check=False,
     )
     assert out.stdout.strip() == "True", out.stderr[-2000:]
+
+
+def test_arguments_passed_as_none_take_poptorchs_defaults() -> None:
+    """PopTorch treats None as "not set" (ViT passes ``eps=None``, ``betas=None`` and an
+    unset ``bias_correction``): the defaults, never None, reach the update."""
+    weight = torch.nn.Parameter(torch.ones(2))
+    adam = optim.Adam([weight], lr=0.1, betas=None, eps=None, weight_decay=None)
+    group = adam.param_groups[0]
+    assert (group["betas"], group["eps"], group["weight_decay"]) == ((0.9, 0.999), 1e-8, 0)
+    sgd = optim.SGD([weight], lr=0.1, momentum=None, loss_scaling=None)
+    assert sgd.param_groups[0]["momentum"] == 0
+    lamb = optim.LAMB([weight], lr=None, betas=None, bias_correction=None)
+    group = lamb.param_groups[0]
+    assert (group["lr"], group["betas"], group["eps"], group["bias_correction"]) == (
+        1e-3,
+        (0.9, 0.999),
+        1e-8,
+        True,
+    )
+    assert optim.LAMB([weight], bias_correction=False).defaults["bias_correction"] is False
