@@ -134,6 +134,21 @@ def module_function(
     return weights, fn, names
 
 
+def module_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's tensors by torchax's names: parameters, buffers, and the plain tensor
+    attributes torchax also takes as buffers (Graphcore's ViT keeps its input normalisation's
+    constants so, set before ``Module.__init__``)."""
+    tensors = {
+        **dict(model.named_parameters(remove_duplicate=False)),
+        **dict(model.named_buffers(remove_duplicate=False)),
+    }
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for key, value in vars(module).items():
+            if isinstance(value, torch.Tensor):
+                tensors.setdefault(f"{prefix}.{key}" if prefix else key, value)
+    return tensors
+
+
 def changed_buffers(
     fn: ModuleFunction,
     weights: dict[str, jax.Array],

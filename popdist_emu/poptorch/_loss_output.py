@@ -76,10 +76,14 @@ def traced_forward(forward: Callable[[], Any]) -> Any:
 
 def pick_loss(out: Any) -> Any:
     """The loss among the outputs (JAX arrays) of the forward traced last: the marked
-    output, else the only output, else the last."""
+    output, else the only output, else the last; one element of any shape is the scalar
+    PopTorch takes it for (ViT's mixup loss has shape ``[1]``)."""
     path = _last_path[0]
     if path is not None:
         for key in path:
             out = out[key]
-        return out
-    return out[-1] if isinstance(out, tuple | list) else out
+    elif isinstance(out, tuple | list):
+        out = out[-1]
+    if getattr(out, "ndim", 0) and getattr(out, "size", 0) == 1:
+        return out.reshape(())
+    return out

@@ -80,6 +80,7 @@ from popdist_emu.poptorch._buffers import (
     check_modules,
     in_mode,
     module_function,
+    module_tensors,
     replica_local_buffers,
     write_buffers,
 )
@@ -172,11 +173,7 @@ class PoplarExecutor(DeviceCalls):
     # --------------------------------------------------------------------- helpers
     def _weights(self) -> Weights:
         """The module's current weights by torchax's names (parameters and buffers)."""
-        model = self._user_model
-        state = {
-            **dict(model.named_parameters(remove_duplicate=False)),
-            **dict(model.named_buffers(remove_duplicate=False)),
-        }
+        state = module_tensors(self._user_model)
         names = [*self._names, *self._constants]
         return {n: jax.numpy.asarray(to_jax_array(state[n])) for n in names}
 
