@@ -85,6 +85,7 @@ from popdist_emu.poptorch._buffers import (
     write_buffers,
 )
 from popdist_emu.poptorch._device import DeviceCalls
+from popdist_emu.poptorch._learning_rate import changed_learning_rate, set_learning_rate
 from popdist_emu.poptorch._loss_output import pick_loss
 from popdist_emu.poptorch._optstate import HostOptimiserState
 from popdist_emu.poptorch._outputs import (
@@ -387,10 +388,10 @@ class PoplarExecutor(DeviceCalls):
         Raises:
             ValueError: another optimiser class or a change other than the learning rate.
         """
-        learning_rate = optim.changed_learning_rate(self._optimizer, optimizer)
+        learning_rates = changed_learning_rate(self._optimizer, optimizer)
         self._optimizer = self._host_state.follow(optimizer)
         if self._trainer is not None:
-            optim.set_learning_rate(self._trainer.state.opt_state, learning_rate)
+            set_learning_rate(self._trainer.state.opt_state, learning_rates)
 
     def compile(self, *args: Any) -> None:
         """Compiles the step for this combined batch's shapes without running it."""

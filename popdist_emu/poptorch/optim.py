@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import jax
 import optax
@@ -392,59 +392,3 @@ def _rmsprop(group: dict[str, Any]) -> Callable[..., optax.GradientTransformatio
         return optax.chain(*parts)
 
     return rmsprop
-
-
-def changed_learning_rate(old: torch.optim.Optimizer | None, new: torch.optim.Optimizer) -> float:
-    """The new learning rate of ``setOptimizer(new)`` on a model trained with ``old``.
-
-    Raises:
-        ValueError: no ``old`` (an inference model), another optimiser class or a change
-            other than the learning rate.
-    """
-    if old is None:
-        raise ValueError(
-            "setOptimizer: an inference model has no optimiser; call it on the model "
-            "poptorch.trainingModel returned."
-        )
-    old_group, new_group = optimiser_hyperparams(old), optimiser_hyperparams(new)
-    rate = ("lr", "initial_lr")
-    if type(old) is not type(new) or {k: v for k, v in old_group.items() if k not in rate} != {
-        k: v for k, v in new_group.items() if k not in rate
-    }:
-        raise ValueError(
-            "setOptimizer: popdist-emu changes the learning rate only so far; keep the "
-            "optimiser's class and its other settings."
-        )
-    return float(new_group["lr"])
-
-
-# The states ``optax.inject_hyperparams`` makes (the stateful one since optax 0.2).
-_Injected = optax.InjectStatefulHyperparamsState | optax.InjectHyperparamsState
-
-
-def set_learning_rate(opt_state: Any, learning_rate: float) -> None:
-    """Sets the learning rate inside an optimiser state made by :func:`to_optax`.
-
-    Raises:
-        ValueError: the state is sharded or offloaded, or has several parameter groups.
-    """
-    injected = _injected_states(opt_state)
-    if len(injected) != 1:
-        raise ValueError(
-            "setOptimizer: the optimiser state is sharded or offloaded here, or has "
-            "several parameter groups; changing the learning rate there is not "
-            "supported yet."
-        )
-    hyperparams = injected[0].hyperparams
-    current = cast(jax.Array, hyperparams["learning_rate"])  # injected numbers are arrays
-    hyperparams["learning_rate"] = jax.numpy.asarray(learning_rate, dtype=current.dtype)
-
-
-def _injected_states(opt_state: Any) -> list[_Injected]:
-    """The ``optax.inject_hyperparams`` states inside an optimiser state (chains and
-    layer-wise optimisers nest them in tuples); their ``hyperparams`` dicts are mutable."""
-    if isinstance(opt_state, _Injected):
-        return [opt_state]
-    if isinstance(opt_state, tuple):
-        return [found for part in opt_state for found in _injected_states(part)]
-    return []
