@@ -126,18 +126,15 @@ class AdamW(Optimizer, torch.optim.AdamW):
 class RMSprop(Optimizer, torch.optim.RMSprop):
     """``poptorch.optim.RMSprop``: ``torch.optim.RMSprop`` plus PopTorch's IPU arguments.
 
-    Raises:
-        ValueError: ``use_tf_variant=True`` (TensorFlow's RMSprop: eps inside the root,
-            the average starting at one): not modelled yet.
+    ``use_tf_variant=True`` (Graphcore's EfficientNet, ``--optimizer rmsprop_tf``) is
+    TensorFlow's RMSprop as PopTorch describes it: the average of squared gradients starts
+    at one, eps is inside the square root, and the learning rate goes into the momentum
+    buffer (``buf = momentum * buf + lr * g / sqrt(v + eps)``; ``p -= buf``).
     """
 
     def __init__(self, params: ParamsT, lr: float = 1e-2, **kwargs: Any) -> None:
         _pop_ipu_arguments(kwargs, "RMSprop")
-        if kwargs.pop("use_tf_variant", False):
-            raise ValueError(
-                "poptorch.optim.RMSprop(use_tf_variant=True): not modelled by popdist-emu "
-                "yet; remove it."
-            )
+        self.use_tf_variant = bool(kwargs.pop("use_tf_variant", False))
         super().__init__(params, lr=lr, **kwargs)
 
 
@@ -370,21 +367,31 @@ def _group_transform(
 
         return optax.inject_hyperparams(adam)(learning_rate=lr)
     if isinstance(optimizer, torch.optim.RMSprop):
-        return optax.inject_hyperparams(_rmsprop(group))(learning_rate=lr)
+        tf = bool(getattr(optimizer, "use_tf_variant", False))
+        return optax.inject_hyperparams(_rmsprop(group, tf))(learning_rate=lr)
     raise ValueError(
         f"{type(optimizer).__name__}: popdist-emu maps SGD, Adam, AdamW, RMSprop (torch.optim "
         f"or poptorch.optim) and poptorch.optim.LAMB so far; use one of those."
     )
 
 
-def _rmsprop(group: dict[str, Any]) -> Callable[..., optax.GradientTransformation]:
-    """RMSprop's transformation of one group's settings, its learning rate an argument."""
+def _rmsprop(
+    group: dict[str, Any], tf: bool = False
+) -> Callable[..., optax.GradientTransformation]:
+    """RMSprop's transformation of one group's settings, its learning rate an argument
+    (``tf``: TensorFlow's variant, see :class:`RMSprop`)."""
     wd, alpha, eps = (float(group[k]) for k in ("weight_decay", "alpha", "eps"))
     momentum = float(group["momentum"])
     scale = optax.scale_by_stddev if group["centered"] else optax.scale_by_rms
 
     def rmsprop(learning_rate: float | jax.Array) -> optax.GradientTransformation:
         parts = [optax.add_decayed_weights(wd)] if wd else []
+        if tf:  # the learning rate inside the momentum buffer
+            parts.append(scale(decay=alpha, eps=eps, initial_scale=1.0, eps_in_sqrt=True))
+            parts.append(optax.scale_by_learning_rate(learning_rate))
+            if momentum:
+                parts.append(optax.trace(decay=momentum))
+            return optax.chain(*parts)
         parts.append(scale(decay=alpha, eps=eps, eps_in_sqrt=False))
         if momentum:
             parts.append(optax.trace(decay=momentum))
