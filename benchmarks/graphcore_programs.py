@@ -237,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--examples {args.examples}: no {missing[0]}; give a graphcore/examples checkout"
         )
-    runs = []
+    runs: list[dict] = []
     for name in names:
         for mode in modes:
             layouts = PROGRAMS[name].instances if mode == "functional" else (1,)
