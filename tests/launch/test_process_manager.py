@@ -125,15 +125,7 @@ def test_a_bootstrap_killed_before_the_watchdog_saw_it_ends_its_program_too(tmp_
 
     The launcher is stopped (SIGSTOP) from the moment mpiexec exists until the bootstrap is
     killed, so its watchdog has not looked at any pid file yet."""
-    (tmp_path / "long.py").write_text(LONG + "time.sleep(120)\n")
-    job = subprocess.Popen(
-        [*LAYOUT, "--collective-timeout", "3", "long.py"],
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    job = _sleeping_job(tmp_path)
     program = None
     try:
         launched = _until(lambda: _children(job.pid, b"mpiexec"), "mpiexec", 60)[0]

@@ -181,12 +181,7 @@ def test_other_buffers_changed_under_replication_need_broadcast_buffers_false() 
 
 
 def test_a_loss_that_reads_a_buffer_it_changes_is_refused_in_one_line() -> None:
-    class Counter(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.linear = torch.nn.Linear(2, 1)
-            self.register_buffer("count", torch.zeros(()))
-
+    class Counter(_Tally):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             self.count += 1.0
             return (self.linear(x) * self.count).mean()
