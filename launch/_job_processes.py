@@ -47,6 +47,15 @@ def running(pid: int) -> bool:
     return fields is not None and fields[0] not in ("Z", "X")
 
 
+def _every_process() -> Iterator[tuple[int, list[str]]]:
+    """``(pid, stat fields)`` of every process ``/proc`` shows (none where it cannot be read)."""
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            fields = stat_fields(int(entry)) if entry.isdigit() else None
+            if fields is not None:
+                yield int(entry), fields
+
+
 def _stat(pid: int) -> tuple[int, int] | None:
     """``(parent pid, process group)`` of ``pid`` from ``/proc``, None if it is gone."""
     fields = stat_fields(pid)
@@ -107,14 +116,12 @@ def _orphaned_here(pid: int, pgid: int, job_dir: str) -> bool:
     if running(pid) or pgid <= 1:
         return False
     marker = f"{ENV_JOB_DIR}={job_dir}".encode()
-    with contextlib.suppress(OSError):
-        for entry in os.listdir("/proc"):
-            fields = stat_fields(int(entry)) if entry.isdigit() else None
-            if fields is None or fields[0] in ("Z", "X") or int(fields[2]) != pgid:
-                continue
-            if marker in _environ(int(entry)).split(b"\0"):
-                return True
-    return False
+    return any(
+        fields[0] not in ("Z", "X")
+        and int(fields[2]) == pgid
+        and marker in _environ(pid).split(b"\0")
+        for pid, fields in _every_process()
+    )
 
 
 def _environ(pid: int) -> bytes:
@@ -140,29 +147,17 @@ def vanished(groups: Groups, exits: Mapping[int, InstanceExit]) -> Iterator[int]
 
 def session_members(sid: int) -> list[int]:
     """The processes still in session ``sid`` (the one mpiexec leads), from ``/proc``."""
-    members = []
-    with contextlib.suppress(OSError):
-        for pid in os.listdir("/proc"):
-            if pid.isdigit() and int(pid) != os.getpid():
-                stat = stat_fields(int(pid))
-                if stat is not None and int(stat[3]) == sid:
-                    members.append(int(pid))
-    return members
+    me = os.getpid()
+    return [pid for pid, fields in _every_process() if pid != me and int(fields[3]) == sid]
 
 
 def stopped_instances(groups: Groups, exits: Mapping[int, InstanceExit]) -> list[int]:
     """Instances (without an exit status) with a stopped process (SIGSTOP, a debugger)."""
     waiting = {pgid: i for i, (_, pgid) in groups().items() if i not in exits}
     stopped = set()
-    with contextlib.suppress(OSError):
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            fields = stat_fields(int(pid))
-            if fields is None:
-                continue
-            if fields[0] in ("T", "t") and int(fields[2]) in waiting:
-                stopped.add(waiting[int(fields[2])])
+    for _, fields in _every_process():
+        if fields[0] in ("T", "t") and int(fields[2]) in waiting:
+            stopped.add(waiting[int(fields[2])])
     return sorted(stopped)
 
 
@@ -188,12 +183,7 @@ def killed_first(groups: Groups, lost: Sequence[int]) -> list[int]:
     (``launch._orphan_watch``): the earliest record names the cause; without one, the instance
     whose group still has a live (not zombie) process is.
     """
-    live = set()
-    with contextlib.suppress(OSError):
-        for pid in os.listdir("/proc"):
-            fields = stat_fields(int(pid)) if pid.isdigit() else None
-            if fields is not None and fields[0] not in ("Z", "X"):
-                live.add(int(fields[2]))
+    live = {int(fields[2]) for _, fields in _every_process() if fields[0] not in ("Z", "X")}
     known = groups()
     orphaned = {i: _orphaned_at(groups.job_dir, i) for i in lost}
 
