@@ -142,7 +142,10 @@ def run_left(out: str) -> None:
 
 def run_busy(out: str) -> None:
     big = [np.full(16 * 2**20, float(RANK + 1))]  # 128 MB: MPICH's large-message protocol
-    got = gcl.broadcast(big, root=0, timeout=2)[0]
+    gcl.all_reduce([np.ones(1)], "add", timeout=60)  # both here, however late one started
+    # The root's timeout is the one under test; the receiver's only bounds the transfer,
+    # which a loaded machine may slow past a short one.
+    got = gcl.broadcast(big, root=0, timeout=2 if RANK == 0 else 60)[0]
     time.sleep(4)  # a compile right after it, longer than the timeout, as ResNet-50's
     total = gcl.all_reduce([np.ones(1)], "add", timeout=30)[0][0]
     if RANK == 0:
