@@ -12,9 +12,13 @@ directory of its own (they write checkpoints and plots to the working directory)
 (``--offline-mode``), ``scaling`` sweeps the program's replicas 1, 2, 4 and 8 with
 ``poprun-emu-scaling``.
 
-Graphcore's applications (``bert``, ``gpt2``: ``benchmarks/graphcore_nlp.py``) run with the
-interpreter ``--python`` names (a virtual environment with their requirements), one run per
-layout, and show their losses and, offline, the simulated throughput beside the published one.
+Graphcore's applications run from the same checkout: the vision ones (``resnet50``,
+``efficientnet``, ``vit``: ``benchmarks/graphcore_vision.py``) functional on 1 and 2 host
+instances with their losses compared, offline at a published row's configuration; the NLP
+ones (``bert``, ``gpt2``: ``benchmarks/graphcore_nlp.py``) one run per layout, showing their
+losses and, offline, the simulated throughput beside the published one. Every program runs
+with the interpreter ``--python`` names (by default this one): a virtual environment with the
+applications' requirements.
 
 Prints one JSON line per run (program, mode, exit code, seconds, what it shows: the test
 accuracy the program prints, or offline the simulated step; the last lines of its stderr)
@@ -25,12 +29,13 @@ Usage::
 
     pip install -e ".[poptorch]" "torchvision>=0.27,<0.28"
     python benchmarks/graphcore_programs.py --examples PATH/TO/graphcore/examples \\
-        [--programs pipelining,mnist,basics] [--modes functional,offline,scaling]
-        [--timeout 1200] [--python /work/venv-nlp/bin/python]
+        [--programs pipelining,mnist,basics,resnet50,efficientnet,vit,bert,gpt2]
+        [--modes functional,offline,scaling] [--timeout 1200] [--python VENV/bin/python]
 
 References:
     graphcore/examples (github.com/graphcore/examples): tutorials/tutorials/pytorch/pipelining,
-    tutorials/simple_applications/pytorch/mnist, tutorials/tutorials/pytorch/basics.
+    tutorials/simple_applications/pytorch/mnist, tutorials/tutorials/pytorch/basics,
+    vision/cnns/pytorch, vision/vit/pytorch, nlp/bert/pytorch, nlp/gpt2/pytorch.
     LeCun et al., "The MNIST database": the IDX file format (magic 2051 for images, 2049 for
     labels, big-endian sizes).
 """
@@ -40,6 +45,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -50,6 +56,7 @@ from typing import NamedTuple
 
 import numpy as np
 from graphcore_nlp import APPLICATIONS, Layout, figures, layouts
+from graphcore_vision import VISION_PROGRAMS, same_losses
 from results_file import results_dir, write_results
 from sklearn.datasets import load_digits
 
@@ -58,10 +65,17 @@ class GraphcoreProgram(NamedTuple):
     """One program of graphcore/examples and how it is run here."""
 
     path: str  # inside the checkout
-    dataset: str  # torchvision's folder name: MNIST or FashionMNIST
+    dataset: str | None  # torchvision's folder name (MNIST, FashionMNIST); None: generated
     poprun: tuple[str, ...]  # the launcher's options
     args: tuple[str, ...]  # the program's own: sizes only
     copy: tuple[str, ...] = ()  # files beside it the program opens by relative path
+    instances: tuple[int, ...] = (1,)  # functional: one run per --num-instances
+    offline_poprun: tuple[str, ...] | None = None  # offline: a published row's (None: poprun)
+    offline_args: tuple[str, ...] | None = None  # offline: the row's arguments (None: args)
+    loss: str | None = None  # the program's own regular expression for its loss lines
+    # Flags whose value the program multiplies by its local replicas (its data set's size):
+    # multiplied by the instances here, so every layout trains on the same samples.
+    per_instance: tuple[str, ...] = ()
 
 
 PROGRAMS = {
@@ -100,6 +114,7 @@ PROGRAMS = {
         (),
         ("images",),
     ),
+    **{name: GraphcoreProgram(**fields) for name, fields in VISION_PROGRAMS.items()},
 }
 MODES = ("functional", "offline", "scaling")
 SCALING_REPLICAS = "1,2,4,8"  # poprun-emu-scaling's sweep of a program's --num-replicas
@@ -126,37 +141,68 @@ def write_digits_as_mnist(raw: Path) -> dict[str, int]:
     return sizes
 
 
-def _launcher(mode: str) -> list[str]:
+def _launcher(mode: str, python: str = sys.executable) -> list[str]:
+    # ``python``'s launcher: a program runs with the launcher's Python, which must have the
+    # program's requirements (``--python``, by default the one running this script).
     if mode == "scaling":
-        script = shutil.which("poprun-emu-scaling")
-        return [script] if script else [sys.executable, "-m", "popdist_emu.scaling"]
-    script = shutil.which("poprun-emu")
-    return [script] if script else [sys.executable, "-m", "launch"]
+        return [python, "-m", "popdist_emu.scaling"]
+    return [python, "-m", "launch"]
 
 
-def _launch_options(program: GraphcoreProgram, mode: str) -> list[str]:
-    """The program's launcher options for ``mode`` (scaling: its replicas swept)."""
+def _launch_options(program: GraphcoreProgram, mode: str, instances: int = 1) -> list[str]:
+    """The program's launcher options for ``mode`` (scaling: its replicas swept; functional
+    on ``instances`` host instances; offline: the published row's, where it has one)."""
     words = list(program.poprun)
+    if mode == "functional" and instances != 1:
+        words += ["--num-instances", str(instances)]
     if mode == "offline":
-        words.append("--offline-mode")
+        words = [*(program.offline_poprun or program.poprun), "--offline-mode"]
     if mode == "scaling":
         words[words.index("--num-replicas") + 1] = SCALING_REPLICAS
         words += ["--out", "scaling"]
     return words
 
 
-def run_program(examples: Path, name: str, mode: str, timeout: float) -> dict:
-    """Runs program ``name`` once in ``mode``; returns what the JSON line prints."""
+def _scaled(words: tuple[str, ...], program: GraphcoreProgram, instances: int) -> list[str]:
+    """``words`` with the values of ``program.per_instance``'s flags times ``instances``."""
+    out = list(words)
+    for i, word in enumerate(out[:-1]):
+        if word in program.per_instance:
+            out[i + 1] = str(int(out[i + 1]) * instances)
+    return out
+
+
+def run_program(
+    examples: Path,
+    name: str,
+    mode: str,
+    timeout: float,
+    instances: int = 1,
+    python: str = sys.executable,
+) -> dict:
+    """Runs program ``name`` once in ``mode`` with the interpreter ``python``; returns what
+    the JSON line prints."""
     program = PROGRAMS[name]
     source = examples / program.path
     with tempfile.TemporaryDirectory(prefix=f"graphcore-{name}-") as tmp:
         home, work = Path(tmp) / "home", Path(tmp) / "work"
-        write_digits_as_mnist(home / ".torch" / "datasets" / program.dataset / "raw")
+        if program.dataset:
+            write_digits_as_mnist(home / ".torch" / "datasets" / program.dataset / "raw")
         work.mkdir()
+        home.mkdir(exist_ok=True)
         for item in program.copy:
-            shutil.copytree(source.parent / item, work / item)
-        launcher = _launcher(mode)
-        command = [*launcher, *_launch_options(program, mode), str(source), *program.args]
+            if (source.parent / item).is_dir():
+                shutil.copytree(source.parent / item, work / item)
+            else:
+                shutil.copy2(source.parent / item, work / item)
+        launcher = _launcher(mode, python)
+        words = program.offline_args if mode == "offline" and program.offline_args else None
+        command = [
+            *launcher,
+            *_launch_options(program, mode, instances),
+            str(source),
+            *(words if words is not None else _scaled(program.args, program, instances)),
+        ]
         env = {**os.environ, "HOME": str(home)}
         start = time.perf_counter()
         try:
@@ -177,10 +223,13 @@ def run_program(examples: Path, name: str, mode: str, timeout: float) -> dict:
         results = [line for line in shown if "ccuracy" in line or line.startswith("step ")]
     # Offline, the host's part too: its time per step and whether it decides the throughput.
     host = [line for line in shown if line.startswith(("host:", "HOST-BOUND"))]
+    losses = [float(v) for v in re.findall(program.loss, out)] if program.loss else []
     return {
         "program": name,
         "path": program.path,
         "mode": mode,
+        "instances": instances,
+        "losses": losses,
         "command": " ".join(
             ["poprun-emu-scaling" if mode == "scaling" else "poprun-emu", *command[len(launcher) :]]
         ),
@@ -254,19 +303,24 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--examples {args.examples}: no {missing[0]}; give a graphcore/examples checkout"
         )
-    runs = []
+    runs: list[dict] = []
     for name in names:
         for mode in modes:
             if name in APPLICATIONS:
-                done = [
-                    run_application(args.examples, name, mode, layout, args.python, args.timeout)
-                    for layout in layouts(name, mode)
-                ]
-            else:
-                done = [run_program(args.examples, name, mode, args.timeout)]
-            for run in done:
+                for layout in layouts(name, mode):
+                    run = run_application(
+                        args.examples, name, mode, layout, args.python, args.timeout
+                    )
+                    print(json.dumps(run), flush=True)
+                    runs.append(run)
+                continue
+            counts = PROGRAMS[name].instances if mode == "functional" else (1,)
+            for instances in counts:
+                run = run_program(args.examples, name, mode, args.timeout, instances, args.python)
+                if instances != counts[0]:  # the program seeds: the same losses?
+                    run["same_losses_as_first_layout"] = same_losses(runs[-1], run)
                 print(json.dumps(run), flush=True)
-            runs += done
+                runs.append(run)
     print("\n| program | mode | exit code | seconds | result |")
     print("|---|---|---|---|---|")
     for run in runs:

@@ -2,15 +2,17 @@
 
 PopTorch's ``setOptimizer`` takes an optimiser of the class the model was compiled with and
 copies its changed hyper-parameters onto the device without recompiling; programs call it
-after every ``lr_scheduler.step()`` (Graphcore's BERT and GPT-2 do, on every step). A
-scheduler scales every parameter group's rate (BERT and GPT-2 keep biases and norms in a
-group of their own, without weight decay), so each group's new rate is set in the optimiser
-state, in the group's own ``inject_hyperparams`` state (``optim.to_optax`` makes one per
-group, inside ``optax.multi_transform`` under the group's index as label).
+after every ``lr_scheduler.step()`` (Graphcore's BERT and GPT-2 do, on every step; its CNNs
+and ViT after every scheduler step). A scheduler scales every parameter group's rate (these
+applications keep biases and norms in a group of their own, without weight decay), so each
+group's new rate is set in the optimiser state, in the group's own ``inject_hyperparams``
+state (``optim.to_optax`` makes one per group, inside ``optax.multi_transform`` under the
+group's index as label).
 
 References:
     PopTorch User Guide, "Optimizers" and ``PoplarExecutor.setOptimizer`` (the optimiser
-    attributes that may change between runs without a recompilation).
+    attributes that may change between runs without a recompilation); PyTorch
+    documentation, "Per-parameter options" (``param_groups``).
     optax documentation, ``optax.multi_transform`` and ``optax.inject_hyperparams``.
 """
 

@@ -9,9 +9,8 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
 
 - the combined batch's first dimension is ``device_iterations x gradient_accumulation x
   local replicas x micro-batch``, split in that order (outermost first);
-- the loss is the forward's output if it returns one tensor, else the output
-  ``identity_loss`` returned (BERT's and GPT-2's first), else its last output (the
-  tutorial's ``return output, loss``, the loss function's output); see ``_loss_mark``;
+- the loss is the output ``identity_loss`` returned wherever it sits (``_loss_output``),
+  else the forward's only output, else its last (the tutorial's ``return output, loss``);
 - a call returns this instance's replicas' outputs, the loss included, micro-batch by
   micro-batch, laid out as PopART's anchors for the output mode (All, Final, EveryN, Sum,
   Default; see ``_outputs``): never a mean over replicas or instances. Each micro-batch's
@@ -30,7 +29,7 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
 - buffers the forward changes (BatchNorm's running statistics) change as in PopTorch: each
   replica's, micro-batch after micro-batch, from the weights of the device iteration; the
   host sees the first local replica's (see ``_buffers``: with several replicas PopTorch
-  asks for ``broadcastBuffers(False)``, and such buffers must not feed the loss); an
+  asks for ``broadcastBuffers(False)`` but for BatchNorm's; none may feed the loss); an
   inference model keeps the buffers it changes until ``copyWeightsToHost``;
 - each call runs the module in its model's mode (``train`` for a training model, ``eval``
   for an inference model) and leaves the module's mode as it found it;
@@ -81,12 +80,14 @@ from popdist_emu.poptorch._buffers import (
     check_modules,
     in_mode,
     module_function,
+    module_tensors,
+    replica_local_buffers,
     write_buffers,
 )
 from popdist_emu.poptorch._call_args import forward_args
 from popdist_emu.poptorch._device import DeviceCalls
 from popdist_emu.poptorch._learning_rate import changed_learning_rates, set_learning_rates
-from popdist_emu.poptorch._loss_mark import the_loss
+from popdist_emu.poptorch._loss_output import pick_loss
 from popdist_emu.poptorch._optstate import HostOptimiserState
 from popdist_emu.poptorch._outputs import (
     IterationOutputs,
@@ -169,11 +170,7 @@ class PoplarExecutor(DeviceCalls):
     # --------------------------------------------------------------------- helpers
     def _weights(self) -> Weights:
         """The module's current weights by torchax's names (parameters and buffers)."""
-        model = self._user_model
-        state = {
-            **dict(model.named_parameters(remove_duplicate=False)),
-            **dict(model.named_buffers(remove_duplicate=False)),
-        }
+        state = module_tensors(self._user_model)
         names = [*self._names, *self._constants]
         return {n: jax.numpy.asarray(to_jax_array(state[n])) for n in names}
 
@@ -199,12 +196,12 @@ class PoplarExecutor(DeviceCalls):
         return self._fn(weights, micro_batch)
 
     def _loss(self, params: Weights, micro_batch: MicroBatch) -> jax.Array:
-        return the_loss(self._outputs(params, micro_batch))
+        return pick_loss(self._outputs(params, micro_batch))
 
     def _loss_and_outputs(self, params: Weights, micro_batch: MicroBatch) -> tuple[jax.Array, Any]:
         """The loss and all the outputs, for a trainer that returns them (``has_aux``)."""
         out = self._outputs(params, micro_batch)
-        return the_loss(out), out
+        return pick_loss(out), out
 
     def _training_batch(
         self, args: tuple[torch.Tensor | npt.ArrayLike, ...]
@@ -286,7 +283,11 @@ class PoplarExecutor(DeviceCalls):
         read = buffers_read_by(lambda b, m: self._loss({**params, **b}, m), buffers, micro)
         fields = self._mode_fields
         check_changing_buffers(
-            changing, read, fields.num_total_replicas, self.options.broadcast_buffers
+            changing,
+            read,
+            fields.num_total_replicas,
+            self.options.broadcast_buffers,
+            replica_local=replica_local_buffers(self._user_model),
         )
         self._replicas = ReplicaBuffers(buffers, fields.replication_factor)
 

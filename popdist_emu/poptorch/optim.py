@@ -70,7 +70,6 @@ _IPU_ARGUMENTS = (
     "max_grad_norm",
 )
 
-
 # Scalings the program set to other than 1, named once each: PopTorch applies them on the
 # IPU (against float16 underflow); the emulator computes without them.
 _SCALINGS = ("loss_scaling", "velocity_scaling")
@@ -78,6 +77,9 @@ _WARNED: set[str] = set()
 
 
 def _pop_ipu_arguments(kwargs: dict[str, object], name: str) -> None:
+    """Drops PopTorch's IPU-only arguments and each None (unset: torch's default)."""
+    for key in [k for k, v in kwargs.items() if v is None]:
+        del kwargs[key]
     for key in _IPU_ARGUMENTS:
         value = kwargs.pop(key, None)
         if key in _SCALINGS and value not in (None, 1, 1.0) and key not in _WARNED:
@@ -124,18 +126,15 @@ class AdamW(Optimizer, torch.optim.AdamW):
 class RMSprop(Optimizer, torch.optim.RMSprop):
     """``poptorch.optim.RMSprop``: ``torch.optim.RMSprop`` plus PopTorch's IPU arguments.
 
-    Raises:
-        ValueError: ``use_tf_variant=True`` (TensorFlow's RMSprop: eps inside the root,
-            the average starting at one): not modelled yet.
+    ``use_tf_variant=True`` (Graphcore's EfficientNet, ``--optimizer rmsprop_tf``) is
+    TensorFlow's RMSprop as PopTorch describes it: the average of squared gradients starts
+    at one, eps is inside the square root, and the learning rate goes into the momentum
+    buffer (``buf = momentum * buf + lr * g / sqrt(v + eps)``; ``p -= buf``).
     """
 
     def __init__(self, params: ParamsT, lr: float = 1e-2, **kwargs: Any) -> None:
         _pop_ipu_arguments(kwargs, "RMSprop")
-        if kwargs.pop("use_tf_variant", False):
-            raise ValueError(
-                "poptorch.optim.RMSprop(use_tf_variant=True): not modelled by popdist-emu "
-                "yet; remove it."
-            )
+        self.use_tf_variant = bool(kwargs.pop("use_tf_variant", False))
         super().__init__(params, lr=lr, **kwargs)
 
 
@@ -151,7 +150,7 @@ class LAMB(Optimizer, torch.optim.Optimizer):
 
     ``bias_correction=False`` (Graphcore's BERT ``LAMBNoBiasCorrection``, GPT-2, CLIP) uses
     the moments as they are: ``u = m / (sqrt(v) + eps) + weight_decay * w``, as PopTorch's
-    LAMB does (its reference: "bias_correction: whether to use bias correction").
+    LAMB does. An argument left None takes PopTorch's default (ViT passes ``betas=None``).
 
     ``max_weight_norm`` (FastPitch; BERT and ViT pass None, per group too) clips the weight's
     norm in the ratio, PopTorch's phi(z) = min(z, max_weight_norm): ``w -= lr *
@@ -161,29 +160,27 @@ class LAMB(Optimizer, torch.optim.Optimizer):
     update is built (one clip for the whole optimiser).
     """
 
+    # PopTorch's defaults, for the arguments a program leaves unset or passes as None.
+    _DEFAULTS = (("lr", 1e-3), ("betas", (0.9, 0.999)), ("eps", 1e-8), ("weight_decay", 1e-2))
+
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 1e-2,
-        bias_correction: bool = True,
+        lr: float | None = None,
+        betas: tuple[float, float] | None = None,
+        eps: float | None = None,
+        weight_decay: float | None = None,
+        bias_correction: bool | None = None,
         max_weight_norm: float | None = None,
         **kwargs: Any,
     ) -> None:
         _pop_ipu_arguments(kwargs, "LAMB")
         if kwargs:
             raise TypeError(f"poptorch.optim.LAMB: unexpected arguments {sorted(kwargs)}.")
-        defaults = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "bias_correction": bool(bias_correction),
-            "max_weight_norm": max_weight_norm,
-        }
-        super().__init__(params, defaults)
+        given = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        defaults = {**dict(self._DEFAULTS), **{k: v for k, v in given.items() if v is not None}}
+        defaults["bias_correction"] = bias_correction is None or bool(bias_correction)
+        super().__init__(params, {**defaults, "max_weight_norm": max_weight_norm})
 
 
 def optimiser_hyperparams(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -398,21 +395,31 @@ def _group_float32_transform(
 
         return optax.inject_hyperparams(adam)(learning_rate=lr)
     if isinstance(optimizer, torch.optim.RMSprop):
-        return optax.inject_hyperparams(_rmsprop(group))(learning_rate=lr)
+        tf = bool(getattr(optimizer, "use_tf_variant", False))
+        return optax.inject_hyperparams(_rmsprop(group, tf))(learning_rate=lr)
     raise ValueError(
         f"{type(optimizer).__name__}: popdist-emu maps SGD, Adam, AdamW, RMSprop (torch.optim "
         f"or poptorch.optim) and poptorch.optim.LAMB so far; use one of those."
     )
 
 
-def _rmsprop(group: dict[str, Any]) -> Callable[..., optax.GradientTransformation]:
-    """RMSprop's transformation of one group's settings, its learning rate an argument."""
+def _rmsprop(
+    group: dict[str, Any], tf: bool = False
+) -> Callable[..., optax.GradientTransformation]:
+    """RMSprop's transformation of one group's settings, its learning rate an argument
+    (``tf``: TensorFlow's variant, see :class:`RMSprop`)."""
     wd, alpha, eps = (float(group[k]) for k in ("weight_decay", "alpha", "eps"))
     momentum = float(group["momentum"])
     scale = optax.scale_by_stddev if group["centered"] else optax.scale_by_rms
 
     def rmsprop(learning_rate: float | jax.Array) -> optax.GradientTransformation:
         parts = [optax.add_decayed_weights(wd)] if wd else []
+        if tf:  # the learning rate inside the momentum buffer
+            parts.append(scale(decay=alpha, eps=eps, initial_scale=1.0, eps_in_sqrt=True))
+            parts.append(optax.scale_by_learning_rate(learning_rate))
+            if momentum:
+                parts.append(optax.trace(decay=momentum))
+            return optax.chain(*parts)
         parts.append(scale(decay=alpha, eps=eps, eps_in_sqrt=False))
         if momentum:
             parts.append(optax.trace(decay=momentum))
