@@ -23,7 +23,7 @@ of one of Graphcore's published rows, from the application's ``configs.yml`` and
   micro-batch 8, accumulation 512, LAMB without RTS) on a Bow-POD64, the row C8.
 
 The applications' ``requirements.txt`` pins packages for Python 3.6 to 3.10; the docs page
-``docs/graphcore-applications-vision.md`` says which were installed instead on 3.11.
+``docs/graphcore-applications.md`` says which were installed instead on 3.11.
 
 References:
     graphcore/examples at 3cc8f81f: vision/cnns/pytorch (train/train.py, train/configs.yml,
