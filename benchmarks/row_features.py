@@ -93,8 +93,20 @@ def example_features(row: ExampleRow) -> tuple[calibration.RowFeatures, float]:
         results = json.loads(Path(answer).read_text())["points"]
     summaries = [r["summary"] for r in results]
     steps = [s["simulated_step_seconds"] for s in summaries]
-    features = calibration.features_from_probes(points, steps, summaries[0]["samples_per_step"])
+    # The published figure's units per sample: BERT's MLPerf rows count sequences, two a
+    # packed sample (the example's --sequences-per-sample).
+    per_sample = figure_per_sample(row)
+    samples = summaries[0]["samples_per_step"] * per_sample
+    features = calibration.features_from_probes(points, steps, samples)
     return features, float(report["simulated_step_seconds"])
+
+
+def figure_per_sample(row: ExampleRow) -> float:
+    """The row's figure per sample the example simulates: its ``--sequences-per-sample``
+    (BERT's packing factor), else 1."""
+    words = row.words.split()
+    flag = "--sequences-per-sample"
+    return float(words[words.index(flag) + 1]) if flag in words else 1.0
 
 
 def describe(row: Row | ExampleRow) -> dict:
@@ -149,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
             features, model_step = example_features(row)
         record = describe(row) | features.to_json()
         record["base_step_seconds"] = model_step
+        record["figure_per_sample"] = 1.0 if isinstance(row, Row) else figure_per_sample(row)
         record["profile_seconds"] = round(time.perf_counter() - started, 1)
         with open(FEATURES_FILE.with_suffix(".lock"), "w") as lock:  # runs side by side
             fcntl.flock(lock, fcntl.LOCK_EX)

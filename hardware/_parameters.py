@@ -23,10 +23,23 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import pathlib
 from typing import Any
 
 CALIBRATION_FILE = pathlib.Path(__file__).with_name("calibration.json")
+# A calibration file in place of the packaged one: ``poprun-emu --calibrate-from`` points the
+# instances at the file its refit to the user's measured runs wrote.
+ENV_CALIBRATION_FILE = "POPDIST_EMU_CALIBRATION_FILE"
+
+
+def calibration_file(path: str | pathlib.Path | None = None) -> pathlib.Path:
+    """``path``, else the file ``POPDIST_EMU_CALIBRATION_FILE`` names, else the packaged one."""
+    if path is not None:
+        return pathlib.Path(path)
+    return pathlib.Path(os.environ.get(ENV_CALIBRATION_FILE) or CALIBRATION_FILE)
+
+
 # The name of the shared fit's parameter set, as --calibration-family takes it.
 SHARED_FAMILY = "ResNet-50"
 
@@ -147,7 +160,7 @@ def load_parameters(path: str | pathlib.Path | None = None, *, family: str = "")
     Raises:
         UnknownFamilyError: ``family`` names no fit of the file, listing those there are.
     """
-    file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
+    file = calibration_file(path)
     data = json.loads(file.read_text()) if file.exists() else {}
     # Any: every key is a float field, which ``**`` cannot tell a type checker.
     values: dict[str, Any] = _floats(data.get("parameters", {}))
@@ -169,7 +182,7 @@ def _floats(record: dict) -> dict[str, float]:
 def family_names(path: str | pathlib.Path | None = None) -> tuple[str, ...]:
     """The parameter sets ``--calibration-family`` takes: the shared fit's and each family
     fit's of ``path`` (default: the packaged calibration.json)."""
-    file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
+    file = calibration_file(path)
     data = json.loads(file.read_text()) if file.exists() else {}
     return (SHARED_FAMILY, *data.get("families", {}))
 

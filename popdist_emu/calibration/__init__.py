@@ -41,8 +41,10 @@ from popdist_emu.calibration._features import RowFeatures as RowFeatures
 from popdist_emu.calibration._features import features_from_probes as features_from_probes
 from popdist_emu.calibration._features import probe_points as probe_points
 from popdist_emu.calibration._file import trial_family_parameters as trial_family_parameters
+from popdist_emu.calibration._file import write_cross_validation as write_cross_validation
 from popdist_emu.calibration._file import write_family_record as write_family_record
 from popdist_emu.calibration._file import write_shared_record as write_shared_record
+from popdist_emu.calibration._probe import refit_program as refit_program
 from popdist_emu.calibration._shared import RESNET50_DATA as RESNET50_DATA
 from popdist_emu.calibration._shared import RESNET50_MICRO_BATCH as RESNET50_MICRO_BATCH
 from popdist_emu.calibration._shared import RESNET50_ROWS as RESNET50_ROWS
@@ -54,6 +56,11 @@ from popdist_emu.calibration._shared import fit_shared as fit_shared
 from popdist_emu.calibration._shared import predict_row as predict_row
 from popdist_emu.calibration._shared import shared_record as shared_record
 from popdist_emu.calibration._shared import simulate_row as simulate_row
+from popdist_emu.calibration._user import Measurement as Measurement
+from popdist_emu.calibration._user import MeasurementError as MeasurementError
+from popdist_emu.calibration._user import UserFit as UserFit
+from popdist_emu.calibration._user import read_measurements as read_measurements
+from popdist_emu.calibration._user import refit as refit_measurements
 
 __all__ = [
     "BAND",
@@ -69,6 +76,8 @@ __all__ = [
     "CrossValidated",
     "FamilyCalibration",
     "FamilyRow",
+    "Measurement",
+    "MeasurementError",
     "PublishedRow",
     "RowFeatures",
     "ScaleRow",
@@ -76,6 +85,7 @@ __all__ = [
     "StepTerms",
     "TableRow",
     "TermFit",
+    "UserFit",
     "band",
     "bands",
     "calibrate_family",
@@ -92,12 +102,16 @@ __all__ = [
     "predict_row",
     "predict_table",
     "probe_points",
+    "read_measurements",
+    "refit_measurements",
+    "refit_program",
     "scale_out",
     "shared_record",
     "simulate_row",
     "solve_step_terms",
     "trial_efficiencies",
     "trial_family_parameters",
+    "write_cross_validation",
     "write_family_record",
     "write_shared_record",
 ]

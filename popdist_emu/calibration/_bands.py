@@ -46,12 +46,15 @@ class Band(NamedTuple):
 
 
 def band(residuals: Sequence[float], share: float = BAND) -> Band:
-    """The central ``share`` of log ``residuals`` as factors (1, 1 without residuals)."""
+    """The central ``share`` of log ``residuals`` as factors (1, 1 without residuals),
+    widened where needed to hold the prediction itself (factor 1): a band that leaves out the
+    figure it is printed around would say the prediction is surely wrong, and the same run
+    repeated must land inside its own band."""
     if not residuals:
         return Band(1.0, 1.0, 0)
     tail = (1.0 - share) / 2
     low, high = np.quantile(np.asarray(residuals, dtype=float), [tail, 1.0 - tail])
-    return Band(math.exp(float(low)), math.exp(float(high)), len(residuals))
+    return Band(min(math.exp(float(low)), 1.0), max(math.exp(float(high)), 1.0), len(residuals))
 
 
 def residual(published: float, predicted: float) -> float:

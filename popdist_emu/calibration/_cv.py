@@ -11,8 +11,9 @@ each row's prediction in-sample, leave-one-row-out and leave-one-family-out.
 The residuals minimised are the relative throughput errors, in log space of the parameters,
 with a weak log-normal pull toward each parameter's documented prior
 (``hardware.ModelParameters``' defaults; none for a term whose prior is 0) so that an
-under-determined fit (four rows, five terms; or a fit left with no row) stays at physical
-values: a fit with no rows leaves its terms at their priors.
+under-determined fit (four rows, five terms) stays at physical values. A fit left with no
+row (every row of its family held out) sets its terms on all the rows left, as a fit made
+without that family would; with no row at all, the terms stay at their priors.
 
 References:
     Hastie, Tibshirani and Friedman, "The Elements of Statistical Learning", 2nd ed.,
@@ -141,12 +142,15 @@ def fit(
     start: Mapping[str, float] | None = None,
 ) -> dict[str, float]:
     """Every term's value: the set's fits in order, each on its rows of ``table`` (a row the
-    table lacks is skipped), repeated until no term moves by ``TOLERANCE``."""
+    table lacks is skipped; a fit with none left on all the set's rows left), repeated until
+    no term moves by ``TOLERANCE``."""
     values = dict(START if start is None else start)
+    every = [table[k] for k in sorted(calibration_set.keys) if k in table]
     for _ in range(SWEEPS):
         before = dict(values)
         for f in calibration_set.fits:
-            rows = [table[k] for k in f.rows if k in table]
+            # A fit left without rows (its family held out) sets its terms on every row left.
+            rows = [table[k] for k in f.rows if k in table] or every
             values.update(_fit_block(rows, f.terms, values, calibration_set.prior_weight))
         if all(abs(values[t] - before[t]) <= TOLERANCE * abs(before[t]) for t in TERMS):
             break

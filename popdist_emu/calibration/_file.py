@@ -68,3 +68,11 @@ def trial_family_parameters(
         yield
     finally:
         write_atomically(path, original)
+
+
+def write_cross_validation(record: dict, path: pathlib.Path = hardware.CALIBRATION_FILE) -> None:
+    """Stores the bands of ``benchmarks/validate.py``'s cross-validation in ``path`` (its
+    ``cross_validation``), which the reports' band is read from; the rest is kept."""
+    stored = json.loads(path.read_text())
+    stored["cross_validation"] = record
+    _write(path, stored)
