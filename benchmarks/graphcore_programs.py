@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
+from graphcore_vision import VISION_PROGRAMS, same_losses
 from sklearn.datasets import load_digits
 
 
@@ -51,10 +53,17 @@ class GraphcoreProgram(NamedTuple):
     """One program of graphcore/examples and how it is run here."""
 
     path: str  # inside the checkout
-    dataset: str  # torchvision's folder name: MNIST or FashionMNIST
+    dataset: str | None  # torchvision's folder name (MNIST, FashionMNIST); None: generated
     poprun: tuple[str, ...]  # the launcher's options
     args: tuple[str, ...]  # the program's own: sizes only
     copy: tuple[str, ...] = ()  # files beside it the program opens by relative path
+    instances: tuple[int, ...] = (1,)  # functional: one run per --num-instances
+    offline_poprun: tuple[str, ...] | None = None  # offline: a published row's (None: poprun)
+    offline_args: tuple[str, ...] | None = None  # offline: the row's arguments (None: args)
+    loss: str | None = None  # the program's own regular expression for its loss lines
+    # Flags whose value the program multiplies by its local replicas (its data set's size):
+    # multiplied by the instances here, so every layout trains on the same samples.
+    per_instance: tuple[str, ...] = ()
 
 
 PROGRAMS = {
@@ -93,6 +102,7 @@ PROGRAMS = {
         (),
         ("images",),
     ),
+    **{name: GraphcoreProgram(**fields) for name, fields in VISION_PROGRAMS.items()},
 }
 MODES = ("functional", "offline", "scaling")
 SCALING_REPLICAS = "1,2,4,8"  # poprun-emu-scaling's sweep of a program's --num-replicas
@@ -120,36 +130,59 @@ def write_digits_as_mnist(raw: Path) -> dict[str, int]:
 
 
 def _launcher(mode: str) -> list[str]:
+    # This interpreter's launcher: a program runs with the launcher's Python, and the one
+    # running this script is the one with the applications' requirements (a venv).
     if mode == "scaling":
-        script = shutil.which("poprun-emu-scaling")
-        return [script] if script else [sys.executable, "-m", "popdist_emu.scaling"]
-    script = shutil.which("poprun-emu")
-    return [script] if script else [sys.executable, "-m", "launch"]
+        return [sys.executable, "-m", "popdist_emu.scaling"]
+    return [sys.executable, "-m", "launch"]
 
 
-def _launch_options(program: GraphcoreProgram, mode: str) -> list[str]:
-    """The program's launcher options for ``mode`` (scaling: its replicas swept)."""
+def _launch_options(program: GraphcoreProgram, mode: str, instances: int = 1) -> list[str]:
+    """The program's launcher options for ``mode`` (scaling: its replicas swept; functional
+    on ``instances`` host instances; offline: the published row's, where it has one)."""
     words = list(program.poprun)
+    if mode == "functional" and instances != 1:
+        words += ["--num-instances", str(instances)]
     if mode == "offline":
-        words.append("--offline-mode")
+        words = [*(program.offline_poprun or program.poprun), "--offline-mode"]
     if mode == "scaling":
         words[words.index("--num-replicas") + 1] = SCALING_REPLICAS
         words += ["--out", "scaling"]
     return words
 
 
-def run_program(examples: Path, name: str, mode: str, timeout: float) -> dict:
+def _scaled(words: tuple[str, ...], program: GraphcoreProgram, instances: int) -> list[str]:
+    """``words`` with the values of ``program.per_instance``'s flags times ``instances``."""
+    out = list(words)
+    for i, word in enumerate(out[:-1]):
+        if word in program.per_instance:
+            out[i + 1] = str(int(out[i + 1]) * instances)
+    return out
+
+
+def run_program(examples: Path, name: str, mode: str, timeout: float, instances: int = 1) -> dict:
     """Runs program ``name`` once in ``mode``; returns what the JSON line prints."""
     program = PROGRAMS[name]
     source = examples / program.path
     with tempfile.TemporaryDirectory(prefix=f"graphcore-{name}-") as tmp:
         home, work = Path(tmp) / "home", Path(tmp) / "work"
-        write_digits_as_mnist(home / ".torch" / "datasets" / program.dataset / "raw")
+        if program.dataset:
+            write_digits_as_mnist(home / ".torch" / "datasets" / program.dataset / "raw")
         work.mkdir()
+        home.mkdir(exist_ok=True)
         for item in program.copy:
-            shutil.copytree(source.parent / item, work / item)
+            if (source.parent / item).is_dir():
+                shutil.copytree(source.parent / item, work / item)
+            else:
+                shutil.copy2(source.parent / item, work / item)
         launcher = _launcher(mode)
-        command = [*launcher, *_launch_options(program, mode), str(source), *program.args]
+        words = program.offline_args if mode == "offline" and program.offline_args else None
+        command = [
+            *launcher,
+            *_launch_options(program, mode, instances),
+            str(source),
+            *(words if words is not None else _scaled(program.args, program, instances)),
+        ]
         env = {**os.environ, "HOME": str(home)}
         start = time.perf_counter()
         try:
@@ -170,10 +203,13 @@ def run_program(examples: Path, name: str, mode: str, timeout: float) -> dict:
         results = [line for line in shown if "ccuracy" in line or line.startswith("step ")]
     # Offline, the host's part too: its time per step and whether it decides the throughput.
     host = [line for line in shown if line.startswith(("host:", "HOST-BOUND"))]
+    losses = [float(v) for v in re.findall(program.loss, out)] if program.loss else []
     return {
         "program": name,
         "path": program.path,
         "mode": mode,
+        "instances": instances,
+        "losses": losses,
         "command": " ".join(
             ["poprun-emu-scaling" if mode == "scaling" else "poprun-emu", *command[len(launcher) :]]
         ),
@@ -201,12 +237,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--examples {args.examples}: no {missing[0]}; give a graphcore/examples checkout"
         )
-    runs = []
+    runs: list[dict] = []
     for name in names:
         for mode in modes:
-            run = run_program(args.examples, name, mode, args.timeout)
-            print(json.dumps(run), flush=True)
-            runs.append(run)
+            layouts = PROGRAMS[name].instances if mode == "functional" else (1,)
+            for instances in layouts:
+                run = run_program(args.examples, name, mode, args.timeout, instances)
+                if instances != layouts[0]:  # the program seeds: the same losses?
+                    run["same_losses_as_first_layout"] = same_losses(runs[-1], run)
+                print(json.dumps(run), flush=True)
+                runs.append(run)
     print("\n| program | mode | exit code | seconds | result |")
     print("|---|---|---|---|---|")
     for run in runs:

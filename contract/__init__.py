@@ -47,6 +47,7 @@ from contract._environment import JobConfig as JobConfig
 from contract._environment import layout_environment as layout_environment
 from contract._environment import leaving_path as leaving_path
 from contract._environment import offline_mode as offline_mode
+from contract._environment import orphaned_path as orphaned_path
 from contract._environment import pid_path as pid_path
 from contract._environment import read_job_config as read_job_config
 from contract._environment import status_path as status_path
@@ -123,6 +124,7 @@ __all__ = [
     "make_directories",
     "offline_mode",
     "open_for_appending_lines",
+    "orphaned_path",
     "output_problem",
     "pid_alive",
     "pid_path",

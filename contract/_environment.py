@@ -234,6 +234,12 @@ def leaving_path(job_dir: str, instance: int) -> str:
     return os.path.join(job_dir, f"instance-{instance}.leaving")
 
 
+def orphaned_path(job_dir: str, instance: int) -> str:
+    """Where the program of ``instance`` records the moment its bootstrap died under it (the
+    bootstrap was killed; its program runs on, orphaned)."""
+    return os.path.join(job_dir, f"instance-{instance}.orphaned")
+
+
 def layout_environment(layout: ReplicaLayout, instance: int) -> dict[str, str]:
     """PopRun's view of ``instance`` of ``layout`` as variables (no emulator settings).
 

@@ -4,6 +4,18 @@ Every receive this instance expects is posted first, so no send can block and no
 arrival can deadlock; then each piece is processed as soon as its input is there and sent
 on at once, so the combine of one piece overlaps the transfer of the next (pipelining).
 The order of operations on a piece is fixed by its route, never by arrival order.
+
+A send this instance started may still be open when its own part is done: under MPICH a
+large message's sender completes only once the receiver, which has the data and may have
+left the collective, next enters MPI. A receiver that then computes for longer than the
+timeout (Graphcore's ResNet-50 compiles for minutes right after ``hvd.broadcast_parameters``)
+would make the sender time out though nothing is wrong; so open sends are kept, with their
+buffers, and completed at this instance's next collective, where the receivers call MPI
+again (or by ``MPI_Finalize`` at exit).
+
+References:
+    MPI Standard 4.0, section 3.7.3 (a send request completes when its buffer may be
+    reused, which may wait for the matching receive's progress).
 """
 
 from __future__ import annotations
@@ -17,6 +29,17 @@ from gcl._transport import Transport
 
 # Step(item index, hop index, input or None at the route's start) -> the piece to pass on.
 Step = Callable[[int, int, "np.ndarray | None"], np.ndarray]
+
+# Sends a collective left open: (transport, requests, their peers, their buffers).
+_OPEN_SENDS: list[tuple[Transport, list, list[int], list[np.ndarray]]] = []
+
+
+def _complete_open_sends(deadline: float, what: str) -> None:
+    """Completes the sends earlier collectives left open (their receivers are back in MPI)."""
+    while _OPEN_SENDS:
+        transport, sends, peers, _ = _OPEN_SENDS[0]
+        transport.wait_all(sends, deadline, what, peers=peers)
+        _OPEN_SENDS.pop(0)
 
 
 def _messaging(transport: Transport | None, what: str) -> Transport:
@@ -48,6 +71,7 @@ def run_items(
         deadline: ``time.monotonic()`` limit for every wait.
         what: the collective's name, for errors.
     """
+    _complete_open_sends(deadline, what)
     max_hops = max((len(it.hops) for it in items), default=1)
     recvs: list = []
     recv_tasks: list[tuple[int, int, np.ndarray]] = []
@@ -89,4 +113,7 @@ def run_items(
             remaining -= 1
             advance(i, h, buf)
     if sends:
-        _messaging(transport, what).wait_all(sends, deadline, what, peers=send_peers)
+        from mpi4py import MPI  # imported (MPI initialised) only where a hop crosses instances
+
+        if not MPI.Request.Testall(sends):
+            _OPEN_SENDS.append((_messaging(transport, what), sends, send_peers, keep))

@@ -45,6 +45,7 @@ from launch._job import (
     status_path,
     write_atomically,
 )
+from launch._orphan_watch import death_signal_blocked
 from launch._output import open_log
 from launch._watchdog import tail_path
 
@@ -232,13 +233,14 @@ def run_instance(program: list[str], config: JobConfig) -> int:
         return 2
     pmi_fd = os.environ.get("PMI_FD", "")
     try:
-        child = subprocess.Popen(
-            _with_runner(program),
-            env=instance_environment(config, instance, os.environ),
-            stdout=stdout,
-            stderr=stderr,
-            pass_fds=(int(pmi_fd),) if pmi_fd.isdigit() else (),  # MPICH's PMI connection
-        )
+        with death_signal_blocked():  # launch._orphan_watch: the program waits for it
+            child = subprocess.Popen(
+                _with_runner(program),
+                env=instance_environment(config, instance, os.environ),
+                stdout=stdout,
+                stderr=stderr,
+                pass_fds=(int(pmi_fd),) if pmi_fd.isdigit() else (),  # MPICH's PMI connection
+            )
     except OSError as error:
         print(
             f"[1,{instance}]<stderr>:poprun-emu: cannot start {program[0]!r}: {error}; check "

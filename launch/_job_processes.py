@@ -16,7 +16,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-from contract import pid_alive
+from contract import ENV_JOB_DIR, orphaned_path, pid_alive
 from launch._exits import InstanceExit
 from launch._host_watch import stale
 from launch._job import pid_path
@@ -31,6 +31,29 @@ def stat_fields(pid: int) -> list[str] | None:
     except (OSError, IndexError):
         return None
     return fields if len(fields) > 3 else None
+
+
+def running(pid: int) -> bool:
+    """Whether ``pid`` still runs: it exists and is not a zombie.
+
+    A bootstrap killed from outside stays a zombie until its parent, the MPI's process
+    manager, reaps it, and MPICH's ``hydra_pmi_proxy`` does so only once every connection
+    of that rank is closed; its orphaned program still holds the PMI one, so the zombie can
+    last as long as the program. ``kill(pid, 0)`` succeeds on a zombie.
+    """
+    if not os.path.isdir("/proc"):
+        return pid_alive(pid)
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def _every_process() -> Iterator[tuple[int, list[str]]]:
+    """``(pid, stat fields)`` of every process ``/proc`` shows (none where it cannot be read)."""
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            fields = stat_fields(int(entry)) if entry.isdigit() else None
+            if fields is not None:
+                yield int(entry), fields
 
 
 def _stat(pid: int) -> tuple[int, int] | None:
@@ -73,18 +96,48 @@ class Groups:
                     pid, pgid = (int(x) for x in f.read().split())
             except (FileNotFoundError, ValueError):
                 continue
-            if _ours(pid, pgid, self.root):
+            if _ours(pid, pgid, self.root) or _orphaned_here(pid, pgid, self.job_dir):
                 self.known[i] = (pid, pgid)
             else:
                 self.remote.add(i)
         return dict(self.known)
 
 
+def _orphaned_here(pid: int, pgid: int, job_dir: str) -> bool:
+    """Whether bootstrap ``pid`` is gone but its group still holds a process of this job.
+
+    A bootstrap killed before the watchdog's first look at its pid file can no longer be
+    traced to the launcher through ``/proc``; its program runs on, orphaned, in the
+    bootstrap's group. Watched as if on another host, that group would never be signalled,
+    and the program would outlive the job. It is this job's when a live member of the group
+    carries the job's directory in its environment (``/proc/<pid>/environ``), which no
+    process outside the job has.
+    """
+    if running(pid) or pgid <= 1:
+        return False
+    marker = f"{ENV_JOB_DIR}={job_dir}".encode()
+    return any(
+        fields[0] not in ("Z", "X")
+        and int(fields[2]) == pgid
+        and marker in _environ(pid).split(b"\0")
+        for pid, fields in _every_process()
+    )
+
+
+def _environ(pid: int) -> bytes:
+    """``/proc/<pid>/environ`` (NUL-separated), empty if it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
 def vanished(groups: Groups, exits: Mapping[int, InstanceExit]) -> Iterator[int]:
     """Instances whose bootstrap is gone without writing a status (it was killed); on another
     host, that stopped renewing its pid file."""
     for i, (pid, _) in groups().items():
-        if i not in exits and not pid_alive(pid):
+        if i not in exits and not running(pid):
             yield i
     now_ns = time.time_ns()
     for i in sorted(groups.remote):
@@ -94,29 +147,17 @@ def vanished(groups: Groups, exits: Mapping[int, InstanceExit]) -> Iterator[int]
 
 def session_members(sid: int) -> list[int]:
     """The processes still in session ``sid`` (the one mpiexec leads), from ``/proc``."""
-    members = []
-    with contextlib.suppress(OSError):
-        for pid in os.listdir("/proc"):
-            if pid.isdigit() and int(pid) != os.getpid():
-                stat = stat_fields(int(pid))
-                if stat is not None and int(stat[3]) == sid:
-                    members.append(int(pid))
-    return members
+    me = os.getpid()
+    return [pid for pid, fields in _every_process() if pid != me and int(fields[3]) == sid]
 
 
 def stopped_instances(groups: Groups, exits: Mapping[int, InstanceExit]) -> list[int]:
     """Instances (without an exit status) with a stopped process (SIGSTOP, a debugger)."""
     waiting = {pgid: i for i, (_, pgid) in groups().items() if i not in exits}
     stopped = set()
-    with contextlib.suppress(OSError):
-        for pid in os.listdir("/proc"):
-            if not pid.isdigit():
-                continue
-            fields = stat_fields(int(pid))
-            if fields is None:
-                continue
-            if fields[0] in ("T", "t") and int(fields[2]) in waiting:
-                stopped.add(waiting[int(fields[2])])
+    for _, fields in _every_process():
+        if fields[0] in ("T", "t") and int(fields[2]) in waiting:
+            stopped.add(waiting[int(fields[2])])
     return sorted(stopped)
 
 
@@ -138,13 +179,25 @@ def killed_first(groups: Groups, lost: Sequence[int]) -> list[int]:
     A bootstrap killed from outside (``kill -9`` of its pid) leaves its program running,
     orphaned; the MPI's process manager then ends the job's other processes by their groups,
     bootstrap and program together, often before the watchdog's next look. So both are lost
-    by then, and the one whose group still has a live (not zombie) process is the cause.
+    by then. The program of the killed one records the moment its bootstrap died
+    (``launch._orphan_watch``): the earliest record names the cause; without one, the instance
+    whose group still has a live (not zombie) process is.
     """
-    live = set()
-    with contextlib.suppress(OSError):
-        for pid in os.listdir("/proc"):
-            fields = stat_fields(int(pid)) if pid.isdigit() else None
-            if fields is not None and fields[0] not in ("Z", "X"):
-                live.add(int(fields[2]))
+    live = {int(fields[2]) for _, fields in _every_process() if fields[0] not in ("Z", "X")}
     known = groups()
-    return sorted(lost, key=lambda i: not (i in known and known[i][1] in live))
+    orphaned = {i: _orphaned_at(groups.job_dir, i) for i in lost}
+
+    def evidence(i: int) -> tuple[bool, int, bool]:
+        return orphaned[i] is None, orphaned[i] or 0, not (i in known and known[i][1] in live)
+
+    return sorted(lost, key=evidence)
+
+
+def _orphaned_at(job_dir: str, instance: int) -> int | None:
+    """When the program of ``instance`` recorded its bootstrap's death (``launch._orphan_watch``),
+    in ns since the epoch; None if it did not."""
+    try:
+        with open(orphaned_path(job_dir, instance)) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return None

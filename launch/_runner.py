@@ -22,6 +22,7 @@ import sys
 from types import TracebackType
 
 from contract import InstanceEnvironment, leaving_path, write_atomically
+from launch._orphan_watch import watch_bootstrap
 
 
 def exit_status(code: object) -> int:
@@ -48,6 +49,8 @@ def _leaving(status: int) -> None:
 def main() -> None:
     """``python -m launch._runner script.py [args]``."""
     script, *args = sys.argv[1:]
+    with contextlib.suppress(Exception):  # never in the way of the program
+        watch_bootstrap(InstanceEnvironment.from_environ())
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     try:

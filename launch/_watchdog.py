@@ -28,7 +28,6 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from contract import pid_alive
 from launch._cleanup import remove_leftover_segments
 from launch._exits import (
     InstanceExit,
@@ -49,6 +48,7 @@ from launch._job_output import GRACE_SECONDS, JobOutput
 from launch._job_processes import (
     Groups,
     killed_first,
+    running,
     session_members,
     stopped_bootstraps,
     stopped_instances,
@@ -92,7 +92,7 @@ def end_job(proc: subprocess.Popen, groups: Groups) -> None:
     _signal_job(proc, groups, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_SECONDS
     while time.monotonic() < deadline:
-        if proc.poll() is not None and not any(pid_alive(pid) for pid, _ in groups().values()):
+        if proc.poll() is not None and not any(running(pid) for pid, _ in groups().values()):
             break
         time.sleep(POLL_SECONDS)
     _signal_job(proc, groups, signal.SIGKILL)
@@ -227,7 +227,14 @@ def run_job(
                 (e for e in (*exits.values(), *leaving.values()) if e.code != 0),
                 key=lambda e: (e.when_ns, e.instance),
             )
-            lost = [] if failures else killed_first(groups, list(vanished(groups, exits)))
+            # mpiexec killed by a signal is the cause of what its process manager did after it
+            # (killed the bootstraps): the end of the loop names it.
+            mpiexec_killed = finished and (proc.returncode or 0) < 0
+            lost = (
+                []
+                if failures or mpiexec_killed
+                else killed_first(groups, list(vanished(groups, exits)))
+            )
             if failures or lost:
                 running = others_were_running(
                     failures[0] if failures else None, exits, len(instances), finished

@@ -118,12 +118,14 @@ def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
     Raises:
         ValueError: another reduction.
     """
+    from popdist_emu.poptorch._loss_output import mark  # torch only when a loss is marked
+
     if reduction == "sum":
-        return x.sum()
+        return mark(x.sum())
     if reduction == "mean":
-        return x.mean()
+        return mark(x.mean())
     if reduction == "none":
-        return x
+        return mark(x)
     raise ValueError(
         f"poptorch.identity_loss(reduction={reduction!r}): PopTorch takes 'sum', 'mean' or 'none'."
     )

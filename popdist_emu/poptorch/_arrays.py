@@ -48,20 +48,26 @@ def combined_layout(
 ) -> tuple[np.ndarray, ...]:
     """The combined batch reshaped ``[iterations, accumulation, replicas, micro_batch, ...]``.
 
+    Each input is split on its own, as PopTorch splits it: inputs may differ in size (ViT's
+    pre-training passes 2 images and 1 mixup coefficient per micro-batch).
+
     Raises:
-        ValueError: a batch that is not a multiple of ``iterations x accumulation x
-            replicas`` in every input.
+        ValueError: an input that is not a multiple of ``iterations x accumulation x
+            replicas``.
     """
-    size = arrays[0].shape[0]
     per_call = iterations * accumulation * replicas
-    if size % per_call or any(a.shape[0] != size for a in arrays):
-        raise ValueError(
-            f"poptorch model called with a batch of {size}: the combined batch must be a "
-            f"multiple of device iterations x gradient accumulation x replicas = {per_call} "
-            f"in every input (use poptorch.DataLoader with the same options)."
-        )
-    micro = size // per_call
-    return tuple(a.reshape(iterations, accumulation, replicas, micro, *a.shape[1:]) for a in arrays)
+    for a in arrays:
+        if a.ndim == 0 or a.shape[0] % per_call:
+            raise ValueError(
+                f"poptorch model called with a batch of {a.shape[0] if a.ndim else 0}: the "
+                f"combined batch must be a multiple of device iterations x gradient "
+                f"accumulation x replicas = {per_call} in every input (use "
+                f"poptorch.DataLoader with the same options)."
+            )
+    return tuple(
+        a.reshape(iterations, accumulation, replicas, a.shape[0] // per_call, *a.shape[1:])
+        for a in arrays
+    )
 
 
 class LaidOutBatch(NamedTuple):

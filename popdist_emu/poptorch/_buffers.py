@@ -39,6 +39,7 @@ from jax.typing import ArrayLike
 from torchax.interop import JittableModule
 
 from popdist_emu.poptorch._arrays import LaidOutBatch
+from popdist_emu.poptorch._loss_output import traced_forward
 
 _INSTALLED: list[bool] = []
 
@@ -127,10 +128,25 @@ def module_function(
         buffers = {k: states[k] for k in names}
         params, buffers, args = env.j2t_iso((params, buffers, args))
         with env:
-            out = module.functional_call("forward", params, buffers, *args)
+            out = traced_forward(lambda: module.functional_call("forward", params, buffers, *args))
         return env.t2j_iso((out, buffers))
 
     return weights, fn, names
+
+
+def module_tensors(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The module's tensors by torchax's names: parameters, buffers, and the plain tensor
+    attributes torchax also takes as buffers (Graphcore's ViT keeps its input normalisation's
+    constants so, set before ``Module.__init__``)."""
+    tensors = {
+        **dict(model.named_parameters(remove_duplicate=False)),
+        **dict(model.named_buffers(remove_duplicate=False)),
+    }
+    for prefix, module in model.named_modules(remove_duplicate=False):
+        for key, value in vars(module).items():
+            if isinstance(value, torch.Tensor):
+                tensors.setdefault(f"{prefix}.{key}" if prefix else key, value)
+    return tensors
 
 
 def changed_buffers(
@@ -208,16 +224,46 @@ def describe_buffers(names: Sequence[str], shown: int = 2, kinds_shown: int = 3)
     return f"{len(names)} buffers of {len(by_module)} modules: " + "; ".join(parts)
 
 
+# The modules whose buffers PopTorch lets change under replication whatever
+# ``broadcastBuffers`` says (its ``_impl.BUFFERS_CAN_CHANGE``): each replica keeps its own
+# running statistics, as Graphcore's CNN training (ResNet-50 on 16 replicas) relies on.
+_BUFFERS_CAN_CHANGE = (torch.nn.BatchNorm1d, torch.nn.BatchNorm2d, torch.nn.BatchNorm3d)
+
+
+def replica_local_buffers(model: torch.nn.Module) -> set[str]:
+    """The buffers of ``model``'s BatchNorm modules, by ``named_buffers``' names."""
+    return {
+        f"{prefix}.{name}" if prefix else name
+        for prefix, module in model.named_modules()
+        if isinstance(module, _BUFFERS_CAN_CHANGE)
+        for name, _ in module.named_buffers(recurse=False)
+    }
+
+
 def check_changing_buffers(
-    changing: list[str], read: list[str], total_replicas: int, broadcast_buffers: bool
+    changing: list[str],
+    read: list[str],
+    total_replicas: int,
+    broadcast_buffers: bool,
+    *,
+    replica_local: set[str] | frozenset[str] = frozenset(),
 ) -> None:
     """Refuses buffers changed in training that PopTorch or the emulator cannot keep.
 
+    Args:
+        changing: the buffers the forward changes.
+        read: those of them the loss reads.
+        total_replicas: the job's replicas.
+        broadcast_buffers: ``Options.broadcastBuffers``.
+        replica_local: buffers PopTorch lets each replica change (BatchNorm's).
+
     Raises:
         ValueError: several replicas under PopTorch's default ``broadcastBuffers`` (PopTorch
-            refuses them too), or a loss that reads a buffer the forward changes.
+            refuses them too, BatchNorm's apart), or a loss that reads a buffer the forward
+            changes.
     """
-    if total_replicas > 1 and broadcast_buffers:
+    changing = [name for name in changing if name not in replica_local]
+    if total_replicas > 1 and broadcast_buffers and changing:
         raise ValueError(
             f"poptorch: the forward changes buffers ({describe_buffers(changing)}) and PopTorch "
             f"does not support broadcasting buffers between replicas; if the model "

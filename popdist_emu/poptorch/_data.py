@@ -186,6 +186,16 @@ class DataLoader(torch.utils.data.DataLoader):
             seconds / count, max(self.num_workers, 1), self._asynchronous or self.num_workers > 0
         )
 
+    def terminate(self) -> None:
+        """PopTorch's ``DataLoader.terminate()``: ends the loader's worker processes (the
+        asynchronous mode's worker in PopTorch; here torch's persistent workers), which a
+        later iteration starts again. Graphcore's CNN training calls it after training."""
+        iterator = getattr(self, "_iterator", None)  # torch's persistent-workers iterator
+        shutdown = getattr(iterator, "_shutdown_workers", None)
+        if callable(shutdown):
+            shutdown()
+        self._iterator = None
+
     @property
     def combinedBatchSize(self) -> int:  # noqa: N802
         """Samples of one call on this instance (PopTorch's ``combinedBatchSize``)."""

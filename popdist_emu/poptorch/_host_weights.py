@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from popdist_emu.poptorch._arrays import to_jax_array
+from popdist_emu.poptorch._buffers import module_tensors as named_tensors
 
 if TYPE_CHECKING:
     from popdist_emu.poptorch._buffers import ReplicaBuffers
@@ -132,10 +133,7 @@ def host_values(
     Raises:
         ValueError: a weight whose shape or dtype is not the compiled step's.
     """
-    state = {
-        **dict(model.named_parameters(remove_duplicate=False)),
-        **dict(model.named_buffers(remove_duplicate=False)),
-    }
+    state = named_tensors(model)
     out = {}
     for name in names:
         value, want = to_jax_array(state[name]), like[name]

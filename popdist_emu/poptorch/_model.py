@@ -9,9 +9,8 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
 
 - the combined batch's first dimension is ``device_iterations x gradient_accumulation x
   local replicas x micro-batch``, split in that order (outermost first);
-- the loss is the forward's output if it returns one tensor, else its last output (the
-  tutorial's ``return output, loss``); PopTorch finds it through ``identity_loss`` or the
-  loss function, which is the same tensor for such programs;
+- the loss is the output ``identity_loss`` returned wherever it sits (``_loss_output``),
+  else the forward's only output, else its last (the tutorial's ``return output, loss``);
 - a call returns this instance's replicas' outputs, the loss included, micro-batch by
   micro-batch, laid out as PopART's anchors for the output mode (All, Final, EveryN, Sum,
   Default; see ``_outputs``): never a mean over replicas or instances. Each micro-batch's
@@ -30,7 +29,7 @@ Decisions (PopTorch documents the behaviour, not every detail of its host side):
 - buffers the forward changes (BatchNorm's running statistics) change as in PopTorch: each
   replica's, micro-batch after micro-batch, from the weights of the device iteration; the
   host sees the first local replica's (see ``_buffers``: with several replicas PopTorch
-  asks for ``broadcastBuffers(False)``, and such buffers must not feed the loss); an
+  asks for ``broadcastBuffers(False)`` but for BatchNorm's; none may feed the loss); an
   inference model keeps the buffers it changes until ``copyWeightsToHost``;
 - each call runs the module in its model's mode (``train`` for a training model, ``eval``
   for an inference model) and leaves the module's mode as it found it;
@@ -81,9 +80,13 @@ from popdist_emu.poptorch._buffers import (
     check_modules,
     in_mode,
     module_function,
+    module_tensors,
+    replica_local_buffers,
     write_buffers,
 )
 from popdist_emu.poptorch._device import DeviceCalls
+from popdist_emu.poptorch._learning_rate import changed_learning_rate, set_learning_rate
+from popdist_emu.poptorch._loss_output import pick_loss
 from popdist_emu.poptorch._optstate import HostOptimiserState
 from popdist_emu.poptorch._outputs import (
     IterationOutputs,
@@ -171,11 +174,7 @@ class PoplarExecutor(DeviceCalls):
     # --------------------------------------------------------------------- helpers
     def _weights(self) -> Weights:
         """The module's current weights by torchax's names (parameters and buffers)."""
-        model = self._user_model
-        state = {
-            **dict(model.named_parameters(remove_duplicate=False)),
-            **dict(model.named_buffers(remove_duplicate=False)),
-        }
+        state = module_tensors(self._user_model)
         names = [*self._names, *self._constants]
         return {n: jax.numpy.asarray(to_jax_array(state[n])) for n in names}
 
@@ -201,13 +200,12 @@ class PoplarExecutor(DeviceCalls):
         return self._fn(weights, micro_batch)
 
     def _loss(self, params: Weights, micro_batch: MicroBatch) -> jax.Array:
-        out = self._outputs(params, micro_batch)
-        return out[-1] if isinstance(out, tuple | list) else out
+        return pick_loss(self._outputs(params, micro_batch))
 
     def _loss_and_outputs(self, params: Weights, micro_batch: MicroBatch) -> tuple[jax.Array, Any]:
         """The loss and all the outputs, for a trainer that returns them (``has_aux``)."""
         out = self._outputs(params, micro_batch)
-        return (out[-1] if isinstance(out, tuple | list) else out), out
+        return pick_loss(out), out
 
     def _training_batch(
         self, args: tuple[torch.Tensor | npt.ArrayLike, ...]
@@ -289,7 +287,11 @@ class PoplarExecutor(DeviceCalls):
         read = buffers_read_by(lambda b, m: self._loss({**params, **b}, m), buffers, micro)
         fields = self._mode_fields
         check_changing_buffers(
-            changing, read, fields.num_total_replicas, self.options.broadcast_buffers
+            changing,
+            read,
+            fields.num_total_replicas,
+            self.options.broadcast_buffers,
+            replica_local=replica_local_buffers(self._user_model),
         )
         self._replicas = ReplicaBuffers(buffers, fields.replication_factor)
 
@@ -386,10 +388,10 @@ class PoplarExecutor(DeviceCalls):
         Raises:
             ValueError: another optimiser class or a change other than the learning rate.
         """
-        learning_rate = optim.changed_learning_rate(self._optimizer, optimizer)
+        learning_rates = changed_learning_rate(self._optimizer, optimizer)
         self._optimizer = self._host_state.follow(optimizer)
         if self._trainer is not None:
-            optim.set_learning_rate(self._trainer.state.opt_state, learning_rate)
+            set_learning_rate(self._trainer.state.opt_state, learning_rates)
 
     def compile(self, *args: Any) -> None:
         """Compiles the step for this combined batch's shapes without running it."""

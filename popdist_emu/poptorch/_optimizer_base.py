@@ -6,7 +6,7 @@ poptorch.optim.Optimizer)`` to tell them from ``torch.optim``'s) and carry
 variables that ``setOptimizer`` may change without a recompile (Graphcore's BERT marks
 ``max_weight_norm`` constant). The marks are kept and checked against the optimiser's
 hyper-parameters; they change no number: what ``setOptimizer`` may change here is the
-learning rate (``optim.changed_learning_rate``), which is never marked constant by the
+learning rate (``_learning_rate.changed_learning_rate``), which is never marked constant by the
 applications.
 
 References:

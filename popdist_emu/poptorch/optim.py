@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import jax
 import optax
@@ -70,7 +70,6 @@ _IPU_ARGUMENTS = (
     "max_grad_norm",
 )
 
-
 # Scalings the program set to other than 1, named once each: PopTorch applies them on the
 # IPU (against float16 underflow); the emulator computes without them.
 _SCALINGS = ("loss_scaling", "velocity_scaling")
@@ -78,6 +77,9 @@ _WARNED: set[str] = set()
 
 
 def _pop_ipu_arguments(kwargs: dict[str, object], name: str) -> None:
+    """Drops PopTorch's IPU-only arguments and each None (unset: torch's default)."""
+    for key in [k for k, v in kwargs.items() if v is None]:
+        del kwargs[key]
     for key in _IPU_ARGUMENTS:
         value = kwargs.pop(key, None)
         if key in _SCALINGS and value not in (None, 1, 1.0) and key not in _WARNED:
@@ -124,18 +126,15 @@ class AdamW(Optimizer, torch.optim.AdamW):
 class RMSprop(Optimizer, torch.optim.RMSprop):
     """``poptorch.optim.RMSprop``: ``torch.optim.RMSprop`` plus PopTorch's IPU arguments.
 
-    Raises:
-        ValueError: ``use_tf_variant=True`` (TensorFlow's RMSprop: eps inside the root,
-            the average starting at one): not modelled yet.
+    ``use_tf_variant=True`` (Graphcore's EfficientNet, ``--optimizer rmsprop_tf``) is
+    TensorFlow's RMSprop as PopTorch describes it: the average of squared gradients starts
+    at one, eps is inside the square root, and the learning rate goes into the momentum
+    buffer (``buf = momentum * buf + lr * g / sqrt(v + eps)``; ``p -= buf``).
     """
 
     def __init__(self, params: ParamsT, lr: float = 1e-2, **kwargs: Any) -> None:
         _pop_ipu_arguments(kwargs, "RMSprop")
-        if kwargs.pop("use_tf_variant", False):
-            raise ValueError(
-                "poptorch.optim.RMSprop(use_tf_variant=True): not modelled by popdist-emu "
-                "yet; remove it."
-            )
+        self.use_tf_variant = bool(kwargs.pop("use_tf_variant", False))
         super().__init__(params, lr=lr, **kwargs)
 
 
@@ -151,7 +150,7 @@ class LAMB(Optimizer, torch.optim.Optimizer):
 
     ``bias_correction=False`` (Graphcore's BERT ``LAMBNoBiasCorrection``, GPT-2, CLIP) uses
     the moments as they are: ``u = m / (sqrt(v) + eps) + weight_decay * w``, as PopTorch's
-    LAMB does (its reference: "bias_correction: whether to use bias correction").
+    LAMB does. An argument left None takes PopTorch's default (ViT passes ``betas=None``).
 
     ``max_weight_norm`` (FastPitch; BERT and ViT pass None, per group too) clips the weight's
     norm in the ratio, PopTorch's phi(z) = min(z, max_weight_norm): ``w -= lr *
@@ -161,29 +160,27 @@ class LAMB(Optimizer, torch.optim.Optimizer):
     update is built (one clip for the whole optimiser).
     """
 
+    # PopTorch's defaults, for the arguments a program leaves unset or passes as None.
+    _DEFAULTS = (("lr", 1e-3), ("betas", (0.9, 0.999)), ("eps", 1e-8), ("weight_decay", 1e-2))
+
     def __init__(
         self,
         params: ParamsT,
-        lr: float = 1e-3,
-        betas: tuple[float, float] = (0.9, 0.999),
-        eps: float = 1e-8,
-        weight_decay: float = 1e-2,
-        bias_correction: bool = True,
+        lr: float | None = None,
+        betas: tuple[float, float] | None = None,
+        eps: float | None = None,
+        weight_decay: float | None = None,
+        bias_correction: bool | None = None,
         max_weight_norm: float | None = None,
         **kwargs: Any,
     ) -> None:
         _pop_ipu_arguments(kwargs, "LAMB")
         if kwargs:
             raise TypeError(f"poptorch.optim.LAMB: unexpected arguments {sorted(kwargs)}.")
-        defaults = {
-            "lr": lr,
-            "betas": betas,
-            "eps": eps,
-            "weight_decay": weight_decay,
-            "bias_correction": bool(bias_correction),
-            "max_weight_norm": max_weight_norm,
-        }
-        super().__init__(params, defaults)
+        given = dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay)
+        defaults = {**dict(self._DEFAULTS), **{k: v for k, v in given.items() if v is not None}}
+        defaults["bias_correction"] = bias_correction is None or bool(bias_correction)
+        super().__init__(params, {**defaults, "max_weight_norm": max_weight_norm})
 
 
 def optimiser_hyperparams(optimizer: torch.optim.Optimizer) -> dict[str, Any]:
@@ -370,21 +367,31 @@ def _group_transform(
 
         return optax.inject_hyperparams(adam)(learning_rate=lr)
     if isinstance(optimizer, torch.optim.RMSprop):
-        return optax.inject_hyperparams(_rmsprop(group))(learning_rate=lr)
+        tf = bool(getattr(optimizer, "use_tf_variant", False))
+        return optax.inject_hyperparams(_rmsprop(group, tf))(learning_rate=lr)
     raise ValueError(
         f"{type(optimizer).__name__}: popdist-emu maps SGD, Adam, AdamW, RMSprop (torch.optim "
         f"or poptorch.optim) and poptorch.optim.LAMB so far; use one of those."
     )
 
 
-def _rmsprop(group: dict[str, Any]) -> Callable[..., optax.GradientTransformation]:
-    """RMSprop's transformation of one group's settings, its learning rate an argument."""
+def _rmsprop(
+    group: dict[str, Any], tf: bool = False
+) -> Callable[..., optax.GradientTransformation]:
+    """RMSprop's transformation of one group's settings, its learning rate an argument
+    (``tf``: TensorFlow's variant, see :class:`RMSprop`)."""
     wd, alpha, eps = (float(group[k]) for k in ("weight_decay", "alpha", "eps"))
     momentum = float(group["momentum"])
     scale = optax.scale_by_stddev if group["centered"] else optax.scale_by_rms
 
     def rmsprop(learning_rate: float | jax.Array) -> optax.GradientTransformation:
         parts = [optax.add_decayed_weights(wd)] if wd else []
+        if tf:  # the learning rate inside the momentum buffer
+            parts.append(scale(decay=alpha, eps=eps, initial_scale=1.0, eps_in_sqrt=True))
+            parts.append(optax.scale_by_learning_rate(learning_rate))
+            if momentum:
+                parts.append(optax.trace(decay=momentum))
+            return optax.chain(*parts)
         parts.append(scale(decay=alpha, eps=eps, eps_in_sqrt=False))
         if momentum:
             parts.append(optax.trace(decay=momentum))
@@ -392,59 +399,3 @@ def _rmsprop(group: dict[str, Any]) -> Callable[..., optax.GradientTransformatio
         return optax.chain(*parts)
 
     return rmsprop
-
-
-def changed_learning_rate(old: torch.optim.Optimizer | None, new: torch.optim.Optimizer) -> float:
-    """The new learning rate of ``setOptimizer(new)`` on a model trained with ``old``.
-
-    Raises:
-        ValueError: no ``old`` (an inference model), another optimiser class or a change
-            other than the learning rate.
-    """
-    if old is None:
-        raise ValueError(
-            "setOptimizer: an inference model has no optimiser; call it on the model "
-            "poptorch.trainingModel returned."
-        )
-    old_group, new_group = optimiser_hyperparams(old), optimiser_hyperparams(new)
-    rate = ("lr", "initial_lr")
-    if type(old) is not type(new) or {k: v for k, v in old_group.items() if k not in rate} != {
-        k: v for k, v in new_group.items() if k not in rate
-    }:
-        raise ValueError(
-            "setOptimizer: popdist-emu changes the learning rate only so far; keep the "
-            "optimiser's class and its other settings."
-        )
-    return float(new_group["lr"])
-
-
-# The states ``optax.inject_hyperparams`` makes (the stateful one since optax 0.2).
-_Injected = optax.InjectStatefulHyperparamsState | optax.InjectHyperparamsState
-
-
-def set_learning_rate(opt_state: Any, learning_rate: float) -> None:
-    """Sets the learning rate inside an optimiser state made by :func:`to_optax`.
-
-    Raises:
-        ValueError: the state is sharded or offloaded, or has several parameter groups.
-    """
-    injected = _injected_states(opt_state)
-    if len(injected) != 1:
-        raise ValueError(
-            "setOptimizer: the optimiser state is sharded or offloaded here, or has "
-            "several parameter groups; changing the learning rate there is not "
-            "supported yet."
-        )
-    hyperparams = injected[0].hyperparams
-    current = cast(jax.Array, hyperparams["learning_rate"])  # injected numbers are arrays
-    hyperparams["learning_rate"] = jax.numpy.asarray(learning_rate, dtype=current.dtype)
-
-
-def _injected_states(opt_state: Any) -> list[_Injected]:
-    """The ``optax.inject_hyperparams`` states inside an optimiser state (chains and
-    layer-wise optimisers nest them in tuples); their ``hyperparams`` dicts are mutable."""
-    if isinstance(opt_state, _Injected):
-        return [opt_state]
-    if isinstance(opt_state, tuple):
-        return [found for part in opt_state for found in _injected_states(part)]
-    return []

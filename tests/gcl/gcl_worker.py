@@ -7,6 +7,8 @@ Modes:
     cases OUT NUM_REPLICAS NUM_CASES SEED: run every collective on each case.
     mismatch OUT: the last instance passes a different shape; each rank writes its error.
     hang OUT: instance 1 never enters the collective; instance 0 writes its timeout error.
+    busy OUT: a broadcast of 128 MB, then every instance computes (sleeps) past the
+        timeout without MPI calls, then an all-reduce; rank 0 writes the results.
     left OUT: instance 0 returns after one collective; instance 1, still counted inside that
         collective, writes whether the leaving notice reports instance 0 as gone, then again
         once it counts a second collective.
@@ -138,6 +140,19 @@ def run_left(out: str) -> None:
         f.write(f"{transport._gone} {during} {after}")
 
 
+def run_busy(out: str) -> None:
+    big = [np.full(16 * 2**20, float(RANK + 1))]  # 128 MB: MPICH's large-message protocol
+    gcl.all_reduce([np.ones(1)], "add", timeout=60)  # both here, however late one started
+    # The root's timeout is the one under test; the receiver's only bounds the transfer,
+    # which a loaded machine may slow past a short one.
+    got = gcl.broadcast(big, root=0, timeout=2 if RANK == 0 else 60)[0]
+    time.sleep(4)  # a compile right after it, longer than the timeout, as ResNet-50's
+    total = gcl.all_reduce([np.ones(1)], "add", timeout=30)[0][0]
+    if RANK == 0:
+        with open(out, "w") as f:
+            f.write(f"{got[0]} {got[-1]} {total}")
+
+
 if __name__ == "__main__":
     mode, out, *rest = sys.argv[1:]
     if mode == "cases":
@@ -150,5 +165,7 @@ if __name__ == "__main__":
         run_waiting(out)
     elif mode == "left":
         run_left(out)
+    elif mode == "busy":
+        run_busy(out)
     else:
         raise SystemExit(f"unknown mode {mode!r}")

@@ -131,8 +131,28 @@ def test_batch_with_wrong_leading_dims_fails_clearly():
         r"replication_factor=2",
     ):
         trainer.step((x[:, :, :1], y[:, :, :1]))
-    with pytest.raises(ValueError, match="disagree on the micro-batch size"):
-        trainer.step((x, y[..., :1, :]))
+
+
+def test_leaves_may_differ_in_micro_batch_size_as_poptorch_splits_each_input():
+    """A per-micro-batch weight beside the samples (ViT's mixup coefficient): the step is
+    the weighted loss, as a trainer given the weight as a constant computes it."""
+    opts = Options(replication_factor=2, gradient_accumulation=2)
+    x, y = ReplicaLoader(data(), 2, opts).batch(0)
+    scale = np.arange(1.0, 5.0, dtype=np.float32).reshape(1, 2, 2, 1)
+
+    def scaled(params, batch):
+        x, y, s = batch
+        return loss_fn(params, (x, y)) * s[0]
+
+    got = Trainer(scaled, optax.sgd(0.1), init_params(), opts).step((x, y, scale))
+    want = np.mean(
+        [
+            loss_fn(init_params(), (x[0, a, k], y[0, a, k])) * scale[0, a, k, 0]
+            for a in range(2)
+            for k in range(2)
+        ]
+    )
+    np.testing.assert_allclose(float(got), want, rtol=1e-5)
 
 
 def test_non_scalar_loss_fails_clearly():

@@ -1,0 +1,52 @@
+"""benchmarks/graphcore_programs.py: how it launches Graphcore's vision applications (the
+runs themselves are the benchmark's, minutes each)."""
+
+import subprocess
+import sys
+
+from deadlines import within
+from repo_scripts import BENCHMARKS, load_benchmark
+
+programs = load_benchmark("graphcore_programs")
+
+
+def test_functional_runs_keep_the_replicas_and_the_global_data_set_on_two_instances():
+    resnet50 = programs.PROGRAMS["resnet50"]
+    assert programs._launch_options(resnet50, "functional", 2) == [
+        "--num-replicas", "2", "--num-instances", "2",
+    ]  # fmt: skip
+    one = programs._scaled(resnet50.args, resnet50, 1)
+    two = programs._scaled(resnet50.args, resnet50, 2)
+    at = one.index("--iterations")
+    assert (one[at + 1], two[at + 1]) == ("4", "8")
+    assert [w for i, w in enumerate(two) if i != at + 1] == [
+        w for i, w in enumerate(one) if i != at + 1
+    ]
+
+
+def test_offline_runs_take_the_published_rows_options():
+    vit = programs.PROGRAMS["vit"]
+    words = programs._launch_options(vit, "offline")
+    assert words[-1] == "--offline-mode" and "bow-pod64" in words
+    assert words[words.index("--num-instances") + 1] == "8"
+    assert "b16_in1k_pretrain_lamb" in vit.offline_args
+
+
+def test_same_losses_compares_the_printed_losses():
+    same = programs.same_losses
+    assert same({"losses": [7.1, 6.5]}, {"losses": [7.1, 6.5]}) is True
+    assert same({"losses": [7.1, 6.5]}, {"losses": [7.1, 6.4]}) is False
+    assert same({"losses": [7.1]}, {"losses": [7.1, 6.5]}) is False
+    assert same({"losses": []}, {"losses": [7.1]}) is None
+
+
+def test_a_checkout_without_the_program_is_refused_in_one_line(tmp_path):
+    script = BENCHMARKS / "graphcore_programs.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), "--examples", str(tmp_path), "--programs", "vit"],
+        capture_output=True,
+        text=True,
+        timeout=within(120),
+    )
+    assert proc.returncode == 2
+    assert "no vision/vit/pytorch/pretrain.py; give a graphcore/examples checkout" in proc.stderr

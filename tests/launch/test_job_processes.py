@@ -1,0 +1,76 @@
+"""What the watchdog learns about a job's processes from ``/proc``, with real processes."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from deadlines import within
+
+from contract import ENV_JOB_DIR, pid_path
+from launch._job_processes import Groups, running, vanished
+
+# A group leader that starts a sleeping child and exits at once, leaving the child orphaned in
+# its group; it prints the child's pid.
+LEADER = (
+    "import subprocess, sys\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+    "print(child.pid, flush=True)\n"
+)
+
+
+def _record(job_dir, instance: int, pid: int) -> None:
+    with open(pid_path(str(job_dir), instance), "w") as f:
+        f.write(f"{pid} {pid}\n")
+
+
+def _orphaned_group(env: dict[str, str]) -> tuple[int, int]:
+    """``(dead leader, its orphaned child)``: the leader is reaped, the child sleeps on."""
+    leader = subprocess.Popen(
+        [sys.executable, "-c", LEADER],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, **env},
+    )
+    child = int(leader.stdout.readline())
+    leader.wait()
+    return leader.pid, child
+
+
+def test_a_zombie_bootstrap_has_vanished(tmp_path):
+    """A killed bootstrap stays a zombie until the MPI's process manager reaps it, which
+    MPICH's proxy may not do while the orphaned program holds the rank's PMI connection: the
+    job then ran until its program ended."""
+    bootstrap = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        _record(tmp_path, 0, bootstrap.pid)
+        groups = Groups(str(tmp_path), [0], os.getpid())
+        assert groups() == {0: (bootstrap.pid, bootstrap.pid)} and not list(vanished(groups, {}))
+        bootstrap.kill()
+        deadline = time.monotonic() + within(10)
+        while running(bootstrap.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert os.path.exists(f"/proc/{bootstrap.pid}")  # not reaped: a zombie
+        assert list(vanished(groups, {})) == [0]
+    finally:
+        bootstrap.kill()
+        bootstrap.wait()
+
+
+def test_a_group_whose_leader_died_before_the_first_look_is_known_by_its_job(tmp_path):
+    """Killed before the watchdog first read its pid file, a bootstrap cannot be traced to the
+    launcher; its program, orphaned in its group, carries the job's directory."""
+    ours, ours_child = _orphaned_group({ENV_JOB_DIR: str(tmp_path)})
+    other, other_child = _orphaned_group({ENV_JOB_DIR: str(tmp_path / "another-job")})
+    try:
+        _record(tmp_path, 0, ours)
+        _record(tmp_path, 1, other)
+        groups = Groups(str(tmp_path), [0, 1], os.getpid())
+        assert groups() == {0: (ours, ours)}  # the other job's group is never signalled
+        assert groups.remote == {1}
+        assert list(vanished(groups, {})) == [0]
+    finally:
+        for pid in (ours_child, other_child):
+            os.kill(pid, signal.SIGKILL)
