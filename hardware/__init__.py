@@ -24,7 +24,6 @@ from hardware._memory import memory_per_ipu as memory_per_ipu
 from hardware._memory import replica_memory as replica_memory
 from hardware._parameters import CALIBRATION_FILE as CALIBRATION_FILE
 from hardware._parameters import DEFAULT_PREFETCH_DEPTH as DEFAULT_PREFETCH_DEPTH
-from hardware._parameters import ENV_CALIBRATION_FILE as ENV_CALIBRATION_FILE
 from hardware._parameters import FITTED_PARAMETERS as FITTED_PARAMETERS
 from hardware._parameters import SHARED_FAMILY as SHARED_FAMILY
 from hardware._parameters import ModelParameters as ModelParameters
@@ -100,7 +99,6 @@ __all__ = [
     "CALIBRATION_FILE",
     "COLLECTIVE_METHODS",
     "DEFAULT_PREFETCH_DEPTH",
-    "ENV_CALIBRATION_FILE",
     "FITTED_PARAMETERS",
     "GC200",
     "IPU_M2000",

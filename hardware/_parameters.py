@@ -23,21 +23,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import pathlib
 from typing import Any
 
 CALIBRATION_FILE = pathlib.Path(__file__).with_name("calibration.json")
-# A calibration file in place of the packaged one: ``poprun-emu --calibrate-from`` points the
-# instances at the file its refit to the user's measured runs wrote.
-ENV_CALIBRATION_FILE = "POPDIST_EMU_CALIBRATION_FILE"
 
 
 def calibration_file(path: str | pathlib.Path | None = None) -> pathlib.Path:
-    """``path``, else the file ``POPDIST_EMU_CALIBRATION_FILE`` names, else the packaged one."""
-    if path is not None:
-        return pathlib.Path(path)
-    return pathlib.Path(os.environ.get(ENV_CALIBRATION_FILE) or CALIBRATION_FILE)
+    """``path``, else the packaged file. A job refitted by ``--calibrate-from`` names its own
+    file through ``Options.calibration_file``: the model reads no environment."""
+    return CALIBRATION_FILE if path is None else pathlib.Path(path)
 
 
 # The name of the shared fit's parameter set, as --calibration-family takes it.

@@ -1,11 +1,11 @@
 """``poprun-emu --calibrate-from FILE``: the job's parameters refitted to measured runs.
 
-The file (one JSON object a line: a configuration and its measured samples/s,
-``popdist_emu.calibration.read_measurements``) is checked before anything starts, a bad one
-refused in one line (exit 2); then ``popdist_emu.calibration.refit_program`` probes the
-program once offline, refits the terms the measurements constrain, and the job runs with the
-refitted calibration file. The emulator's calibration is imported only when the option is
-given (SciPy is slow to import).
+The refit runs in its own process before the job (``contract.refit_calibration``, which
+starts ``python -m popdist_emu.calibration``): the launcher imports only ``contract`` and
+starts without JAX or SciPy. That process refuses a bad file in one line before anything
+runs (reported here as a ``UsageError``, exit 2), probes the program once offline, refits the
+terms the measurements constrain and writes the refitted calibration file; the launcher
+prints what changed and the job runs with the file (``contract.ENV_CALIBRATION_FILE``).
 """
 
 from __future__ import annotations
@@ -13,18 +13,9 @@ from __future__ import annotations
 import sys
 import tempfile
 
+from contract import RefitError, refit_calibration
 from launch._errors import UsageError
 from launch._options import LaunchOptions
-
-
-def check(path: str) -> None:
-    """Refuses a bad measurements file with a ``UsageError`` of one line."""
-    from popdist_emu.calibration import MeasurementError, read_measurements
-
-    try:
-        read_measurements(path)
-    except MeasurementError as error:
-        raise UsageError(str(error)) from None
 
 
 def refit(options: LaunchOptions, folder: str) -> dict[str, str]:
@@ -32,13 +23,13 @@ def refit(options: LaunchOptions, folder: str) -> dict[str, str]:
     points the job at the refitted file in ``folder``.
 
     Raises:
-        UsageError: the probe run failed, or a configuration it refused.
+        UsageError: a bad file of measurements, or a probe run that failed.
     """
-    from popdist_emu.calibration import MeasurementError, refit_program
-
     try:
-        env, lines = refit_program(options.calibrate_from, options.program, options.system, folder)
-    except MeasurementError as error:
+        env, lines = refit_calibration(
+            options.calibrate_from, options.program, options.system, folder
+        )
+    except RefitError as error:
         raise UsageError(str(error)) from None
     for line in lines:
         print(line, file=sys.stderr, flush=True)

@@ -146,8 +146,6 @@ def validate(options: LaunchOptions) -> tuple[ReplicaLayout, list[str]]:
             check_family(options.calibration_family)
     except UnknownFamilyError as error:
         raise UsageError(str(error)) from None
-    if options.calibrate_from:  # a bad file of measured runs, before anything starts
-        calibrate_from.check(options.calibrate_from)
     only = options.only_output_from_instance
     if only is not None and not 0 <= only < layout.num_instances:
         raise UsageError(
@@ -400,7 +398,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         layout, program = validate(options)
         if not options.calibrate_from:
             return launch(options, layout, program, shlex.join(["poprun-emu", *argv]))
-        folder = calibrate_from.temporary_folder()  # the refitted file, read by the job
+        # The refit refuses a bad file in one line before anything runs; the job reads its file.
+        folder = calibrate_from.temporary_folder()
         try:
             os.environ.update(calibrate_from.refit(options, folder))
             return launch(options, layout, program, shlex.join(["poprun-emu", *argv]))

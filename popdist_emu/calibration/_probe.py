@@ -7,7 +7,9 @@ scaling request whose points carry parameter values: ``contract.SweepPoint.param
 the terms the measurements constrain are refitted (:func:`refit`, as the published rows
 are); the changed parameters and each measurement's cross-validated error are printed; and a
 calibration file holding the refit is written for the job to read
-(``POPDIST_EMU_CALIBRATION_FILE``).
+(``contract.ENV_CALIBRATION_FILE``, ``Options.calibration_file``). The launchers run this
+through ``python -m popdist_emu.calibration`` (``_cli``): ``launch`` stays JAX- and
+SciPy-free, and ``scaling`` needs no layer above it.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ def _system(ipu: str, measurement: Measurement) -> str:
 
 def refit_program(
     path: str, program: Sequence[str], system: str, folder: str
-) -> tuple[dict[str, str], list[str]]:
+) -> tuple[Path, list[str]]:
     """Probes ``program`` at the measurements of ``path``, refits and writes the refitted
     calibration file into ``folder``.
 
@@ -42,7 +44,7 @@ def refit_program(
         folder: a private folder for the request and the file.
 
     Returns:
-        The variable naming the refitted file, and the lines to print.
+        The refitted file, and the lines to print.
 
     Raises:
         MeasurementError: a bad file, a configuration the program refused, or a probe run
@@ -92,7 +94,7 @@ def refit_program(
     fit = refit(measurements, features, base)
     file = Path(folder) / "calibration.json"
     file.write_text(json.dumps(refitted_file(fit.values, path), indent=1))
-    return {hardware.ENV_CALIBRATION_FILE: str(file)}, fit.lines(measurements)
+    return file, fit.lines(measurements)
 
 
 def refitted_file(values: dict[str, float], source: str) -> dict:

@@ -263,13 +263,6 @@ def parse(argv: Sequence[str]) -> SweepConfig:
     if ns.program.endswith(".py") and not os.path.isfile(ns.program):
         raise UsageError(f"program {ns.program!r} does not exist.")
     check_out(ns.out)
-    if ns.calibrate_from:  # a bad file of measured runs, before anything runs
-        from popdist_emu.calibration import MeasurementError, read_measurements
-
-        try:
-            read_measurements(ns.calibrate_from)
-        except MeasurementError as error:
-            raise UsageError(str(error)) from None
     baseline = Series(label="baseline", instances=(1,) * len(replicas))
     first = dataclasses.replace(_series(ns, baseline, replicas), program_args=tuple(ns.args))
     series = [first]

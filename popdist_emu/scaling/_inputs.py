@@ -2,7 +2,8 @@
 
 ``--published FILE.csv`` (measured throughputs shown beside the predictions) and
 ``--calibrate-from FILE`` (measured runs the parameters are refitted to before the sweep,
-``popdist_emu.calibration.refit_program``); each bad file is refused in one line.
+``contract.refit_calibration``, a ``python -m popdist_emu.calibration`` process); each bad
+file is refused in one line.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import csv
 
 import hardware
-from contract import FileTooLargeError, read_bounded
+from contract import FileTooLargeError, RefitError, read_bounded, refit_calibration
 from popdist_emu.scaling._config import PublishedPoint, SweepConfig
 
 # More than one line per replica count of the largest system is not a file of measurements.
@@ -58,13 +59,11 @@ def read_published(path: str) -> list[PublishedPoint]:
 def refit(config: SweepConfig, folder: str) -> dict[str, str]:
     """``--calibrate-from``: the first series' program refitted to the measured runs (the
     changed parameters printed); the variable that points every series at the refit."""
-    from popdist_emu.calibration import MeasurementError, refit_program
-
     first = config.series[0]
     program = (config.program, *first.program_args)
     try:
-        env, lines = refit_program(config.calibrate_from, program, first.system, folder)
-    except MeasurementError as error:
+        env, lines = refit_calibration(config.calibrate_from, program, first.system, folder)
+    except RefitError as error:
         raise UsageError(str(error)) from None
     for line in lines:
         print(f"[poprun-emu-scaling] {line}", flush=True)
