@@ -122,7 +122,7 @@ def test_job_config_round_trips_and_gives_each_instance_its_view():
 
 
 def test_a_refitted_calibration_file_reaches_the_instance_only_when_there_is_one():
-    view = InstanceEnvironment(calibration_file="/tmp/refit/calibration.json")
+    view = InstanceEnvironment(popdist_set=True, calibration_file="/tmp/refit/calibration.json")
     env = view.to_environ()
     assert env[contract.ENV_CALIBRATION_FILE] == "/tmp/refit/calibration.json"
     assert InstanceEnvironment.from_environ(env) == view
