@@ -7,26 +7,28 @@ features (``benchmarks/row_features.py``); ``benchmarks/results/validate.json``,
 docs/hardware-model.md renders, the cross-validation of those features
 (``benchmarks/validate.py``). A change to the cost model that is not followed by a refit and
 fresh features leaves them stale without any other test noticing. One ResNet-50 step profile
-at micro-batch 20 (compiled from shapes, about 10 s) serves the first two checks; the other
-rows' features (minutes of offline runs) are checked only by their command.
+at micro-batch 20 (compiled from shapes, most of a minute; the ``resnet50_profile`` fixture,
+shared with ``tests/popdist_emu/calibration/test_shared_fit.py``) serves the first two
+checks; the other rows' features (minutes of offline runs) are checked only by their
+command.
 """
 
 import json
 
 import pytest
-from repo_scripts import ROOT, load_benchmark, load_example
+from repo_scripts import ROOT, load_benchmark
 
 import hardware
 from popdist_emu import calibration
 
 validate = load_benchmark("validate")
 calibration_set = load_benchmark("calibration_set")
-MICRO_BATCH = 20
+MICRO_BATCH = calibration.RESNET50_MICRO_BATCH
 
 
 @pytest.fixture(scope="module")
-def profile():
-    return load_example("resnet50").profile(MICRO_BATCH)
+def profile(resnet50_profile):
+    return resnet50_profile
 
 
 def test_the_stored_calibration_rows_are_what_the_model_predicts_with_their_parameters(profile):
