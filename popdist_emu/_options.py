@@ -247,9 +247,8 @@ class Options:
                 layout, False with a given layout.
             job_dir: None takes ``poprun-emu``'s job directory from the environment read
                 for the layout, "" (this process is the job) with a given layout.
-            system, report_dir, command, scaling_request, calibration_family,
-                calibration_file: None takes
-                ``poprun-emu``'s (and ``poprun-emu-scaling``'s) from the environment read
+            system, report_dir, command, scaling_request, calibration_family, calibration_file:
+                None takes ``poprun-emu``'s (and ``poprun-emu-scaling``'s) from the environment read
                 for the layout, "" with a given layout.
 
         The other arguments are the attributes of the same names.
