@@ -45,6 +45,7 @@ import sys
 from collections.abc import Sequence
 from typing import NamedTuple
 
+import calibration_set
 import numpy as np
 import published_rows  # this folder's: the rows and their published figures
 from results_file import write_results
@@ -127,11 +128,12 @@ def bounded_rows(rows: Sequence[published_rows.Row], tolerance: float) -> list[d
     """Each check row's bounds from the calibration rows on its IPU with its micro-batch."""
     ipu = {row.system: hardware.get_system(row.system).ipu.name for row in rows}
     out = []
-    for check in (r for r in rows if not r.fitted):
+    fitted = calibration_set.calibration_keys()
+    for check in (r for r in rows if r.key not in fitted):
         calibration = [
             r
             for r in rows
-            if r.fitted
+            if r.key in fitted
             and ipu[r.system] == ipu[check.system]
             and r.micro_batch == check.micro_batch
         ]

@@ -1,12 +1,14 @@
 """Fits the hardware model's five free parameters to published ResNet-50 throughput.
 
-The ResNet-50 step profile comes from compiling (never running) ``examples/resnet50.py``'s
-training step at micro-batch 20, FP16, with recomputation, through
-``popdist_emu.profile_step``. Each published MLPerf v1.1 configuration (replicas, gradient
-accumulation, instances, hosts) is simulated on its system, and the parameters minimise the
-squared relative throughput error, with a weak log-normal prior on each parameter so that
-under-determined fits (leave-one-out) stay near physical values: ``popdist_emu.calibration``'s
-shared fit, which this command feeds with the profile only the example can give.
+The rows are the ``ResNet-50`` fit's of the declared calibration set
+(``benchmarks/calibration_set.json``). The ResNet-50 step profile comes from compiling (never
+running) ``examples/resnet50.py``'s training step at their micro-batch (20), FP16, with
+recomputation, through ``popdist_emu.profile_step``. Each published MLPerf v1.1
+configuration (replicas, gradient accumulation, instances, hosts) is simulated on its system,
+and the parameters minimise the squared relative throughput error, with a weak log-normal
+prior on each parameter so that under-determined fits (leave-one-out) stay near physical
+values: ``popdist_emu.calibration``'s shared fit, which this command feeds with the profile
+only the example can give.
 
 Prints one JSON line per system (published and predicted throughput, relative error, and
 the leave-one-out prediction made without that row), then one line with the parameters.
@@ -31,15 +33,39 @@ import pathlib
 import sys
 import time
 
+import calibration_set
+from published_rows import Row
 from results_file import write_results
+from validate import hosts
 
 from popdist_emu import calibration
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# The shared fit's rows (system, replicas, gradient accumulation, instances, hosts, published
-# images/s) at micro-batch 20; benchmarks/validate.py lists them as fitted.
-PUBLISHED = calibration.RESNET50_ROWS
-MICRO_BATCH = calibration.RESNET50_MICRO_BATCH
+FIT = "ResNet-50"  # the declared set's fit this command makes
+
+
+def published_rows() -> tuple[int, list[calibration.PublishedRow]]:
+    """The fit's rows as ``benchmarks/calibration_set.json`` declares them, as the shared
+    fit takes them (instances and hosts as the rows' launch lines), and their micro-batch."""
+    rows = calibration_set.fit_rows(FIT)
+    if not all(isinstance(row, Row) for row in rows):
+        raise SystemExit(f"calibrate.py: the {FIT} fit may only name ResNet-50 rows")
+    micro_batches = {row.micro_batch for row in rows if isinstance(row, Row)}
+    if len(micro_batches) != 1:
+        raise SystemExit(f"calibrate.py: the {FIT} fit's rows must share one micro-batch")
+    published = [
+        calibration.PublishedRow(
+            row.system,
+            row.replicas,
+            row.gradient_accumulation,
+            row.instances or row.replicas // 2,
+            hosts(row.replicas),
+            row.published,
+        )
+        for row in rows
+        if isinstance(row, Row)
+    ]
+    return micro_batches.pop(), published
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,11 +76,12 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT / "examples"))
     import resnet50
 
+    micro_batch, published = published_rows()
     start = time.perf_counter()
-    profile = resnet50.profile(MICRO_BATCH)
+    profile = resnet50.profile(micro_batch)
     compile_seconds = time.perf_counter() - start
 
-    fit = calibration.calibrate_shared(profile, PUBLISHED)
+    fit = calibration.calibrate_shared(profile, published)
     rows = fit.row_records()
     for line in rows:
         print(json.dumps(line), flush=True)

@@ -25,7 +25,8 @@ calls is one update), and the per-call form is the one the ResNeXt and Efficient
 FLOP at the fitted efficiency, the fitted cost per call as host synchronisation of any
 replica), which ``poprun-emu --calibration-family BERT`` applies to any program.
 
-Rows: the Mk2 MLPerf BERT-Large rows on one Pod, ``bert_rows.BERT_CALIBRATION_ROWS`` (v1.0
+Rows: the ``BERT`` fit's of the declared calibration set (``benchmarks/calibration_set.json``):
+the Mk2 MLPerf BERT-Large rows on one Pod (v1.0
 POD16 and POD64 on SDK 2.1, v1.1 POD16 and POD64 on SDK 2.3), each an offline run of
 ``examples/bert.py`` as Graphcore's configuration file sets it. The rows across Pods are left
 to the shared fit's GW-Link model, which they check: v1.1's POD128 row. The Bow rows (MLPerf
@@ -63,8 +64,8 @@ import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+import calibration_set
 import validate  # this folder's: an offline run of a row's example
-from bert_rows import BERT_CALIBRATION_ROWS
 from published_rows import ExampleRow
 from results_file import write_results
 
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true", help="store the fit in calibration.json")
     args = parser.parse_args(argv)
 
-    rows = BERT_CALIBRATION_ROWS
+    rows = [row for row in calibration_set.fit_rows(FAMILY) if isinstance(row, ExampleRow)]
     shared = hardware.load_parameters()
     eta1, eta2 = calibration.trial_efficiencies(shared.compute_efficiency)
     first = _steps(rows, {"matmul_efficiency": eta1, "multi_ipu_sync_seconds": 0.0})

@@ -3,8 +3,9 @@
 ``poprun-emu`` (``launch``) and the instances (``popdist_emu``, ``gcl``) share what is here and
 nothing else: every environment variable and the job configuration (``_environment``), files
 written so that a reader never sees a part of one and read with a bound (``_files``), the
-machine's memory (``_machine``), and the
-request ``poprun-emu-scaling`` hands a program (``_sweep``). It imports only ``hardware`` (the
+machine's memory (``_machine``), the
+request ``poprun-emu-scaling`` hands a program (``_sweep``) and the refit of
+``--calibrate-from`` run in its own process (``_refit``). It imports only ``hardware`` (the
 layout and the systems), so the launcher starts without JAX, and both sides import it through
 this face.
 """
@@ -13,6 +14,7 @@ from contract._environment import DEFAULT_GCL_TIMEOUT_S as DEFAULT_GCL_TIMEOUT_S
 from contract._environment import EMULATOR_VARIABLES as EMULATOR_VARIABLES
 from contract._environment import ENV_BOOTSTRAP as ENV_BOOTSTRAP
 from contract._environment import ENV_CALIBRATION_FAMILY as ENV_CALIBRATION_FAMILY
+from contract._environment import ENV_CALIBRATION_FILE as ENV_CALIBRATION_FILE
 from contract._environment import ENV_COMMAND as ENV_COMMAND
 from contract._environment import ENV_GCL_ON_FAILURE as ENV_GCL_ON_FAILURE
 from contract._environment import ENV_GCL_TIMEOUT as ENV_GCL_TIMEOUT
@@ -69,6 +71,8 @@ from contract._machine import total_memory_bytes as total_memory_bytes
 from contract._numbers import MAX_TIMEOUT_S as MAX_TIMEOUT_S
 from contract._numbers import MIN_TIMEOUT_S as MIN_TIMEOUT_S
 from contract._numbers import ascii_seconds as ascii_seconds
+from contract._refit import RefitError as RefitError
+from contract._refit import refit_calibration as refit_calibration
 from contract._sweep import COLLECTIVE_PHASES as COLLECTIVE_PHASES
 from contract._sweep import TIER_PHASES as TIER_PHASES
 from contract._sweep import SweepPoint as SweepPoint
@@ -82,6 +86,7 @@ __all__ = [
     "EMULATOR_VARIABLES",
     "ENV_BOOTSTRAP",
     "ENV_CALIBRATION_FAMILY",
+    "ENV_CALIBRATION_FILE",
     "ENV_COMMAND",
     "ENV_GCL_ON_FAILURE",
     "ENV_GCL_TIMEOUT",
@@ -113,6 +118,7 @@ __all__ = [
     "FileTooLargeError",
     "InstanceEnvironment",
     "JobConfig",
+    "RefitError",
     "SweepPoint",
     "arg_max",
     "ascii_seconds",
@@ -132,6 +138,7 @@ __all__ = [
     "read_bounded",
     "read_job_config",
     "read_request",
+    "refit_calibration",
     "special_kind",
     "status_path",
     "system_name",

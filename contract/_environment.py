@@ -61,6 +61,8 @@ ENV_COMMAND = "POPDIST_EMU_COMMAND"  # the poprun-emu command line, for the repo
 ENV_CALIBRATION_FAMILY = "POPDIST_EMU_CALIBRATION_FAMILY"
 # poprun-emu-scaling -> the program: a request file listing every point of a sweep
 ENV_SCALING_REQUEST = "POPDIST_EMU_SCALING_REQUEST"
+# --calibrate-from -> the job: the calibration file its refit wrote; empty = the packaged one
+ENV_CALIBRATION_FILE = "POPDIST_EMU_CALIBRATION_FILE"
 EMULATOR_VARIABLES = (
     ENV_INSTANCE_INDEX,
     ENV_HOSTS,
@@ -72,6 +74,7 @@ EMULATOR_VARIABLES = (
     ENV_BOOTSTRAP,
     ENV_COMMAND,
     ENV_CALIBRATION_FAMILY,
+    ENV_CALIBRATION_FILE,
 )
 
 # -- Choosing a system MPI (read by the launcher from the user's environment) ------------------
@@ -127,6 +130,8 @@ class InstanceEnvironment:
             to evaluate from this run's step); empty when no sweep asked.
         calibration_family: ``--calibration-family``: the calibrated family whose
             whole-program parameters the simulation uses; empty = the structural ones.
+        calibration_file: the calibration file ``--calibrate-from``'s refit wrote, in place
+            of the packaged ``hardware/calibration.json``; empty = the packaged one.
     """
 
     layout: ReplicaLayout = dataclasses.field(default_factory=ReplicaLayout)
@@ -141,6 +146,7 @@ class InstanceEnvironment:
     command: str = ""
     scaling_request: str = ""
     calibration_family: str = ""
+    calibration_file: str = ""
 
     @property
     def replica_offset(self) -> int:
@@ -184,14 +190,18 @@ class InstanceEnvironment:
             command=environ.get(ENV_COMMAND, ""),
             scaling_request=environ.get(ENV_SCALING_REQUEST, ""),
             calibration_family=environ.get(ENV_CALIBRATION_FAMILY, ""),
+            calibration_file=environ.get(ENV_CALIBRATION_FILE, ""),
         )
 
     def to_environ(self) -> dict[str, str]:
         """The variables that make :meth:`from_environ` read this view back: PopRun's
-        ``POPDIST_*`` and the emulator's ``POPDIST_EMU_*`` (the scaling request only when
-        there is one: the launcher passes on the one ``poprun-emu-scaling`` set)."""
+        ``POPDIST_*`` and the emulator's ``POPDIST_EMU_*`` (the scaling request and the
+        calibration file only when there is one: the launcher passes on the ones
+        ``poprun-emu-scaling`` or ``--calibrate-from`` set in its environment)."""
         layout, i = self.layout, self.instance
         request = {ENV_SCALING_REQUEST: self.scaling_request} if self.scaling_request else {}
+        if self.calibration_file:
+            request[ENV_CALIBRATION_FILE] = self.calibration_file
         return request | {
             ENV_NUM_TOTAL_REPLICAS: str(layout.num_replicas),
             ENV_NUM_LOCAL_REPLICAS: str(layout.num_local_replicas),

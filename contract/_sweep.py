@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping, Sequence
-from typing import SupportsIndex, SupportsInt
+from typing import Any, SupportsIndex, SupportsInt
 
 import hardware
 from contract._files import write_atomically
@@ -50,6 +50,10 @@ class SweepPoint:
         system: ``--system`` (a name from ``hardware.SYSTEMS``; empty where none holds it).
         global_batch: strong scaling's samples per weight update (the point's gradient
             accumulation follows from it); None keeps the program's own accumulation.
+        parameters: fitted parameters (``hardware.ModelParameters`` names) the point is
+            simulated with instead of the calibrated ones, as ``(name, value)`` pairs; empty
+            for none. ``benchmarks/row_features.py`` probes a row's step at several values
+            from one compiled program this way.
     """
 
     replicas: int
@@ -57,6 +61,7 @@ class SweepPoint:
     ipus_per_replica: int
     system: str
     global_batch: int | None = None
+    parameters: tuple[tuple[str, float], ...] = ()
 
     @property
     def num_ipus(self) -> int:
@@ -75,12 +80,15 @@ class SweepPoint:
     def from_json(cls, data: Mapping[str, object]) -> SweepPoint:
         """The point a request holds (the fields of :func:`dataclasses.asdict`)."""
         batch = data.get("global_batch")
+        values: Any = data.get("parameters") or ()  # JSON: name-value pairs, or a dict
+        pairs = values.items() if isinstance(values, Mapping) else values
         return cls(
             replicas=_as_int(data["replicas"]),
             instances=_as_int(data["instances"]),
             ipus_per_replica=_as_int(data["ipus_per_replica"]),
             system=str(data.get("system") or ""),
             global_batch=None if batch is None else _as_int(batch),
+            parameters=tuple((str(name), float(value)) for name, value in pairs),
         )
 
 

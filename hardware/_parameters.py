@@ -27,6 +27,14 @@ import pathlib
 from typing import Any
 
 CALIBRATION_FILE = pathlib.Path(__file__).with_name("calibration.json")
+
+
+def calibration_file(path: str | pathlib.Path | None = None) -> pathlib.Path:
+    """``path``, else the packaged file. A job refitted by ``--calibrate-from`` names its own
+    file through ``Options.calibration_file``: the model reads no environment."""
+    return CALIBRATION_FILE if path is None else pathlib.Path(path)
+
+
 # The name of the shared fit's parameter set, as --calibration-family takes it.
 SHARED_FAMILY = "ResNet-50"
 
@@ -147,7 +155,7 @@ def load_parameters(path: str | pathlib.Path | None = None, *, family: str = "")
     Raises:
         UnknownFamilyError: ``family`` names no fit of the file, listing those there are.
     """
-    file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
+    file = calibration_file(path)
     data = json.loads(file.read_text()) if file.exists() else {}
     # Any: every key is a float field, which ``**`` cannot tell a type checker.
     values: dict[str, Any] = _floats(data.get("parameters", {}))
@@ -169,7 +177,7 @@ def _floats(record: dict) -> dict[str, float]:
 def family_names(path: str | pathlib.Path | None = None) -> tuple[str, ...]:
     """The parameter sets ``--calibration-family`` takes: the shared fit's and each family
     fit's of ``path`` (default: the packaged calibration.json)."""
-    file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
+    file = calibration_file(path)
     data = json.loads(file.read_text()) if file.exists() else {}
     return (SHARED_FAMILY, *data.get("families", {}))
 

@@ -34,12 +34,15 @@ import pathlib
 
 from hardware._compute import compute_set_overhead
 from hardware._layout import ReplicaLayout
-from hardware._parameters import CALIBRATION_FILE, SHARED_FAMILY
+from hardware._parameters import SHARED_FAMILY, calibration_file
 from hardware._specs import SystemSpec, get_system
 from hardware._step_simulation import StepSimulation
 from hardware._terms import leaned_on
 
 METHOD = "leave-one-out RMS relative error of the calibration rows"
+# The band from cross-validation (``benchmarks/validate.py --write``), where the file has one.
+CV_METHOD = "80 % band of the cross-validated errors of {rows} published rows, {kind}"
+CV_KINDS = {"family_unseen": "family unseen", "family_seen": "family seen"}
 # How far (in points of the compute) a step's fixed-cost share may exceed the rows' before
 # it is called an extrapolation: the rows' own shares differ by a few points.
 FIXED_COST_MARGIN = 0.1
@@ -75,6 +78,13 @@ class Calibration:
         fixed_cost_share: the largest ``fixed_cost_share`` of the rows' steps (0: not
             recorded, and not checked).
         family: the family fit whose rows these are; empty: the shared fit's.
+        cv_band: ``(low, high)`` factors of the 80 % band of the cross-validated residuals of
+            published rows like the run (``benchmarks/validate.py --write``); empty: none
+            stored, and the band is the rows' leave-one-out RMS.
+        cv_rows: the residuals ``cv_band`` was taken from.
+        cv_kind: which rows: ``family_unseen`` (every row, each predicted by a fit without
+            any row of its family: a program the calibration never ran) or ``family_seen``
+            (rows whose family a fit used, each predicted by a fit without it).
     """
 
     rows: tuple[CalibrationRow, ...]
@@ -82,6 +92,9 @@ class Calibration:
     model_families: tuple[str, ...]
     fixed_cost_share: float = 0.0
     family: str = ""
+    cv_band: tuple[float, ...] = ()
+    cv_rows: int = 0
+    cv_kind: str = ""
 
     @property
     def parameter_set(self) -> str:
@@ -96,11 +109,16 @@ class Calibration:
     @property
     def method(self) -> str:
         """How the band is derived, in words."""
+        if self.cv_band:
+            return CV_METHOD.format(rows=self.cv_rows, kind=CV_KINDS.get(self.cv_kind, ""))
         return METHOD
 
     @property
     def relative_spread(self) -> float:
-        """``sigma``: the RMS of the rows' leave-one-out relative errors (0 without rows)."""
+        """``sigma``: the RMS of the rows' leave-one-out relative errors (0 without rows); with
+        a cross-validated band, its half-width."""
+        if self.cv_band:
+            return (self.cv_band[1] - self.cv_band[0]) / 2
         errors = [r.leave_one_out_error for r in self.rows]
         return math.sqrt(sum(e * e for e in errors) / len(errors)) if errors else 0.0
 
@@ -115,12 +133,17 @@ class Calibration:
         return tuple(sorted({get_system(r.system).ipu.name for r in self.rows}))
 
     def band(self, value: float) -> tuple[float, float]:
-        """``value (1 -/+ sigma)``: the spread of a predicted throughput."""
+        """``value (1 -/+ sigma)``: the spread of a predicted throughput; with a
+        cross-validated band, ``value`` times its factors."""
+        if self.cv_band:
+            return value * self.cv_band[0], value * self.cv_band[1]
         sigma = self.relative_spread
         return value * (1 - sigma), value * (1 + sigma)
 
     def step_band(self, seconds: float) -> tuple[float, float]:
         """The step time matching :meth:`band` of its throughput."""
+        if self.cv_band:
+            return seconds / self.cv_band[1], seconds / self.cv_band[0]
         sigma = self.relative_spread
         return seconds / (1 + sigma), seconds / (1 - sigma) if sigma < 1 else math.inf
 
@@ -177,7 +200,7 @@ def load_calibration(path: str | pathlib.Path | None = None, family: str = "") -
     ``SHARED_FAMILY``); none when the file does not exist (a checkout before anyone
     calibrated). Read once per process and fit: every report and every point of a sweep
     asks for it."""
-    file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
+    file = calibration_file(path)
     if not file.exists():
         return Calibration((), "", ())
     data = json.loads(file.read_text())
@@ -195,7 +218,16 @@ def load_calibration(path: str | pathlib.Path | None = None, family: str = "") -
     )
     names = tuple(record.get("model_families", (own,) if own else ()))
     share = float(record.get("fixed_cost_share", 0.0))
-    return Calibration(rows, str(record.get("data", "")), names, share, own)
+    # A named family (--calibration-family) is the user saying the program is of that family,
+    # which a fit saw; otherwise a program is of a family no published row need share.
+    kind = "family_seen" if own else "family_unseen"
+    cv = data.get("cross_validation", {}).get("bands", {}).get(kind)
+    if not cv:
+        return Calibration(rows, str(record.get("data", "")), names, share, own)
+    band = (float(cv["low"]), float(cv["high"]))
+    return Calibration(
+        rows, str(record.get("data", "")), names, share, own, band, int(cv["rows"]), kind
+    )
 
 
 def calibration_for(sim: StepSimulation, path: str | pathlib.Path | None = None) -> Calibration:
@@ -207,7 +239,7 @@ def calibration_for(sim: StepSimulation, path: str | pathlib.Path | None = None)
     override = sim.parameters.family_override
     if override:
         return load_calibration(path, override)
-    file = pathlib.Path(path) if path is not None else CALIBRATION_FILE
+    file = calibration_file(path)
     families = json.loads(file.read_text()).get("families", {}) if file.exists() else {}
     leans = set(leaned_on(sim))
     for name, record in families.items():

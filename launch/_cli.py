@@ -35,6 +35,7 @@ from hardware import (
     check_family,
     select_system,
 )
+from launch import _calibrate_from as calibrate_from
 from launch._cache import executable_cache_dir
 from launch._errors import UsageError
 from launch._job import instance_environment, pid_space
@@ -121,7 +122,8 @@ def validate(options: LaunchOptions) -> tuple[ReplicaLayout, list[str]]:
 
     Raises:
         UsageError: a layout PopRun refuses, an unknown ``--system`` or one with fewer IPUs
-            than the job needs, an unknown ``--calibration-family``, a bad program, a malformed
+            than the job needs, an unknown ``--calibration-family``, a bad ``--calibrate-from``
+            file, a bad program, a malformed
             ``-x`` in the MPI arguments, or an instance index for
             ``--only-output-from-instance`` outside ``[0, num_instances)``.
     """
@@ -394,7 +396,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(_version_text(options.version_format))
             return 0
         layout, program = validate(options)
-        return launch(options, layout, program, shlex.join(["poprun-emu", *argv]))
+        if not options.calibrate_from:
+            return launch(options, layout, program, shlex.join(["poprun-emu", *argv]))
+        # The refit refuses a bad file in one line before anything runs; the job reads its file.
+        folder = calibrate_from.temporary_folder()
+        try:
+            os.environ.update(calibrate_from.refit(options, folder))
+            return launch(options, layout, program, shlex.join(["poprun-emu", *argv]))
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
     except UsageError as error:
         print(f"poprun-emu: error: {error}", file=sys.stderr)
         return 2

@@ -12,7 +12,6 @@ References:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import shlex
 from collections.abc import Sequence
 from typing import Any, Literal, NamedTuple
@@ -20,7 +19,7 @@ from typing import Any, Literal, NamedTuple
 from launch._config import CONFIG_DESTS, export_config, read_config, refuse_repeats
 from launch._errors import UsageError
 from launch._hosts import parse_hosts, short
-from launch._values import FALSE, TRUE, parse_bool, parse_int
+from launch._values import FALSE, TRUE, parse_bool, parse_int, unknown_option
 
 Kind = Literal["int", "str", "bool", "count", "flag", "choice"]
 
@@ -139,6 +138,14 @@ OPTIONS: tuple[OptionSpec, ...] = (
         "Emulator: a calibrated family's whole-program parameters (e.g. BERT, ResNet-50) in "
         "place of the terms the program's structure weighs (POPDIST_EMU_CALIBRATION_FAMILY).",
         "NAME",
+    ),
+    OptionSpec(
+        ("--calibrate-from",),
+        "str",
+        "calibrate_from",
+        "Emulator: JSON lines of measured runs (replicas, samples_per_second, ...); the terms "
+        "they constrain are refitted before the job runs, and printed.",
+        "FILE",
     ),
     OptionSpec(
         ("--report-dir",),
@@ -290,6 +297,7 @@ class LaunchOptions:
     offline_mode: bool = False
     system: str = ""
     calibration_family: str = ""
+    calibrate_from: str = ""
     report_dir: str = ""
     executable_cache_path: str = ""
     collective_timeout: str = ""
@@ -320,18 +328,6 @@ def _convert(spec: OptionSpec, flag: str, text: str) -> object:
     return text
 
 
-def _unknown(token: str) -> UsageError:
-    """An unknown option, with the closest of PopRun's flags when one is close (a misspelt
-    ``--num-replica``), as argparse suggests since Python 3.12."""
-    name = token.split("=", 1)[0]
-    close = difflib.get_close_matches(name, _BY_FLAG, n=1, cutoff=0.75)
-    fix = f"did you mean {close[0]}? See" if close else "see"
-    program = "" if close else "; put options meant for the program after the program name"
-    return UsageError(
-        f"unknown option {name}: {fix} `poprun-emu --help` for the options supported{program}."
-    )
-
-
 def split_command_line(argv: Sequence[str]) -> tuple[list[tuple[str, str, str | None]], list[str]]:
     """Splits argv into the launcher's options and the program's command.
 
@@ -359,7 +355,7 @@ def split_command_line(argv: Sequence[str]) -> tuple[list[tuple[str, str, str | 
             flag, has_value, value = token, "", ""
         spec = _BY_FLAG.get(flag)
         if spec is None:
-            raise _unknown(token)
+            raise unknown_option(token, _BY_FLAG)
         if spec.kind in ("int", "str", "choice"):
             if not has_value:
                 if i + 1 >= len(argv):

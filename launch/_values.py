@@ -7,7 +7,9 @@ to type, so only ``[0-9]`` (with an optional minus sign) is read.
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 
 from launch._errors import UsageError
 from launch._hosts import short
@@ -39,3 +41,15 @@ def parse_int(flag: str, text: str) -> int:
             f"{flag} 4."
         )
     return int(text)
+
+
+def unknown_option(token: str, flags: Iterable[str]) -> UsageError:
+    """An unknown option, with the closest of ``flags`` when one is close (a misspelt
+    ``--num-replica``), as argparse suggests since Python 3.12."""
+    name = token.split("=", 1)[0]
+    close = difflib.get_close_matches(name, list(flags), n=1, cutoff=0.75)
+    fix = f"did you mean {close[0]}? See" if close else "see"
+    program = "" if close else "; put options meant for the program after the program name"
+    return UsageError(
+        f"unknown option {name}: {fix} `poprun-emu --help` for the options supported{program}."
+    )

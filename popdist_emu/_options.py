@@ -177,6 +177,8 @@ class Options:
             simulation uses instead of the structural ones (``poprun-emu
             --calibration-family``, ``hardware.family_names()``); "" lets the program's
             structure weigh every fitted term.
+        calibration_file: the calibration file the simulation reads its parameters from
+            (``poprun-emu --calibrate-from``'s refit); "" for the packaged one.
     """
 
     replication_factor: int
@@ -201,6 +203,7 @@ class Options:
     command: str
     scaling_request: str
     calibration_family: str
+    calibration_file: str
 
     def __init__(
         self,
@@ -228,6 +231,7 @@ class Options:
         command: str | None = None,
         scaling_request: str | None = None,
         calibration_family: str | None = None,
+        calibration_file: str | None = None,
     ) -> None:
         """Validates the fields and resolves the per-instance ones, once.
 
@@ -243,8 +247,8 @@ class Options:
                 layout, False with a given layout.
             job_dir: None takes ``poprun-emu``'s job directory from the environment read
                 for the layout, "" (this process is the job) with a given layout.
-            system, report_dir, command, scaling_request, calibration_family: None takes
-                ``poprun-emu``'s (and ``poprun-emu-scaling``'s) from the environment read
+            system, report_dir, command, scaling_request, calibration_family, calibration_file:
+                None takes ``poprun-emu``'s (and ``poprun-emu-scaling``'s) from the environment read
                 for the layout, "" with a given layout.
 
         The other arguments are the attributes of the same names.
@@ -277,6 +281,7 @@ class Options:
             "command": command,
             "scaling_request": scaling_request,
             "calibration_family": calibration_family,
+            "calibration_file": calibration_file,
         }
         fields |= {
             "replication_factor": local,
@@ -316,7 +321,7 @@ class Options:
                 f"Options: `prefetch_depth` must be an int, got {self.prefetch_depth!r}."
             )
         names = ("job_dir", "system", "report_dir", "command", "scaling_request")
-        for name in (*names, "calibration_family"):
+        for name in (*names, "calibration_family", "calibration_file"):
             if not isinstance(getattr(self, name), str):
                 raise ValueError(
                     f"Options: `{name}` must be a str (poprun-emu's, or an empty string), got "

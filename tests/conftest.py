@@ -46,3 +46,33 @@ def pytest_runtest_protocol(item):
     if base not in (None, "", 0, "0"):
         item.add_marker(pytest.mark.timeout(within(float(base)), **extra), append=False)
     yield
+
+
+@pytest.fixture(scope="session")
+def resnet50_profile(request, tmp_path_factory):
+    """ResNet-50's step profile at the calibration's micro-batch (20), compiled from shapes
+    once per test run: the shipped fit (``calibration/test_shared_fit.py``) and the stored
+    rows and features (``benchmarks/test_validate.py``) are checked against the same profile,
+    which takes most of a minute to compile. Under pytest-xdist the workers share one copy
+    through the run's temporary folder (the first computes it under a lock, the others read
+    it); it is never kept between runs, so it is always today's model's."""
+    import fcntl
+    import pickle
+
+    from repo_scripts import load_example
+
+    from popdist_emu import calibration
+
+    def compute():
+        return load_example("resnet50").profile(calibration.RESNET50_MICRO_BATCH)
+
+    if not hasattr(request.config, "workerinput"):  # one process: nothing to share
+        return compute()
+    path = tmp_path_factory.getbasetemp().parent / "resnet50-profile.pickle"  # this run's
+    with open(path.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if path.is_file():
+            return pickle.loads(path.read_bytes())
+        profile = compute()
+        path.write_bytes(pickle.dumps(profile))
+        return profile

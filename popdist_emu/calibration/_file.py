@@ -32,11 +32,14 @@ def _write(path: pathlib.Path, record: dict) -> None:
 
 
 def write_shared_record(record: dict, path: pathlib.Path = hardware.CALIBRATION_FILE) -> None:
-    """Stores the shared fit's ``record`` in ``path``, keeping the families' fits there."""
+    """Stores the shared fit's ``record`` in ``path``, keeping the families' fits and the
+    cross-validation (``benchmarks/validate.py``'s) there."""
     if path.exists():
-        families = json.loads(path.read_text()).get("families")
-        if families:
-            record = {**record, "families": families}
+        stored = json.loads(path.read_text())
+        record = {
+            **record,
+            **{k: stored[k] for k in ("families", "cross_validation") if k in stored},
+        }
     _write(path, record)
 
 
@@ -68,3 +71,11 @@ def trial_family_parameters(
         yield
     finally:
         write_atomically(path, original)
+
+
+def write_cross_validation(record: dict, path: pathlib.Path = hardware.CALIBRATION_FILE) -> None:
+    """Stores the bands of ``benchmarks/validate.py``'s cross-validation in ``path`` (its
+    ``cross_validation``), which the reports' band is read from; the rest is kept."""
+    stored = json.loads(path.read_text())
+    stored["cross_validation"] = record
+    _write(path, stored)

@@ -23,13 +23,14 @@ References:
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import os
 import re
 import shlex
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -40,22 +41,17 @@ import hardware
 from contract import (
     MAX_TIMEOUT_S,
     MIN_TIMEOUT_S,
-    FileTooLargeError,
     ascii_seconds,
     make_directories,
     output_problem,
-    read_bounded,
 )
 from popdist_emu.scaling import _run
-from popdist_emu.scaling._config import PublishedPoint, Series, SeriesRun, SweepConfig
+from popdist_emu.scaling._config import Series, SeriesRun, SweepConfig
+from popdist_emu.scaling._inputs import UsageError, read_published, refit
 from popdist_emu.scaling._table import analyse_series, series_rows
 
 PROG = "poprun-emu-scaling"
 DEFAULT_TIMEOUT = 1800.0
-
-
-class UsageError(ValueError):
-    """A bad argument: one line naming the value and the fix."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -86,7 +82,6 @@ def _ipus(text: str) -> int:
 
 # A published table has a line per replica count, at most one per IPU of the largest system;
 # 256 bytes a line hold the two numbers and a label of a sentence.
-MAX_PUBLISHED_BYTES = 256 * (2 + max(s.num_ipus for s in hardware.SYSTEMS.values()))
 
 
 def check_out(out: str) -> None:
@@ -148,6 +143,11 @@ def _parser() -> _Parser:
     parser.add_argument(
         "--published", metavar="FILE.csv", help="measured points: replicas,throughput,label"
     )
+    parser.add_argument(
+        "--calibrate-from",
+        metavar="FILE",
+        help="JSON lines of measured runs: refit the terms they constrain first",
+    )
     parser.add_argument("--out", required=True, metavar="DIR", help="where the report goes")
     parser.add_argument(
         "--timeout",
@@ -207,40 +207,6 @@ def _series(ns: argparse.Namespace, base: Series, replicas: Sequence[int]) -> Se
     if ns.ipu:
         series = dataclasses.replace(series, ipu=ns.ipu, system="")
     return series
-
-
-def read_published(path: str) -> list[PublishedPoint]:
-    """Measured points from a CSV with columns ``replicas``, ``throughput``, ``label``."""
-    try:
-        text = read_bounded(path, MAX_PUBLISHED_BYTES).decode()
-    except OSError as error:
-        raise UsageError(f"--published {path!r} cannot be read ({error.strerror}).") from None
-    except FileTooLargeError:
-        raise UsageError(
-            f"--published {path!r} holds more than {MAX_PUBLISHED_BYTES} bytes, more than one "
-            f"line per replica count of the largest system: name a CSV of measured points."
-        ) from None
-    except UnicodeDecodeError:
-        raise UsageError(
-            f"--published {path!r} is not UTF-8 text: name a CSV of measured points "
-            "(replicas,throughput,label)."
-        ) from None
-    lines = [line for line in text.splitlines() if not line.startswith("#")]
-    rows = list(csv.DictReader(lines))
-    points = []
-    for i, row in enumerate(rows, start=2):
-        try:
-            points.append(
-                PublishedPoint(int(row["replicas"]), float(row["throughput"]), str(row["label"]))
-            )
-        except (KeyError, TypeError, ValueError):
-            raise UsageError(
-                f"--published {path!r} row {i} is not replicas,throughput,label (a header line "
-                "'replicas,throughput,label' then one measured point per line)."
-            ) from None
-    if not points:
-        raise UsageError(f"--published {path!r} has no points.")
-    return points
 
 
 def _glued(argv: Sequence[str]) -> list[str]:
@@ -325,6 +291,7 @@ def parse(argv: Sequence[str]) -> SweepConfig:
         published=tuple(read_published(ns.published)) if ns.published else (),
         out=ns.out,
         timeout=timeout,
+        calibrate_from=ns.calibrate_from or "",
     )
 
 
@@ -411,7 +378,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     from popdist_emu.scaling._report import narrative, write_outputs
 
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    folder = tempfile.mkdtemp(prefix="poprun-emu-calibrate-")  # a refit's file, if any
     try:
+        if config.calibrate_from:
+            try:
+                os.environ.update(refit(config, folder))
+            except UsageError as error:
+                print(f"{PROG}: error: {error}", file=sys.stderr)
+                return 2
         doc, code = sweep(config, argv)
     except KeyboardInterrupt as stop:
         signum = stop.args[0] if stop.args else signal.SIGINT
@@ -419,6 +393,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + int(signum)
     finally:
         signal.signal(signal.SIGTERM, previous)
+        shutil.rmtree(folder, ignore_errors=True)
     # The report's own time: the sweep plus writing the plots and pages.
     paths = write_outputs(doc, config.out)
     for s in doc["series"]:

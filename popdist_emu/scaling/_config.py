@@ -57,6 +57,7 @@ class SweepConfig:
         published: ``--published`` points.
         out: ``--out`` directory.
         timeout: ``--timeout`` seconds per series.
+        calibrate_from: ``--calibrate-from``: measured runs to refit to first; empty: none.
     """
 
     replicas: tuple[int, ...]
@@ -66,6 +67,7 @@ class SweepConfig:
     published: tuple[PublishedPoint, ...] = ()
     out: str = "."
     timeout: float = 1800.0
+    calibrate_from: str = ""
 
     @property
     def mode(self) -> str:

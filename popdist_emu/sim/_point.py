@@ -31,6 +31,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -105,7 +106,8 @@ def evaluate_point(
     Args:
         model: the compiled replica (of the program's own layout): its profile and stages.
         point: the layout, its system and, for strong scaling, its global batch (the
-            accumulation follows from it; None keeps the profile's accumulation).
+            accumulation follows from it; None keeps the profile's accumulation); its
+            ``parameters`` replace those of ``parameters`` by name.
         prefetch_depth: the infeed's prefetch depth (None: the hardware model's default).
         relayout: layout-dependent profile fields (see :func:`trainer_relayout`).
         parameters: the fitted parameters (None: the calibrated ones, weighed by the
@@ -126,10 +128,14 @@ def evaluate_point(
                 point.global_batch, layout.num_replicas, profile.micro_batch_size
             )
         point_model = model.replace(profile=profile.replace(**changes)) if changes else model
+        if point.parameters:  # a probe of the fit's terms (benchmarks/row_features.py)
+            base = parameters if parameters is not None else hardware.load_parameters()
+            changed: dict[str, Any] = dict(point.parameters)  # unknown names: TypeError
+            parameters = dataclasses.replace(base, **changed)
         simulation = hardware.simulate_step(
             point_model, layout, spec, parameters=parameters, prefetch_depth=depth
         )
-    except (ValueError, hardware.SystemSelectionError) as error:
+    except (ValueError, TypeError, hardware.SystemSelectionError) as error:
         return {"status": "invalid", "reason": str(error).splitlines()[0]}
     result: dict[str, object] = {
         "status": "ok",

@@ -77,7 +77,10 @@ def simulate_replica(
     depth = int(options.prefetch_depth)
     # The fitted parameters, weighed by the program's structure; a family's whole-program
     # values only when the user named one (--calibration-family), never from the name.
-    parameters = hardware.load_parameters(family=options.calibration_family)
+    # --calibrate-from's refit, when the job has one (Options.calibration_file).
+    parameters = hardware.load_parameters(
+        options.calibration_file or None, family=options.calibration_family
+    )
     if options.scaling_request:  # every point of a sweep from this one replica
         answer_request(
             model,

@@ -17,9 +17,9 @@ Row = published_rows.Row
 PODS = (("pod16", 16), ("pod64", 64), ("pod128", 128), ("pod256", 256))
 
 
-def _row(key, pod, ga, published, fitted):
+def _row(key, pod, ga, published):
     system, replicas = pod
-    return Row(key, system, replicas, 20, ga, published, "test", fitted)
+    return Row(key, system, replicas, 20, ga, published, "test")
 
 
 @settings(derandomize=True, deadline=None, max_examples=60)
@@ -38,33 +38,33 @@ def test_every_model_within_the_tolerance_predicts_inside_the_range(u, fixed, ga
         return replicas * 20 * ga / (ga * u + fixed[pod_index])
 
     calibration = [
-        _row(f"c{i}", PODS[i], ga, throughput(i, ga) * (1 + e), True)
+        _row(f"c{i}", PODS[i], ga, throughput(i, ga) * (1 + e))
         for i, (ga, e) in enumerate(zip(gas, errors, strict=True))
     ]
     pod_index, ga = check
     truth = throughput(pod_index, ga)
-    bounds = attainable.attainable(_row("x", PODS[pod_index], ga, truth, False), calibration, 0.02)
+    bounds = attainable.attainable(_row("x", PODS[pod_index], ga, truth), calibration, 0.02)
     assert bounds.low * (1 - 1e-6) <= truth <= bounds.high * (1 + 1e-6)
     assert bounds.nearest_error == 0.0
 
 
 def test_the_range_is_exactly_the_calibration_row_when_the_check_repeats_it():
-    row = _row("c", PODS[1], 3, 108_000, True)
-    bounds = attainable.attainable(row._replace(fitted=False), [row], 0.02)
+    row = _row("c", PODS[1], 3, 108_000)
+    bounds = attainable.attainable(row._replace(key="x"), [row], 0.02)
     assert bounds.low == pytest.approx(108_000 * 0.98)
     assert bounds.high == pytest.approx(108_000 * 1.02)
 
 
 def test_a_row_on_a_smaller_pod_than_every_calibration_row_is_unbounded_above():
-    calibration = [_row("c", PODS[3], 2, 326_000, True)]  # all of it may be the update
-    bounds = attainable.attainable(_row("x", PODS[0], 10, 1e6, False), calibration, 0.02)
+    calibration = [_row("c", PODS[3], 2, 326_000)]  # all of it may be the update
+    bounds = attainable.attainable(_row("x", PODS[0], 10, 1e6), calibration, 0.02)
     assert bounds.high == math.inf and bounds.nearest_error == 0.0
 
 
 def test_contradicting_calibration_rows_are_refused():
-    calibration = [_row("a", PODS[0], 4, 10_000, True), _row("b", PODS[0], 4, 12_000, True)]
+    calibration = [_row("a", PODS[0], 4, 10_000), _row("b", PODS[0], 4, 12_000)]
     with pytest.raises(ValueError, match="raise --tolerance"):
-        attainable.attainable(_row("x", PODS[0], 2, 1, False), calibration, 0.02)
+        attainable.attainable(_row("x", PODS[0], 2, 1), calibration, 0.02)
 
 
 def test_the_mlperf_v1_0_pod64_row_is_out_of_reach_of_the_issue_bar():

@@ -119,3 +119,12 @@ def test_job_config_round_trips_and_gives_each_instance_its_view():
     plain = JobConfig(layout=layout, job_dir="/tmp/job")
     assert contract.ENV_JAX_CACHE_DIR not in plain.instance_variables(0)
     assert InstanceEnvironment.from_environ(plain.instance_variables(3)).offline is False
+
+
+def test_a_refitted_calibration_file_reaches_the_instance_only_when_there_is_one():
+    view = InstanceEnvironment(popdist_set=True, calibration_file="/tmp/refit/calibration.json")
+    env = view.to_environ()
+    assert env[contract.ENV_CALIBRATION_FILE] == "/tmp/refit/calibration.json"
+    assert InstanceEnvironment.from_environ(env) == view
+    assert contract.ENV_CALIBRATION_FILE not in InstanceEnvironment().to_environ()
+    assert contract.ENV_CALIBRATION_FILE in contract.EMULATOR_VARIABLES  # -x cannot set it

@@ -9,11 +9,15 @@ import hardware
 from hardware._parameters import CALIBRATION_FILE
 
 
-def test_the_band_is_the_rms_of_the_calibration_rows_leave_one_out_errors():
-    rows = json.loads(CALIBRATION_FILE.read_text())["rows"]
+def test_without_cross_validation_the_band_is_the_rms_of_leave_one_out_errors(tmp_path):
+    record = json.loads(CALIBRATION_FILE.read_text())
+    record.pop("cross_validation", None)
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(record))
+    rows = record["rows"]
     errors = [r["leave_one_out_error"] for r in rows]
     sigma = math.sqrt(sum(e * e for e in errors) / len(errors))
-    calibration = hardware.load_calibration()
+    calibration = hardware.load_calibration(path)
     assert calibration.relative_spread == pytest.approx(sigma)
     assert calibration.band(1000.0) == pytest.approx((1000 * (1 - sigma), 1000 * (1 + sigma)))
     fast, slow = calibration.step_band(0.01)
@@ -25,6 +29,22 @@ def test_the_band_is_the_rms_of_the_calibration_rows_leave_one_out_errors():
     assert (
         calibration.row_for(first["replicas"], first["published_samples_per_second"] * 1.1) is None
     )
+
+
+def test_the_band_is_the_cross_validated_one_where_the_file_has_it(tmp_path):
+    record = json.loads(CALIBRATION_FILE.read_text())
+    bands = {"family_unseen": {"low": 0.6, "high": 1.3, "rows": 40}}
+    bands["family_seen"] = {"low": 0.95, "high": 1.08, "rows": 30}
+    record["cross_validation"] = {"bands": bands}
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(record))
+    unseen = hardware.load_calibration(path)  # a program no published row ran
+    assert unseen.band(1000.0) == pytest.approx((600.0, 1300.0))
+    assert unseen.step_band(1.0) == pytest.approx((1 / 1.3, 1 / 0.6))
+    assert unseen.relative_spread == pytest.approx(0.35)
+    assert unseen.method.startswith("80 % band of the cross-validated errors of 40 published")
+    seen = hardware.load_calibration(path, "BERT")  # the user names the family
+    assert seen.band(100.0) == pytest.approx((95.0, 108.0)) and "family seen" in seen.method
 
 
 def test_what_the_calibration_covers_is_not_called_an_extrapolation():
@@ -57,6 +77,7 @@ def test_no_calibration_file_means_no_band(tmp_path):
 
 def test_a_calibrated_family_has_its_own_rows_band_and_coverage(tmp_path):
     record = json.loads(CALIBRATION_FILE.read_text())
+    record.pop("cross_validation", None)  # the rows' leave-one-out band, not the stored one
     row = {"system": "pod64", "replicas": 8, "published_samples_per_second": 100.0}
     family_rows = [{**row, "error": 0.01, "leave_one_out_error": e} for e in (0.03, -0.04)]
     record["families"] = {"BERT": {"parameters": {}, "data": "BERT rows", "rows": family_rows}}

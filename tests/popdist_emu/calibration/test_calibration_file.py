@@ -69,3 +69,13 @@ def test_a_write_that_fails_names_the_file_and_leaves_nothing(tmp_path):
     with pytest.raises(OSError, match=refusal):
         calibration.write_shared_record(SHARED, path)
     assert blocker.read_text() == "x" and list(tmp_path.iterdir()) == [blocker]
+
+
+def test_the_shared_record_keeps_the_cross_validation(path):
+    """validate.py --write stores the bands the reports read; a refit of the shared terms
+    (calibrate.py --write) once dropped them."""
+    calibration.write_cross_validation({"bands": {"seen": [0.9, 1.1]}}, path)
+    calibration.write_shared_record({"parameters": {"compute_efficiency": 0.5}}, path)
+    stored = json.loads(path.read_text())
+    assert stored["cross_validation"] == {"bands": {"seen": [0.9, 1.1]}}
+    assert stored["families"] == {"BERT": FAMILY}

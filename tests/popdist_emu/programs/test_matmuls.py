@@ -6,10 +6,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from repo_scripts import load_benchmark, load_example
+from repo_scripts import load_example
 
 import hardware
 import popdist_emu
+from popdist_emu import calibration
 from popdist_emu.programs._matmuls import matmul_ops, set_available_memory, step_matmuls
 from popdist_emu.reports._summary import format_summary, summary
 
@@ -138,11 +139,10 @@ def test_resnet50_at_mlperfs_proportion_needs_no_minimum_memory_plan():
     """At PopLibs' default 0.6 every ResNet-50 convolution at micro-batch 20 gets its fastest
     plan; at the MLPerf submissions' 0.15 (what the calibration rows were fitted with) none
     falls back to phase two. Jaxpr only, no compile."""
-    calibrate = load_benchmark("calibrate")
     resnet50 = load_example("resnet50")
 
     grad_fn, _, _ = resnet50.make_step_functions(recomputation=True)
-    params, _, images, labels = resnet50.example_shapes(calibrate.MICRO_BATCH)
+    params, _, images, labels = resnet50.example_shapes(calibration.RESNET50_MICRO_BATCH)
     ops = matmul_ops(jax.make_jaxpr(grad_fn)(params, images, labels), partials_type="half")
     assert len(ops) > 150
 

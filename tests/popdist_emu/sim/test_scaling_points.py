@@ -192,3 +192,28 @@ def test_invalid_and_out_of_memory_points_are_reported_not_fatal(tmp_path):
     text = paths["html"].read_text()
     assert "out_of_memory: Out of memory:" in text and "not a power of two" in text
     assert paths["csv"].read_text().count("\n") == 5  # header and 4 points
+
+
+def test_a_point_with_parameters_is_simulated_with_them(tmp_path):
+    # benchmarks/row_features.py probes a row's step at several parameter values this way.
+    values = (("compute_efficiency", 0.05), ("host_sync_seconds", 0.01))
+    request, result = tmp_path / "request.json", tmp_path / "result.json"
+    write_request(str(request), [SweepPoint(16, 1, 1, "", parameters=values)], str(result))
+    (read,), _ = read_request(str(request))
+    assert read.parameters == values
+    model = hardware.as_replica(PROFILE)
+    answer = points.evaluate_point(model, read)
+    layout = hardware.ReplicaLayout(num_replicas=16, num_instances=1)
+    parameters = hardware.ModelParameters(
+        **{**hardware.load_parameters().to_json(), **dict(values)}
+    )
+    expected = hardware.simulate_step(
+        model, layout, hardware.get_system("pod16"), parameters=parameters
+    )
+    assert answer["summary"]["simulated_step_seconds"] == pytest.approx(
+        expected.simulated_step_seconds, rel=1e-12
+    )
+    plain = points.evaluate_point(model, point(16))["summary"]["simulated_step_seconds"]
+    assert plain < expected.simulated_step_seconds  # a slower chip and host: a longer step
+    wrong = points.evaluate_point(model, SweepPoint(16, 1, 1, "", parameters=(("speed", 1.0),)))
+    assert wrong["status"] == "invalid" and "speed" in wrong["reason"]

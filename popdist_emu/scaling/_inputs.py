@@ -1,0 +1,70 @@
+"""What ``poprun-emu-scaling`` reads besides its arguments: measured points and runs.
+
+``--published FILE.csv`` (measured throughputs shown beside the predictions) and
+``--calibrate-from FILE`` (measured runs the parameters are refitted to before the sweep,
+``contract.refit_calibration``, a ``python -m popdist_emu.calibration`` process); each bad
+file is refused in one line.
+"""
+
+from __future__ import annotations
+
+import csv
+
+import hardware
+from contract import FileTooLargeError, RefitError, read_bounded, refit_calibration
+from popdist_emu.scaling._config import PublishedPoint, SweepConfig
+
+# More than one line per replica count of the largest system is not a file of measurements.
+MAX_PUBLISHED_BYTES = 256 * (2 + max(s.num_ipus for s in hardware.SYSTEMS.values()))
+
+
+class UsageError(ValueError):
+    """A bad argument: one line naming the value and the fix."""
+
+
+def read_published(path: str) -> list[PublishedPoint]:
+    """Measured points from a CSV with columns ``replicas``, ``throughput``, ``label``."""
+    try:
+        text = read_bounded(path, MAX_PUBLISHED_BYTES).decode()
+    except OSError as error:
+        raise UsageError(f"--published {path!r} cannot be read ({error.strerror}).") from None
+    except FileTooLargeError:
+        raise UsageError(
+            f"--published {path!r} holds more than {MAX_PUBLISHED_BYTES} bytes, more than one "
+            f"line per replica count of the largest system: name a CSV of measured points."
+        ) from None
+    except UnicodeDecodeError:
+        raise UsageError(
+            f"--published {path!r} is not UTF-8 text: name a CSV of measured points "
+            "(replicas,throughput,label)."
+        ) from None
+    lines = [line for line in text.splitlines() if not line.startswith("#")]
+    rows = list(csv.DictReader(lines))
+    points = []
+    for i, row in enumerate(rows, start=2):
+        try:
+            points.append(
+                PublishedPoint(int(row["replicas"]), float(row["throughput"]), str(row["label"]))
+            )
+        except (KeyError, TypeError, ValueError):
+            raise UsageError(
+                f"--published {path!r} row {i} is not replicas,throughput,label (a header line "
+                "'replicas,throughput,label' then one measured point per line)."
+            ) from None
+    if not points:
+        raise UsageError(f"--published {path!r} has no points.")
+    return points
+
+
+def refit(config: SweepConfig, folder: str) -> dict[str, str]:
+    """``--calibrate-from``: the first series' program refitted to the measured runs (the
+    changed parameters printed); the variable that points every series at the refit."""
+    first = config.series[0]
+    program = (config.program, *first.program_args)
+    try:
+        env, lines = refit_calibration(config.calibrate_from, program, first.system, folder)
+    except RefitError as error:
+        raise UsageError(str(error)) from None
+    for line in lines:
+        print(f"[poprun-emu-scaling] {line}", flush=True)
+    return env

@@ -1,0 +1,48 @@
+"""``poprun-emu --calibrate-from FILE``: a bad file is refused before anything starts; a good
+one refits the terms the measured run constrains, says which, and the job runs with them.
+
+The refit's own figures are checked on published rows in
+``tests/popdist_emu/calibration/test_user.py`` (no compilation); here the launcher's part:
+``examples/train.py``, a small MLP, one probe run and the job (two JAX start-ups).
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
+
+
+@pytest.mark.parametrize(
+    ("line", "phrase"),
+    [
+        ('{"replicas": 16, "samples_per_second": "fast"}', "samples_per_second 'fast' must be"),
+        ('{"replicas": 16}', "'samples_per_second' is missing"),
+    ],
+)
+def test_a_bad_measurement_file_exits_2_with_one_line_before_launch(poprun, tmp_path, line, phrase):
+    (tmp_path / "runs.jsonl").write_text(line + "\n")
+    result = poprun("--calibrate-from", "runs.jsonl", "python", "-c", "print('started')")
+    assert result.returncode == 2 and "started" not in result.stdout
+    (error,) = result.stderr.strip().splitlines()
+    assert error.startswith("poprun-emu: error: --calibrate-from runs.jsonl line 1: ")
+    assert phrase in error
+
+
+def test_a_measured_run_refits_the_term_it_constrains_and_the_job_uses_it(poprun, tmp_path):
+    (tmp_path / "runs.jsonl").write_text(
+        json.dumps({"replicas": 2, "samples_per_second": 50_000, "label": "my run"}) + "\n"
+    )
+    words = ("--offline-mode", "yes", "--num-replicas", "4", "--report-dir", "reports")
+    result = poprun(
+        "--calibrate-from", "runs.jsonl", *words, TRAIN, "--micro-batch-size", "8", timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    changed = [line for line in result.stderr.splitlines() if " -> " in line]
+    assert len(changed) == 1 and changed[0].startswith("--calibrate-from: ")
+    name, values = changed[0].removeprefix("--calibrate-from: ").split(" ", 1)
+    new = float(values.split(" -> ")[1])
+    assert "my run (2 replicas): error +0.0% refitted" in result.stderr.replace("-0.0%", "+0.0%")
+    summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
+    assert summary["model_parameters"][name] == pytest.approx(new, rel=1e-3)  # the job's
