@@ -8,6 +8,14 @@ import os
 import tempfile
 
 os.environ["JAX_PLATFORMS"] = "cpu"
+# XLA compiles without the backend's code optimisation (LLVM's passes), in this process and
+# in every instance a test starts: compiling is most of the suite's time, the programs are
+# small, and about a quarter of each compile goes.
+# Every comparison a test makes is between programs compiled alike; offline mode compiles
+# this way already (popdist_emu.programs._compile.ANALYSIS_ONLY_OPTIONS).
+os.environ["XLA_FLAGS"] = (
+    f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+)
 # A benchmark a test runs writes its figures here, not over the committed
 # benchmarks/results/ (benchmarks/results_file.py).
 os.environ["BENCHMARK_RESULTS_DIR"] = tempfile.mkdtemp(prefix="benchmark-results-")

@@ -39,6 +39,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -307,10 +308,19 @@ class Pipeline:
         for part in acc:  # a tied weight's gradients add up, in stage order
             for k, v in part.items():
                 grads[k] = v if k not in grads else jax.tree.map(jnp.add, grads[k], v)
-        tree = {k: grads[k] for k in params}
-        flat = [leaf.ravel().astype(zeros.dtype) for leaf in jax.tree.leaves(tree)]
-        total = jnp.concatenate([*flat, loss_sum.reshape(1)])
-        return total, bool(jnp.all(jnp.isfinite(total)))
+        total, finite = _flat_sum({k: grads[k] for k in params}, loss_sum, zeros.dtype)
+        return total, bool(finite)
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _flat_sum(grads: Any, loss_sum: jax.Array, dtype: Any) -> tuple[jax.Array, jax.Array]:
+    """The accumulator ``make_micro_step`` keeps (every gradient raveled, then the loss) and
+    whether it is finite, as one program: taken op by op, each leaf's ravel and cast is a
+    program of its own, compiled once per leaf shape and dispatched every step (on a small
+    EfficientNet, 44 compiles and a third of the run)."""
+    flat = [leaf.ravel().astype(dtype) for leaf in jax.tree.leaves(grads)]
+    total = jnp.concatenate([*flat, loss_sum.reshape(1).astype(dtype)])
+    return total, jnp.all(jnp.isfinite(total))
 
 
 def make_pipeline(
