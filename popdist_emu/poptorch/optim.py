@@ -43,7 +43,7 @@ import optax
 import torch
 
 from popdist_emu.poptorch._optimizer_base import Optimizer
-from popdist_emu.runtime import Optimiser, layerwise
+from popdist_emu.runtime import ClipByName, Optimiser, layerwise
 
 if TYPE_CHECKING:
     from torch.optim.optimizer import ParamsT
@@ -272,14 +272,13 @@ def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> Optimiser:
     each side of the trust ratio (a frozen weight's direction is zero, its ratio 1)."""
     inners: dict[Hashable, optax.GradientTransformation] = {}
     tails: dict[Hashable, optax.GradientTransformation] = {}
-    clips = {_group_settings(optimizer, g).get("max_weight_norm") for g in optimizer.param_groups}
-    if len(clips) > 1:
-        raise ValueError(
-            f"poptorch.optim.LAMB: parameter groups set max_weight_norm {sorted(map(str, clips))};"
-            " the emulator clips every weight's norm alike: give the groups one value."
-        )
-    clip = next(iter(clips))
-    clip = None if clip is None else float(clip)
+    group_clips = [_clip(_group_settings(optimizer, g)) for g in optimizer.param_groups]
+    clip: float | ClipByName | None = group_clips[0]
+    if len(set(group_clips)) > 1:  # BERT: its biases' group 0 (a ratio of 1), the others None
+        labels = _group_labels(optimizer, names)
+        unclipped = dict.fromkeys(n for n, k in labels.items() if k == "frozen")
+        by_name = {n: group_clips[int(k)] for n, k in labels.items() if k != "frozen"}
+        clip = tuple(sorted({**unclipped, **by_name}.items()))
     for k, group in enumerate(optimizer.param_groups):
         settings = _group_settings(optimizer, group)
         b1, b2 = (float(b) for b in settings["betas"])
@@ -306,6 +305,12 @@ def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> Optimiser:
         optax.multi_transform({**tails, **frozen}, labels),
         max_weight_norm=clip,
     )
+
+
+def _clip(settings: dict[str, Any]) -> float | None:
+    """A group's ``max_weight_norm`` as a float, or None (no clip)."""
+    value = settings.get("max_weight_norm")
+    return None if value is None else float(value)
 
 
 def _scale_by_uncorrected_moments(b1: float, b2: float, eps: float) -> optax.GradientTransformation:

@@ -15,6 +15,7 @@ from popdist_emu.runtime._compiled import CompiledStep as CompiledStep
 from popdist_emu.runtime._compiled import UpdateProgram as UpdateProgram
 from popdist_emu.runtime._diagnostics import NonFiniteGradientError as NonFiniteGradientError
 from popdist_emu.runtime._elementwise import check_elementwise as check_elementwise
+from popdist_emu.runtime._layerwise import ClipByName as ClipByName
 from popdist_emu.runtime._layerwise import LayerwiseOptimiser as LayerwiseOptimiser
 from popdist_emu.runtime._layerwise import lamb as lamb
 from popdist_emu.runtime._layerwise import lars as lars
@@ -39,6 +40,7 @@ from popdist_emu.runtime._trainer import Trainer as Trainer
 __all__ = [
     "AllReduceUpdate",
     "CheckpointError",
+    "ClipByName",
     "CompiledStep",
     "LayerwiseOptimiser",
     "LeverInfo",

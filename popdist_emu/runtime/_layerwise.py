@@ -44,6 +44,10 @@ from popdist_emu.runtime._replica_step import (
 )
 from popdist_emu.runtime._sharding import ShardingPlan
 
+# A clip of the weight's norm for each weight, by its name in the parameters' dict: sorted
+# ``(name, clip or None)`` pairs, hashable as the jitted passes' cache key needs.
+ClipByName = tuple[tuple[str, float | None], ...]
+
 
 class LayerwiseOptimiser(NamedTuple):
     """An optax optimiser ``chain(inner, scale_by_trust_ratio, tail)`` whose parts are known.
@@ -59,7 +63,9 @@ class LayerwiseOptimiser(NamedTuple):
         trust_coefficient: multiplies the trust ratio (LARS's ``trust_coefficient``).
         eps: added to the update's norm (LARS's ``eps``).
         max_weight_norm: the weight's norm in the ratio is clipped to it (PopTorch's LAMB
-            ``max_weight_norm``: phi(z) = min(z, max_weight_norm)); None: not clipped.
+            ``max_weight_norm``: phi(z) = min(z, max_weight_norm)); None: not clipped; or
+            :data:`ClipByName` pairs, one clip (or None) for each weight by its name in the
+            parameters' dict, as LAMB's parameter groups may set them.
     """
 
     init: Callable
@@ -68,7 +74,7 @@ class LayerwiseOptimiser(NamedTuple):
     tail: optax.GradientTransformation
     trust_coefficient: float = 1.0
     eps: float = 0.0
-    max_weight_norm: float | None = None
+    max_weight_norm: float | ClipByName | None = None
 
 
 def layerwise(
@@ -77,10 +83,11 @@ def layerwise(
     *,
     trust_coefficient: float = 1.0,
     eps: float = 0.0,
-    max_weight_norm: float | None = None,
+    max_weight_norm: float | ClipByName | None = None,
 ) -> LayerwiseOptimiser:
     """``optax.chain(inner, optax.scale_by_trust_ratio(...), tail)`` with its parts kept;
-    with ``max_weight_norm``, the weight's norm in the ratio clipped to it."""
+    with ``max_weight_norm``, the weight's norm in the ratio clipped to it (one value for
+    every weight, or one for each by name)."""
     if max_weight_norm is None:
         ratio = optax.scale_by_trust_ratio(trust_coefficient=trust_coefficient, eps=eps)
     else:
@@ -103,17 +110,33 @@ def _trust_ratio(
     return jnp.where(zero, jnp.array(1.0, dtype=w_norm.dtype), ratio)
 
 
+def _clip_of(path: tuple[Any, ...], clip: float | ClipByName | None) -> float | None:
+    """The clip of the weight at ``path`` in the parameters' dict: ``clip`` itself unless it
+    names one per weight (a stage's or a shard's dict keeps the weights' names)."""
+    if not isinstance(clip, tuple):
+        return clip
+    name = str(getattr(path[-1], "key", "")) if path else ""
+    clips = dict(clip)
+    if name not in clips:
+        raise ValueError(
+            f"max_weight_norm names a clip for each weight, but none for {name or path!r}; "
+            "name every weight of the parameters' dict."
+        )
+    return clips[name]
+
+
 def _clipped_trust_ratio(
-    coefficient: float, eps: float, clip: float
+    coefficient: float, eps: float, clip: float | ClipByName
 ) -> optax.GradientTransformation:
     """``optax.scale_by_trust_ratio`` with the weight's norm clipped to ``clip``."""
 
     def update(updates: Any, state: Any, params: Any = None) -> tuple[Any, Any]:
-        def scale(u: jax.Array, w: jax.Array) -> jax.Array:
+        def scale(path: tuple[Any, ...], u: jax.Array, w: jax.Array) -> jax.Array:
             norms = jnp.linalg.norm(w), jnp.linalg.norm(u)
-            return u * _trust_ratio(*norms, coefficient, eps, clip).astype(u.dtype)
+            ratio = _trust_ratio(*norms, coefficient, eps, _clip_of(path, clip))
+            return u * ratio.astype(u.dtype)
 
-        return jax.tree.map(scale, updates, params), state
+        return jax.tree_util.tree_map_with_path(scale, updates, params), state
 
     def init(params: Any) -> optax.EmptyState:
         del params
@@ -198,12 +221,13 @@ def layerwise_update(optimiser: LayerwiseOptimiser, scale: float | None) -> Laye
 
     def finish(params: Params, u: Any, norms: jax.Array, tail_state: Any) -> tuple[Params, Any]:
         leaves, treedef = jax.tree.flatten(u)
-        weights = jax.tree.leaves(params)  # the same structure as u
+        weights = jax.tree_util.tree_flatten_with_path(params)[0]  # the same structure as u
         scaled = []
-        for i, (x, w) in enumerate(zip(leaves, weights, strict=True)):
+        for i, (x, (path, w)) in enumerate(zip(leaves, weights, strict=True)):
             # optax.scale_by_trust_ratio's formula, on the whole tensor's norms.
             w_norm, u_norm = norms[0, i].astype(w.dtype), norms[1, i].astype(w.dtype)
-            scaled.append(x * _trust_ratio(w_norm, u_norm, coefficient, eps, clip))
+            ratio = _trust_ratio(w_norm, u_norm, coefficient, eps, _clip_of(path, clip))
+            scaled.append(x * ratio)
         updates, tail_state = tail.update(jax.tree.unflatten(treedef, scaled), tail_state, params)
         return optax.apply_updates(params, updates), tail_state
 

@@ -159,19 +159,38 @@ def test_lamb_defaults_and_refusals_are_poptorchs() -> None:
         1e-8,
         1e-2,
     )
-    # BERT and ViT set it per parameter group (None); groups that differ are refused.
+    # BERT and ViT set it per parameter group (None): one value for all is one clip.
     other = torch.nn.Parameter(torch.zeros(1))
     same = optim.LAMB([{"params": [param], "max_weight_norm": None}, {"params": [other]}])
     assert optim.to_optax(same, {"a": param, "b": other}).max_weight_norm is None
-    grouped = optim.LAMB(
-        [{"params": [param], "max_weight_norm": 1000.0}, {"params": [other]}],
-        max_weight_norm=10.0,
+
+
+def test_lamb_clips_each_groups_weights_by_its_own_max_weight_norm() -> None:
+    """Graphcore's BERT gives its biases' group ``max_weight_norm=0`` (a trust ratio of 1:
+    Adam's step) and leaves the others unclipped; a third group clips at 1.5: each weight
+    moves as LAMB with its own group's clip, whatever the order of the names."""
+    torch.manual_seed(0)
+    starts = {name: torch.randn(4, 3) for name in ("c_bias", "a_dense", "b_clipped")}
+    weights = {name: torch.nn.Parameter(start.clone()) for name, start in starts.items()}
+    clips = {"c_bias": 0.0, "a_dense": None, "b_clipped": 1.5}
+    optimizer = optim.LAMB(
+        [{"params": [weights[n]], "max_weight_norm": clip} for n, clip in clips.items()],
+        lr=0.01,
+        weight_decay=0.1,
     )
-    with pytest.raises(
-        ValueError, match=r"groups set max_weight_norm \['10\.0', '1000\.0'\]"
-    ) as info:
-        optim.to_optax(grouped, {"a": param, "b": other})
-    assert "\n" not in str(info.value)
+    transform = optim.to_optax(optimizer, weights)
+    params = {n: jax.numpy.asarray(s.numpy()) for n, s in starts.items()}
+    state = transform.init(params)
+    grads = [np.sin(np.arange(12.0).reshape(4, 3) + step) for step in range(5)]
+    for grad in grads:
+        update = {n: grad.astype(np.float32) for n in params}
+        updates, state = transform.update(update, state, params)
+        params = jax.tree.map(lambda p, u: p + u, params, updates)
+    for name, clip in clips.items():
+        w64 = starts[name].numpy().astype(np.float64)
+        bound = np.inf if clip is None else clip
+        expected = _lamb_reference(w64, grads, 0.01, 0.1, max_weight_norm=bound)
+        assert float(np.abs(np.asarray(params[name]) - expected).max()) < 1e-6, name
 
 
 def test_from_poptorch_optim_imports_every_optimiser_without_the_sdk() -> None:

@@ -19,6 +19,7 @@ import popdist_emu
 from hardware import ReplicaLayout
 from popdist_emu import AllReduceUpdate, TrainState
 from popdist_emu.programs import PROGRAM_CACHE
+from popdist_emu.runtime import layerwise
 from popdist_emu.runtime._layerwise import owned_squares
 from popdist_emu.runtime._replica_step import make_update
 from popdist_emu.runtime._sharded_update import ShardedReduceUpdate, sharded_stage
@@ -86,6 +87,24 @@ def _train(params, r, domain, steps, seed, optimiser):
         assert ra.finite and rb.finite and ra.loss_sum == rb.loss_sum
         a, b = ra.state, rb.state
     return a.params, b.params, rts
+
+
+def test_rts_clips_each_weight_by_its_own_max_weight_norm():
+    """Per-weight clips (LAMB's parameter groups: Graphcore's BERT gives its biases 0, the
+    others none) under RTS: each shard finishes with its own weight's clip, as whole-tensor
+    training does, and the clips change the result."""
+    params = _tree([[30], [4, 5], [7]], np.random.default_rng(0))
+    inner = optax.chain(optax.scale_by_adam(), optax.add_decayed_weights(0.1))
+    tail = optax.scale_by_learning_rate(1e-2)
+    clips = (("p0", 0.0), ("p1", None), ("p2", 0.5))
+    per_weight = layerwise(inner, tail, max_weight_norm=clips)
+    base, rts, _ = _train(params, 4, None, 3, 5, per_weight)
+    unclipped, _, _ = _train(params, 4, None, 3, 5, layerwise(inner, tail))
+    for name in params:
+        np.testing.assert_allclose(rts[name], base[name], rtol=2e-6, atol=1e-7)
+    assert np.array_equal(base["p1"], unclipped["p1"])  # no clip: LAMB's own step
+    for name in ("p0", "p2"):  # clipped below the weight's norm: another step
+        assert not np.allclose(base[name], unclipped[name], rtol=1e-4), name
 
 
 @settings(max_examples=10, derandomize=True, deadline=None)
@@ -173,6 +192,7 @@ import sys
 import jax, jax.numpy as jnp, numpy as np
 import popdist_emu as popdist
 from popdist_emu import TrainState
+from popdist_emu.runtime import layerwise
 from popdist_emu.runtime._layerwise import owned_squares
 from popdist_emu.runtime._replica_step import make_update
 from popdist_emu.runtime._sharded_update import sharded_stage
