@@ -235,6 +235,8 @@ def run_job(
                 if failures or mpiexec_killed
                 else killed_first(groups, list(vanished(groups, exits)))
             )
+            if lost and proc.poll() is not None and (proc.returncode or 0) < 0:
+                lost = []  # mpiexec was killed since this pass began: the next pass names it
             if failures or lost:
                 running = others_were_running(
                     failures[0] if failures else None, exits, len(instances), finished

@@ -25,8 +25,7 @@ import numpy as np
 import optax
 import torch
 
-from popdist_emu.runtime._offload import StreamingState
-from popdist_emu.runtime._sharded_update import ShardedOptState
+from popdist_emu.runtime import ShardedOptState, StreamingState
 
 # The states ``optax.inject_hyperparams`` makes (the stateful one since optax 0.2).
 _Injected = optax.InjectStatefulHyperparamsState | optax.InjectHyperparamsState
