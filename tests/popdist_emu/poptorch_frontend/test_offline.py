@@ -106,7 +106,9 @@ for x, y in loader:
 """
 
 
-@pytest.mark.parametrize("workers", [0, 8])
+# 32 workers: the IPU-bound rate lies well inside the window between the host-bound rates of
+# none and of all of them, however a loaded machine moves the measured CPU per sample.
+@pytest.mark.parametrize("workers", [0, 32])
 def test_a_costly_loader_is_reported_host_bound_until_workers_share_it(
     tmp_path: Path, workers: int
 ) -> None:
@@ -124,7 +126,7 @@ def test_a_costly_loader_is_reported_host_bound_until_workers_share_it(
         assert summary["host_bound"] and summary["phases"]["host_compute"] > 0
         assert "HOST-BOUND" in out.stdout
         assert summary["samples_per_second"] < summary["ipu_bound_samples_per_second"]
-    else:  # 8 worker processes ahead of the IPUs: hidden
+    else:  # 32 worker processes ahead of the IPUs: hidden
         assert not summary["host_bound"] and "HOST-BOUND" not in out.stdout
         assert summary["samples_per_second"] == pytest.approx(
             summary["ipu_bound_samples_per_second"]
