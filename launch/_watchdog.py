@@ -227,16 +227,12 @@ def run_job(
                 (e for e in (*exits.values(), *leaving.values()) if e.code != 0),
                 key=lambda e: (e.when_ns, e.instance),
             )
-            # mpiexec killed by a signal is the cause of what its process manager did after it
-            # (killed the bootstraps): the end of the loop names it.
-            mpiexec_killed = finished and (proc.returncode or 0) < 0
-            lost = (
-                []
-                if failures or mpiexec_killed
-                else killed_first(groups, list(vanished(groups, exits)))
-            )
+            lost = [] if failures else killed_first(groups, list(vanished(groups, exits)))
             if lost and proc.poll() is not None and (proc.returncode or 0) < 0:
-                lost = []  # mpiexec was killed since this pass began: the next pass names it
+                # mpiexec killed by a signal (before this pass or during it) is the cause of
+                # what its process manager did after it, killing the bootstraps: the end of the
+                # loop names it.
+                lost = []
             if failures or lost:
                 running = others_were_running(
                     failures[0] if failures else None, exits, len(instances), finished

@@ -53,15 +53,17 @@ def changed_learning_rates(
             "setOptimizer: popdist-emu changes the learning rate only so far; keep the "
             "optimiser's class and its parameter groups."
         )
-    for before, after in zip(old_groups, new_groups, strict=True):
-        if {k: v for k, v in before.items() if k not in _RATE} != {
-            k: v for k, v in after.items() if k not in _RATE
-        }:
-            raise ValueError(
-                "setOptimizer: popdist-emu changes the learning rate only so far; keep the "
-                "optimiser's class and its other settings."
-            )
+    if any(_fixed(a) != _fixed(b) for a, b in zip(old_groups, new_groups, strict=True)):
+        raise ValueError(
+            "setOptimizer: popdist-emu changes the learning rate only so far; keep the "
+            "optimiser's class and its other settings."
+        )
     return [float(group["lr"]) for group in new_groups]
+
+
+def _fixed(settings: dict[str, Any]) -> dict[str, Any]:
+    """A group's settings that ``setOptimizer`` may not change: all but its rate."""
+    return {k: v for k, v in settings.items() if k not in _RATE}
 
 
 def _settings(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:

@@ -275,10 +275,9 @@ def _lamb(optimizer: LAMB, names: dict[str, torch.Tensor] | None) -> Optimiser:
     group_clips = [_clip(_group_settings(optimizer, g)) for g in optimizer.param_groups]
     clip: float | ClipByName | None = group_clips[0]
     if len(set(group_clips)) > 1:  # BERT: its biases' group 0 (a ratio of 1), the others None
-        labels = _group_labels(optimizer, names)
-        unclipped = dict.fromkeys(n for n, k in labels.items() if k == "frozen")
-        by_name = {n: group_clips[int(k)] for n, k in labels.items() if k != "frozen"}
-        clip = tuple(sorted({**unclipped, **by_name}.items()))
+        labels = _group_labels(optimizer, names)  # a frozen weight's direction is zero
+        by_name = {n: None if k == "frozen" else group_clips[int(k)] for n, k in labels.items()}
+        clip = tuple(sorted(by_name.items()))
     for k, group in enumerate(optimizer.param_groups):
         settings = _group_settings(optimizer, group)
         b1, b2 = (float(b) for b in settings["betas"])

@@ -80,10 +80,6 @@ def _ipus(text: str) -> int:
     return int(text)
 
 
-# A published table has a line per replica count, at most one per IPU of the largest system;
-# 256 bytes a line hold the two numbers and a label of a sentence.
-
-
 def check_out(out: str) -> None:
     """Refuses an ``--out`` that cannot safely become a directory: a file or a path under
     one, a symlink, an unsafe directory or one where nothing can be created (tried)."""
@@ -378,9 +374,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from popdist_emu.scaling._report import narrative, write_outputs
 
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    folder = tempfile.mkdtemp(prefix="poprun-emu-calibrate-")  # a refit's file, if any
+    folder = tempfile.mkdtemp(prefix="poprun-emu-calibrate-") if config.calibrate_from else ""
     try:
-        if config.calibrate_from:
+        if folder:  # --calibrate-from: the refitted file lives there while the sweep runs
             try:
                 os.environ.update(refit(config, folder))
             except UsageError as error:
@@ -393,7 +389,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + int(signum)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        shutil.rmtree(folder, ignore_errors=True)
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
     # The report's own time: the sweep plus writing the plots and pages.
     paths = write_outputs(doc, config.out)
     for s in doc["series"]:

@@ -14,7 +14,8 @@ import hardware
 from contract import FileTooLargeError, RefitError, read_bounded, refit_calibration
 from popdist_emu.scaling._config import PublishedPoint, SweepConfig
 
-# More than one line per replica count of the largest system is not a file of measurements.
+# A published table has a line per replica count, at most one per IPU of the largest system;
+# 256 bytes a line hold the two numbers and a label of a sentence. More is not such a table.
 MAX_PUBLISHED_BYTES = 256 * (2 + max(s.num_ipus for s in hardware.SYSTEMS.values()))
 
 
