@@ -1,9 +1,10 @@
 """The contract between the launcher and the instances, JAX-free, at the bottom of the house.
 
 ``poprun-emu`` (``launch``) and the instances (``popdist_emu``, ``gcl``) share what is here and
-nothing else: every environment variable and the job configuration (``_environment``), files
-written so that a reader never sees a part of one and read with a bound (``_files``), the
-machine's memory (``_machine``), the
+nothing else: every environment variable, the job configuration and the bootstraps' pid
+files (``_environment``), files written so that a reader never sees a part of one and read
+with a bound (``_files``), whether a process lives and how a process group past its bound
+is ended (``_processes``), the machine's memory (``_machine``), the
 request ``poprun-emu-scaling`` hands a program (``_sweep``) and the refit of
 ``--calibrate-from`` run in its own process (``_refit``). It imports only ``hardware`` (the
 layout and the systems), so the launcher starts without JAX, and both sides import it through
@@ -50,8 +51,10 @@ from contract._environment import layout_environment as layout_environment
 from contract._environment import leaving_path as leaving_path
 from contract._environment import offline_mode as offline_mode
 from contract._environment import orphaned_path as orphaned_path
+from contract._environment import pid_file_instances as pid_file_instances
 from contract._environment import pid_path as pid_path
 from contract._environment import read_job_config as read_job_config
+from contract._environment import read_pid_file as read_pid_file
 from contract._environment import status_path as status_path
 from contract._environment import waiting_path as waiting_path
 from contract._files import FileTooLargeError as FileTooLargeError
@@ -61,7 +64,6 @@ from contract._files import directory_problem as directory_problem
 from contract._files import make_directories as make_directories
 from contract._files import open_for_appending_lines as open_for_appending_lines
 from contract._files import output_problem as output_problem
-from contract._files import pid_alive as pid_alive
 from contract._files import probe_problem as probe_problem
 from contract._files import read_bounded as read_bounded
 from contract._files import special_kind as special_kind
@@ -71,6 +73,9 @@ from contract._machine import total_memory_bytes as total_memory_bytes
 from contract._numbers import MAX_TIMEOUT_S as MAX_TIMEOUT_S
 from contract._numbers import MIN_TIMEOUT_S as MIN_TIMEOUT_S
 from contract._numbers import ascii_seconds as ascii_seconds
+from contract._processes import end_process_group as end_process_group
+from contract._processes import pid_alive as pid_alive
+from contract._processes import stat_fields as stat_fields
 from contract._refit import RefitError as RefitError
 from contract._refit import refit_calibration as refit_calibration
 from contract._sweep import COLLECTIVE_PHASES as COLLECTIVE_PHASES
@@ -125,6 +130,7 @@ __all__ = [
     "atomic_write",
     "available_memory_bytes",
     "directory_problem",
+    "end_process_group",
     "layout_environment",
     "leaving_path",
     "make_directories",
@@ -133,13 +139,16 @@ __all__ = [
     "orphaned_path",
     "output_problem",
     "pid_alive",
+    "pid_file_instances",
     "pid_path",
     "probe_problem",
     "read_bounded",
     "read_job_config",
+    "read_pid_file",
     "read_request",
     "refit_calibration",
     "special_kind",
+    "stat_fields",
     "status_path",
     "system_name",
     "total_memory_bytes",

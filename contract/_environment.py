@@ -25,10 +25,12 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import os
 from collections.abc import Mapping
 
+from contract._files import FileTooLargeError, read_bounded
 from hardware import LayoutError, ReplicaLayout
 
 # -- PopRun's variables (what PopDist reads) ---------------------------------------------------
@@ -225,6 +227,38 @@ def pid_path(job_dir: str, instance: int) -> str:
     """Where the launcher's bootstrap of ``instance`` records its pid and process group (in
     the job directory, which the instances also read)."""
     return os.path.join(job_dir, f"instance-{instance}.pid")
+
+
+# "<pid> <process group>\n": two numbers of at most 10 digits each (pid_max is at most 2**22).
+_PID_FILE_BYTES = 64
+
+
+def read_pid_file(job_dir: str, instance: int) -> tuple[int, int] | None:
+    """``(pid, process group)`` that the bootstrap of ``instance`` recorded (:func:`pid_path`),
+    or None while there is no whole record: no file yet (or no job directory), or one that is
+    not two numbers in ASCII digits (a foreign file, a FIFO, a device: never waited on).
+
+    The one reader of the bootstraps' record: the launcher's watchdog (their process groups),
+    the program of each instance (its bootstrap's pid) and the sweep of stale job directories.
+    """
+    try:
+        words = read_bounded(pid_path(job_dir, instance), _PID_FILE_BYTES).split()
+    except (OSError, FileTooLargeError):
+        return None
+    if len(words) != 2 or not all(word.isdigit() for word in words):  # bytes: ASCII digits
+        return None
+    return int(words[0]), int(words[1])
+
+
+def pid_file_instances(job_dir: str) -> list[int]:
+    """The instances whose bootstrap recorded itself (a pid file) in ``job_dir``, sorted."""
+    prefix, suffix = pid_path(job_dir, 0).rsplit("0", 1)
+    found = []
+    for path in glob.glob(glob.escape(prefix) + "*" + glob.escape(suffix)):
+        middle = path[len(prefix) : len(path) - len(suffix)]
+        if middle.isascii() and middle.isdigit():
+            found.append(int(middle))
+    return sorted(found)
 
 
 def status_path(job_dir: str, instance: int) -> str:

@@ -24,22 +24,13 @@ import tempfile
 from collections.abc import Iterator
 from typing import IO, BinaryIO
 
+from contract._processes import pid_alive
+
 
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists (one we may not signal counts as alive)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _remove_stale_temporaries(directory: str, name: str) -> None:

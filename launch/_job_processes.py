@@ -16,35 +16,9 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-from contract import ENV_JOB_DIR, orphaned_path, pid_alive
+from contract import ENV_JOB_DIR, orphaned_path, pid_alive, read_pid_file, stat_fields
 from launch._exits import InstanceExit
 from launch._host_watch import stale
-from launch._job import pid_path
-
-
-def stat_fields(pid: int) -> list[str] | None:
-    """The fields of ``/proc/<pid>/stat`` after the command name (state, parent, process
-    group, session, ...); None if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return fields if len(fields) > 3 else None
-
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` still runs: it exists and is not a zombie.
-
-    A bootstrap killed from outside stays a zombie until its parent, the MPI's process
-    manager, reaps it, and MPICH's ``hydra_pmi_proxy`` does so only once every connection
-    of that rank is closed; its orphaned program still holds the PMI one, so the zombie can
-    last as long as the program. ``kill(pid, 0)`` succeeds on a zombie.
-    """
-    if not os.path.isdir("/proc"):
-        return pid_alive(pid)
-    fields = stat_fields(pid)
-    return fields is not None and fields[0] not in ("Z", "X")
 
 
 def _every_process() -> Iterator[tuple[int, list[str]]]:
@@ -91,11 +65,10 @@ class Groups:
         for i in self.instances:
             if i in self.known or i in self.remote:
                 continue
-            try:
-                with open(pid_path(self.job_dir, i)) as f:
-                    pid, pgid = (int(x) for x in f.read().split())
-            except (FileNotFoundError, ValueError):
+            record = read_pid_file(self.job_dir, i)
+            if record is None:
                 continue
+            pid, pgid = record
             if _ours(pid, pgid, self.root) or _orphaned_here(pid, pgid, self.job_dir):
                 self.known[i] = (pid, pgid)
             else:
@@ -113,7 +86,7 @@ def _orphaned_here(pid: int, pgid: int, job_dir: str) -> bool:
     carries the job's directory in its environment (``/proc/<pid>/environ``), which no
     process outside the job has.
     """
-    if running(pid) or pgid <= 1:
+    if pid_alive(pid) or pgid <= 1:
         return False
     marker = f"{ENV_JOB_DIR}={job_dir}".encode()
     return any(
@@ -137,7 +110,7 @@ def vanished(groups: Groups, exits: Mapping[int, InstanceExit]) -> Iterator[int]
     """Instances whose bootstrap is gone without writing a status (it was killed); on another
     host, that stopped renewing its pid file."""
     for i, (pid, _) in groups().items():
-        if i not in exits and not running(pid):
+        if i not in exits and not pid_alive(pid):
             yield i
     now_ns = time.time_ns()
     for i in sorted(groups.remote):

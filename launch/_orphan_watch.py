@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Iterator
 
-from contract import InstanceEnvironment, orphaned_path, pid_path, write_atomically
+from contract import InstanceEnvironment, orphaned_path, read_pid_file, write_atomically
 
 _PR_SET_PDEATHSIG = 1
 # A real-time signal: none of a program's usual ones, and never merged with another.
@@ -83,8 +83,5 @@ def watch_bootstrap(view: InstanceEnvironment) -> None:
 
 def _bootstrap_pid(view: InstanceEnvironment) -> int | None:
     """The bootstrap's pid, from the pid file it wrote before starting this program."""
-    try:
-        with open(pid_path(view.job_dir, view.instance)) as f:
-            return int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
+    record = read_pid_file(view.job_dir, view.instance)
+    return None if record is None else record[0]

@@ -11,12 +11,18 @@ host on a shared disk) is left alone: its owner cannot be known to be gone.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 import tempfile
 
-from contract import pid_alive, read_bounded, write_atomically
+from contract import (
+    FileTooLargeError,
+    pid_alive,
+    pid_file_instances,
+    read_bounded,
+    read_pid_file,
+    write_atomically,
+)
 from launch._job import pid_space
 
 OWNER_FILE = "launcher.owner"
@@ -28,28 +34,25 @@ def claim(job_dir: str) -> None:
     write_atomically(os.path.join(job_dir, OWNER_FILE), f"{os.getpid()} {pid_space()}\n")
 
 
-def _pid(path: str, space: str | None) -> int | None:
-    """The pid a file of ``job_dir`` starts with (and, given ``space``, only when its second
-    word is that pid space), or None when unreadable or of another space."""
+def _launcher(job_dir: str, space: str) -> int | None:
+    """The pid of ``job_dir``'s launcher when it recorded this pid space, else None."""
     try:
-        words = read_bounded(path, 512).decode("ascii", "replace").split()
-    except OSError:
+        words = read_bounded(os.path.join(job_dir, OWNER_FILE), 512).split()
+    except (OSError, FileTooLargeError):
         return None
-    if not words or not words[0].isdigit():
-        return None
-    if space is not None and words[1:2] != [space]:
+    if len(words) != 2 or not words[0].isdigit() or words[1] != space.encode():
         return None
     return int(words[0])
 
 
 def _gone(job_dir: str, space: str) -> bool:
-    """Whether ``job_dir``'s launcher, of this pid space, and every bootstrap that wrote a
-    pid file there have exited."""
-    launcher = _pid(os.path.join(job_dir, OWNER_FILE), space)
+    """Whether ``job_dir``'s launcher, of this pid space, and every bootstrap that recorded
+    itself there (``contract.read_pid_file``) have exited; a zombie has."""
+    launcher = _launcher(job_dir, space)
     if launcher is None or pid_alive(launcher):
         return False
-    bootstraps = (_pid(path, None) for path in glob.glob(os.path.join(job_dir, "*.pid")))
-    return not any(pid is not None and pid_alive(pid) for pid in bootstraps)
+    bootstraps = (read_pid_file(job_dir, i) for i in pid_file_instances(job_dir))
+    return not any(record is not None and pid_alive(record[0]) for record in bootstraps)
 
 
 def sweep_stale(directory: str | None = None) -> list[str]:

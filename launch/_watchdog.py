@@ -28,6 +28,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
+from contract import pid_alive
 from launch._cleanup import remove_leftover_segments
 from launch._exits import (
     InstanceExit,
@@ -48,7 +49,6 @@ from launch._job_output import GRACE_SECONDS, JobOutput
 from launch._job_processes import (
     Groups,
     killed_first,
-    running,
     session_members,
     stopped_bootstraps,
     stopped_instances,
@@ -92,7 +92,7 @@ def end_job(proc: subprocess.Popen, groups: Groups) -> None:
     _signal_job(proc, groups, signal.SIGTERM)
     deadline = time.monotonic() + GRACE_SECONDS
     while time.monotonic() < deadline:
-        if proc.poll() is not None and not any(running(pid) for pid, _ in groups().values()):
+        if proc.poll() is not None and not any(pid_alive(pid) for pid, _ in groups().values()):
             break
         time.sleep(POLL_SECONDS)
     _signal_job(proc, groups, signal.SIGKILL)

@@ -16,7 +16,6 @@ References:
 from __future__ import annotations
 
 import contextlib
-import glob
 import json
 import os
 import threading
@@ -24,7 +23,7 @@ import time
 from collections.abc import Iterator
 from typing import TypedDict
 
-from contract import pid_path, write_atomically
+from contract import pid_file_instances, write_atomically
 
 MAX_SPANS = 5000  # per instance: a long run's first calls say what its steps look like
 WAIT_SECONDS = 5.0  # how long instance 0 waits for the others' timelines
@@ -95,17 +94,6 @@ def publish(job_dir: str, instance: int) -> None:
         write_atomically(_path(job_dir, instance), json.dumps(data))
 
 
-def started_instances(job_dir: str) -> list[int]:
-    """The instances whose bootstrap started (their pid files), from the job directory."""
-    prefix, suffix = pid_path(job_dir, 0).rsplit("0", 1)
-    found = []
-    for path in glob.glob(glob.escape(prefix) + "*" + glob.escape(suffix)):
-        middle = path[len(prefix) : len(path) - len(suffix)]
-        if middle.isdigit():
-            found.append(int(middle))
-    return sorted(found)
-
-
 def collect(
     job_dir: str, instance: int, wait_seconds: float = WAIT_SECONDS
 ) -> tuple[dict[int, list[HostSpan]], list[int]]:
@@ -116,7 +104,7 @@ def collect(
         ``(spans by instance, instances whose timeline did not arrive in time)``.
     """
     out: dict[int, list[HostSpan]] = {instance: TIMELINE.spans()}
-    others = [i for i in started_instances(job_dir) if i != instance] if job_dir else []
+    others = [i for i in pid_file_instances(job_dir) if i != instance] if job_dir else []
     deadline = time.monotonic() + wait_seconds
     missing = list(others)
     while missing:

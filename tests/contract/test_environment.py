@@ -2,6 +2,7 @@
 the job configuration and an instance's view are values that survive their round trips."""
 
 import ast
+import os
 import re
 from pathlib import Path
 
@@ -128,3 +129,32 @@ def test_a_refitted_calibration_file_reaches_the_instance_only_when_there_is_one
     assert InstanceEnvironment.from_environ(env) == view
     assert contract.ENV_CALIBRATION_FILE not in InstanceEnvironment().to_environ()
     assert contract.ENV_CALIBRATION_FILE in contract.EMULATOR_VARIABLES  # -x cannot set it
+
+
+@pytest.mark.parametrize(
+    ("content", "record"),
+    [
+        (None, None),  # no file yet
+        (b"", None),
+        (b"123", None),  # a part of a record
+        (b"123 456 789\n", None),
+        (b"12x 456\n", None),
+        ("１２ ３４\n".encode(), None),  # full-width digits are no pid
+        (b"\xff\xfe\n", None),
+        (b"9" * 100, None),  # more than a record holds
+        (b"123 456\n", (123, 456)),
+        (b"123 456", (123, 456)),
+    ],
+)
+def test_a_pid_file_is_read_whole_or_not_at_all(tmp_path, content, record):
+    """The bootstraps' record, read by the watchdog, the program and the stale-job sweep."""
+    if content is not None:
+        Path(contract.pid_path(str(tmp_path), 3)).write_bytes(content)
+    assert contract.read_pid_file(str(tmp_path), 3) == record
+    assert contract.pid_file_instances(str(tmp_path)) == ([] if content is None else [3])
+
+
+def test_a_pid_file_that_is_a_fifo_is_not_waited_on(tmp_path):
+    os.mkfifo(contract.pid_path(str(tmp_path), 0))
+    assert contract.read_pid_file(str(tmp_path), 0) is None
+    assert contract.read_pid_file(str(tmp_path / "gone"), 0) is None

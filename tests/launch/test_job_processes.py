@@ -8,8 +8,8 @@ import time
 
 from deadlines import within
 
-from contract import ENV_JOB_DIR, pid_path
-from launch._job_processes import Groups, running, vanished
+from contract import ENV_JOB_DIR, pid_alive, pid_path
+from launch._job_processes import Groups, vanished
 
 # A group leader that starts a sleeping child and exits at once, leaving the child orphaned in
 # its group; it prints the child's pid.
@@ -50,7 +50,7 @@ def test_a_zombie_bootstrap_has_vanished(tmp_path):
         assert groups() == {0: (bootstrap.pid, bootstrap.pid)} and not list(vanished(groups, {}))
         bootstrap.kill()
         deadline = time.monotonic() + within(10)
-        while running(bootstrap.pid) and time.monotonic() < deadline:
+        while pid_alive(bootstrap.pid) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert os.path.exists(f"/proc/{bootstrap.pid}")  # not reaped: a zombie
         assert list(vanished(groups, {})) == [0]

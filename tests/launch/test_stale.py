@@ -7,6 +7,7 @@ import sys
 import time
 
 from deadlines import within
+from zombies import zombie
 
 from launch._job import pid_space
 from launch._stale import OWNER_FILE, claim, sweep_stale
@@ -40,6 +41,18 @@ def test_only_directories_whose_launcher_and_bootstraps_are_gone_are_removed(tmp
     assert not stale.exists()
     for kept in (running, orphan, elsewhere, unowned, other):
         assert kept.exists(), kept
+
+
+def test_a_directory_whose_launcher_and_bootstrap_are_zombies_is_removed(tmp_path):
+    """A killed launcher or bootstrap stays a zombie until its parent reaps it (perhaps
+    never): ``kill(pid, 0)`` reaches a zombie, and the directory was kept."""
+    launcher, bootstrap = zombie(), zombie()
+    try:
+        stale = _job_dir(tmp_path, "poprun-emu-z", f"{launcher.pid} {pid_space()}\n", bootstrap.pid)
+        assert sweep_stale(str(tmp_path)) == [str(stale)]
+    finally:
+        launcher.wait(timeout=within(10))
+        bootstrap.wait(timeout=within(10))
 
 
 def test_a_claimed_directory_names_this_launcher_and_is_kept_while_it_runs(tmp_path):

@@ -341,6 +341,22 @@ def test_another_running_job_is_refused_and_a_dead_ones_claim_taken_over(tmp_pat
 
 
 @pytest.mark.timeout(120)
+def test_an_owner_killed_and_not_yet_reaped_is_gone(tmp_path):
+    """A killed owner stays a zombie until its parent reaps it; ``kill(pid, 0)`` reaches a
+    zombie, and its claim was kept as a running job's."""
+    from zombies import until_zombie  # lazily, as ``within``
+
+    other = _holder(tmp_path, 60)
+    other.kill()
+    until_zombie(other)
+    try:
+        claim_directory(tmp_path, None)
+        assert json.loads((tmp_path / OWNER_FILE).read_text())["pid"] == os.getpid()
+    finally:
+        other.wait(timeout=within(30))
+
+
+@pytest.mark.timeout(120)
 def test_a_job_that_ends_leaves_the_directory_free(tmp_path):
     done = _holder(tmp_path, 0)
     assert done.wait(timeout=within(30)) == 0

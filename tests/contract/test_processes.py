@@ -1,0 +1,73 @@
+"""Whether a process lives (a zombie does not) and how a process group past its bound is
+ended (contract/_processes.py), with real processes."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from deadlines import within
+from zombies import zombie
+
+from contract import end_process_group, pid_alive
+
+
+def test_a_zombie_is_not_alive_though_signal_zero_reaches_it():
+    """A killed bootstrap, launcher or checkpoint owner stays a zombie until its parent
+    reaps it; ``kill(pid, 0)`` succeeds on it, which counted it alive."""
+    child = zombie()
+    try:
+        os.kill(child.pid, 0)  # what pid_alive used to ask
+        assert not pid_alive(child.pid)
+    finally:
+        child.wait(timeout=within(10))
+    assert not pid_alive(child.pid)  # reaped: gone
+
+
+def test_a_running_process_is_alive_and_no_pid_below_one_is():
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        assert pid_alive(sleeper.pid) and pid_alive(os.getpid())
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=within(10))
+    assert not pid_alive(0) and not pid_alive(-1)
+
+
+# A group leader that ignores SIGTERM and starts a child that ignores it too; it prints the
+# child's pid and sleeps.
+STUBBORN = (
+    "import signal, subprocess, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "child = subprocess.Popen([sys.executable, '-c', "
+    "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'])\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(60)\n"
+)
+
+
+def test_a_group_that_ignores_sigterm_is_killed_after_the_grace():
+    leader = subprocess.Popen(
+        [sys.executable, "-c", STUBBORN], stdout=subprocess.PIPE, start_new_session=True
+    )
+    assert leader.stdout is not None
+    child = int(leader.stdout.readline())
+    started = time.monotonic()
+    try:
+        assert end_process_group(leader, grace_s=0.5) == -signal.SIGKILL
+        assert time.monotonic() - started < within(5)
+        deadline = time.monotonic() + within(10)
+        while pid_alive(child) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not pid_alive(child)  # the whole group, not the leader alone
+    finally:
+        leader.stdout.close()
+        for pid in (leader.pid, child):
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_group_that_obeys_sigterm_ends_without_sigkill():
+    leader = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    assert end_process_group(leader, grace_s=within(10)) == -signal.SIGTERM
