@@ -76,6 +76,7 @@ from contract._numbers import ascii_seconds as ascii_seconds
 from contract._processes import end_process_group as end_process_group
 from contract._processes import pid_alive as pid_alive
 from contract._processes import stat_fields as stat_fields
+from contract._refit import REFIT_TIMEOUT_S as REFIT_TIMEOUT_S
 from contract._refit import RefitError as RefitError
 from contract._refit import refit_calibration as refit_calibration
 from contract._sweep import COLLECTIVE_PHASES as COLLECTIVE_PHASES
@@ -119,6 +120,7 @@ __all__ = [
     "MAX_TIMEOUT_S",
     "MIN_TIMEOUT_S",
     "POPRUN_VARIABLES",
+    "REFIT_TIMEOUT_S",
     "TIER_PHASES",
     "FileTooLargeError",
     "InstanceEnvironment",

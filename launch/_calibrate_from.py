@@ -1,41 +1,41 @@
 """``poprun-emu --calibrate-from FILE``: the job's parameters refitted to measured runs.
 
 The refit runs in its own process before the job (``contract.refit_calibration``, which
-starts ``python -m popdist_emu.calibration``): the launcher imports only ``contract`` and
-starts without JAX or SciPy. That process refuses a bad file in one line before anything
-runs (reported here as a ``UsageError``, exit 2), probes the program once offline, refits the
-terms the measurements constrain and writes the refitted calibration file; the launcher
-prints what changed and the job runs with the file (``contract.ENV_CALIBRATION_FILE``).
+starts ``python -m popdist_emu.calibration``, bounds the wait and owns the refitted file's
+folder): the launcher imports only ``contract`` and starts without JAX or SciPy. That process
+refuses a bad file in one line before anything runs (reported here as a ``UsageError``,
+exit 2), probes the program once offline, refits the terms the measurements constrain and
+writes the refitted calibration file; the launcher prints what changed and the job runs with
+the file (``contract.ENV_CALIBRATION_FILE``), which is removed when the job ends.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
-import tempfile
+from collections.abc import Iterator
 
 from contract import RefitError, refit_calibration
 from launch._errors import UsageError
 from launch._options import LaunchOptions
 
 
-def refit(options: LaunchOptions, folder: str) -> dict[str, str]:
-    """Refits to ``options.calibrate_from``, prints what changed; returns the variable that
-    points the job at the refitted file in ``folder``.
+@contextlib.contextmanager
+def refitted(options: LaunchOptions) -> Iterator[dict[str, str]]:
+    """Refits to ``options.calibrate_from`` and prints what changed; yields, while the job
+    runs, the variable that points it at the refitted file.
 
     Raises:
-        UsageError: a bad file of measurements, or a probe run that failed.
+        UsageError: a bad file of measurements, a probe run that failed, or a refit that ran
+            past its bound (``contract.REFIT_TIMEOUT_S``).
     """
-    try:
-        env, lines = refit_calibration(
-            options.calibrate_from, options.program, options.system, folder
-        )
-    except RefitError as error:
-        raise UsageError(str(error)) from None
-    for line in lines:
-        print(line, file=sys.stderr, flush=True)
-    return env
-
-
-def temporary_folder() -> str:
-    """A private folder for the probe's request and the refitted file."""
-    return tempfile.mkdtemp(prefix="poprun-emu-calibrate-")
+    with contextlib.ExitStack() as stack:
+        try:
+            env, lines = stack.enter_context(
+                refit_calibration(options.calibrate_from, options.program, options.system)
+            )
+        except RefitError as error:
+            raise UsageError(str(error)) from None
+        for line in lines:
+            print(line, file=sys.stderr, flush=True)
+        yield env

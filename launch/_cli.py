@@ -399,12 +399,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not options.calibrate_from:
             return launch(options, layout, program, shlex.join(["poprun-emu", *argv]))
         # The refit refuses a bad file in one line before anything runs; the job reads its file.
-        folder = calibrate_from.temporary_folder()
-        try:
-            os.environ.update(calibrate_from.refit(options, folder))
+        with calibrate_from.refitted(options) as env:
+            os.environ.update(env)
             return launch(options, layout, program, shlex.join(["poprun-emu", *argv]))
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
     except UsageError as error:
         print(f"poprun-emu: error: {error}", file=sys.stderr)
         return 2

@@ -23,14 +23,13 @@ References:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import re
 import shlex
-import shutil
 import signal
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -47,7 +46,7 @@ from contract import (
 )
 from popdist_emu.scaling import _run
 from popdist_emu.scaling._config import Series, SeriesRun, SweepConfig
-from popdist_emu.scaling._inputs import UsageError, read_published, refit
+from popdist_emu.scaling._inputs import UsageError, read_published, refitted
 from popdist_emu.scaling._table import analyse_series, series_rows
 
 PROG = "poprun-emu-scaling"
@@ -149,7 +148,7 @@ def _parser() -> _Parser:
         "--timeout",
         default=f"{DEFAULT_TIMEOUT:g}",
         metavar="SECONDS",
-        help="per series run of the program (1800)",
+        help="per series run of the program, and for the --calibrate-from refit (1800)",
     )
     parser.add_argument("program", help="the training program (a .py runs with this Python)")
     parser.add_argument("args", nargs=argparse.REMAINDER, help="the program's arguments")
@@ -374,23 +373,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     from popdist_emu.scaling._report import narrative, write_outputs
 
     previous = signal.signal(signal.SIGTERM, _interrupt)
-    folder = tempfile.mkdtemp(prefix="poprun-emu-calibrate-") if config.calibrate_from else ""
     try:
-        if folder:  # --calibrate-from: the refitted file lives there while the sweep runs
-            try:
-                os.environ.update(refit(config, folder))
-            except UsageError as error:
-                print(f"{PROG}: error: {error}", file=sys.stderr)
-                return 2
-        doc, code = sweep(config, argv)
+        with contextlib.ExitStack() as refit:
+            if config.calibrate_from:  # the refitted file lives while the sweep runs
+                try:
+                    os.environ.update(refit.enter_context(refitted(config)))
+                except UsageError as error:
+                    print(f"{PROG}: error: {error}", file=sys.stderr)
+                    return 2
+            doc, code = sweep(config, argv)
     except KeyboardInterrupt as stop:
         signum = stop.args[0] if stop.args else signal.SIGINT
         print(f"{PROG}: interrupted; ended the running program", file=sys.stderr)
         return 128 + int(signum)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        if folder:
-            shutil.rmtree(folder, ignore_errors=True)
     # The report's own time: the sweep plus writing the plots and pages.
     paths = write_outputs(doc, config.out)
     for s in doc["series"]:

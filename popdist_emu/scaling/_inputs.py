@@ -8,7 +8,9 @@ file is refused in one line.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+from collections.abc import Iterator
 
 import hardware
 from contract import FileTooLargeError, RefitError, read_bounded, refit_calibration
@@ -57,15 +59,26 @@ def read_published(path: str) -> list[PublishedPoint]:
     return points
 
 
-def refit(config: SweepConfig, folder: str) -> dict[str, str]:
+@contextlib.contextmanager
+def refitted(config: SweepConfig) -> Iterator[dict[str, str]]:
     """``--calibrate-from``: the first series' program refitted to the measured runs (the
-    changed parameters printed); the variable that points every series at the refit."""
+    changed parameters printed); yields, while the sweep runs, the variable that points every
+    series at the refit. The refit is bounded by ``--timeout``, as a series' run is."""
     first = config.series[0]
     program = (config.program, *first.program_args)
-    try:
-        env, lines = refit_calibration(config.calibrate_from, program, first.system, folder)
-    except RefitError as error:
-        raise UsageError(str(error)) from None
-    for line in lines:
-        print(f"[poprun-emu-scaling] {line}", flush=True)
-    return env
+    with contextlib.ExitStack() as stack:
+        try:
+            env, lines = stack.enter_context(
+                refit_calibration(
+                    config.calibrate_from,
+                    program,
+                    first.system,
+                    timeout_s=config.timeout,
+                    timeout_option="--timeout",
+                )
+            )
+        except RefitError as error:
+            raise UsageError(str(error)) from None
+        for line in lines:
+            print(f"[poprun-emu-scaling] {line}", flush=True)
+        yield env

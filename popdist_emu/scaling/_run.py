@@ -13,7 +13,6 @@ import dataclasses
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +23,7 @@ import hardware
 from contract import (
     ENV_SCALING_REQUEST,
     SweepPoint,
+    end_process_group,
     open_for_appending_lines,
     system_name,
     write_request,
@@ -78,12 +78,7 @@ def _last_line(path: str) -> str:
 
 def _stop(process: subprocess.Popen) -> int:
     """Ends a program past its time: SIGTERM to its process group, SIGKILL 30 s later."""
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        return process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        return process.wait(timeout=30)
+    return end_process_group(process, grace_s=30)
 
 
 def run_series(

@@ -7,11 +7,18 @@ The refit's own figures are checked on published rows in
 """
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
+
+
+def _own_temporary_directory(tmp_path: Path) -> dict[str, str]:
+    """The job's temporary directory, empty, where the refit's folder and the job's go."""
+    (tmp_path / "tmp").mkdir()
+    return {"TMPDIR": str(tmp_path / "tmp")}
 
 
 @pytest.mark.parametrize(
@@ -23,8 +30,10 @@ TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
 )
 def test_a_bad_measurement_file_exits_2_with_one_line_before_launch(poprun, tmp_path, line, phrase):
     (tmp_path / "runs.jsonl").write_text(line + "\n")
-    result = poprun("--calibrate-from", "runs.jsonl", "python", "-c", "print('started')")
+    env = _own_temporary_directory(tmp_path)
+    result = poprun("--calibrate-from", "runs.jsonl", "python", "-c", "print('started')", env=env)
     assert result.returncode == 2 and "started" not in result.stdout
+    assert os.listdir(env["TMPDIR"]) == []  # the refit's folder is gone
     (error,) = result.stderr.strip().splitlines()
     assert error.startswith("poprun-emu: error: --calibrate-from runs.jsonl line 1: ")
     assert phrase in error
@@ -35,10 +44,13 @@ def test_a_measured_run_refits_the_term_it_constrains_and_the_job_uses_it(poprun
         json.dumps({"replicas": 2, "samples_per_second": 50_000, "label": "my run"}) + "\n"
     )
     words = ("--offline-mode", "yes", "--num-replicas", "4", "--report-dir", "reports")
+    env = _own_temporary_directory(tmp_path)
     result = poprun(
-        "--calibrate-from", "runs.jsonl", *words, TRAIN, "--micro-batch-size", "8", timeout=300
-    )
+        "--calibrate-from", "runs.jsonl", *words, TRAIN, "--micro-batch-size", "8", timeout=300,
+        env=env,
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
+    assert os.listdir(env["TMPDIR"]) == []  # the refitted file went with the job
     changed = [line for line in result.stderr.splitlines() if " -> " in line]
     assert len(changed) == 1 and changed[0].startswith("--calibrate-from: ")
     name, values = changed[0].removeprefix("--calibrate-from: ").split(" ", 1)

@@ -93,6 +93,23 @@ def test_bad_arguments_get_one_line_and_exit_2(tmp_path, words, needle):
     assert not (tmp_path / "o").exists()  # nothing ran
 
 
+def test_a_refit_past_timeout_is_ended_in_one_line(tmp_path):
+    """``--timeout`` bounds the ``--calibrate-from`` refit as it bounds a series' run: a
+    program that never ends offline held the sweep forever before it started."""
+    (tmp_path / "runs.jsonl").write_text('{"replicas": 2, "samples_per_second": 50000}\n')
+    (tmp_path / "sleep.py").write_text("import time\ntime.sleep(600)\n")
+    words = ("--num-replicas", "2", "--calibrate-from", "runs.jsonl", "--timeout", "1")
+    started = time.monotonic()
+    result = run(tmp_path, "poprun-emu-scaling", *words, "--out", "o", "sleep.py", timeout=60)
+    assert time.monotonic() - started < within(30)
+    assert result.returncode == 2
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith(
+        "poprun-emu-scaling: error: --calibrate-from 'runs.jsonl': the refit ran past "
+        "--timeout 1 s and was ended"
+    ) and line.endswith(", or raise --timeout."), line
+
+
 class _Links(html.parser.HTMLParser):
     def __init__(self):
         super().__init__()
