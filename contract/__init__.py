@@ -74,6 +74,7 @@ from contract._numbers import MAX_TIMEOUT_S as MAX_TIMEOUT_S
 from contract._numbers import MIN_TIMEOUT_S as MIN_TIMEOUT_S
 from contract._numbers import ascii_seconds as ascii_seconds
 from contract._processes import end_process_group as end_process_group
+from contract._processes import has_ended as has_ended
 from contract._processes import pid_alive as pid_alive
 from contract._processes import stat_fields as stat_fields
 from contract._refit import REFIT_TIMEOUT_S as REFIT_TIMEOUT_S
@@ -133,6 +134,7 @@ __all__ = [
     "available_memory_bytes",
     "directory_problem",
     "end_process_group",
+    "has_ended",
     "layout_environment",
     "leaving_path",
     "make_directories",

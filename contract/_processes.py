@@ -34,6 +34,12 @@ def stat_fields(pid: int) -> list[str] | None:
     return fields if len(fields) > 3 else None
 
 
+def has_ended(fields: list[str]) -> bool:
+    """Whether the state in ``/proc/<pid>/stat`` fields (:func:`stat_fields`) says the
+    process has ended: a zombie ("Z") waiting to be reaped, or one being removed ("X")."""
+    return fields[0] in ("Z", "X")
+
+
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` still runs: it exists and has not ended (a zombie has).
 
@@ -44,7 +50,7 @@ def pid_alive(pid: int) -> bool:
         return False
     fields = stat_fields(pid)
     if fields is not None:
-        return fields[0] not in ("Z", "X")
+        return not has_ended(fields)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

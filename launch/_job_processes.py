@@ -16,7 +16,14 @@ import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 
-from contract import ENV_JOB_DIR, orphaned_path, pid_alive, read_pid_file, stat_fields
+from contract import (
+    ENV_JOB_DIR,
+    has_ended,
+    orphaned_path,
+    pid_alive,
+    read_pid_file,
+    stat_fields,
+)
 from launch._exits import InstanceExit
 from launch._host_watch import stale
 
@@ -90,9 +97,7 @@ def _orphaned_here(pid: int, pgid: int, job_dir: str) -> bool:
         return False
     marker = f"{ENV_JOB_DIR}={job_dir}".encode()
     return any(
-        fields[0] not in ("Z", "X")
-        and int(fields[2]) == pgid
-        and marker in _environ(pid).split(b"\0")
+        not has_ended(fields) and int(fields[2]) == pgid and marker in _environ(pid).split(b"\0")
         for pid, fields in _every_process()
     )
 
@@ -156,7 +161,7 @@ def killed_first(groups: Groups, lost: Sequence[int]) -> list[int]:
     (``launch._orphan_watch``): the earliest record names the cause; without one, the instance
     whose group still has a live (not zombie) process is.
     """
-    live = {int(fields[2]) for _, fields in _every_process() if fields[0] not in ("Z", "X")}
+    live = {int(fields[2]) for _, fields in _every_process() if not has_ended(fields)}
     known = groups()
     orphaned = {i: _orphaned_at(groups.job_dir, i) for i in lost}
 
