@@ -49,6 +49,13 @@ def test_the_readme_is_a_front_page_whose_test_command_is_ci():
     assert f"\n{ci}\n" in README, "the README's test command must be what .ci/run runs"
     for page in README.split("](docs/")[1:]:
         assert (ROOT / "docs" / page.split(")")[0]).is_file(), page.split(")")[0]
+    # No dates or timings: they are history or measurements, which live in CHANGELOG.md and
+    # benchmarks/results/ (the test command's words are no timing).
+    prose = README.replace(ci, "")
+    dated = re.findall(
+        r"\b20\d\d-\d\d(?:-\d\d)?\b|\b\d+(?:\.\d+)? ?(?:s|ms|min|seconds|minutes)\b", prose
+    )
+    assert not dated, f"the README retypes dates or timings: {dated}"
 
 
 def _readme_blocks() -> list[tuple[str, str]]:
