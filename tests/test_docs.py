@@ -13,11 +13,13 @@ import shlex
 import subprocess
 import sys
 
+import pytest
 from deadlines import within
-from repo_scripts import ROOT
+from repo_scripts import ROOT, load_example
 
 DOC = (ROOT / "docs" / "model-parallelism.md").read_text()
 README = (ROOT / "README.md").read_text()
+GETTING_STARTED = (ROOT / "docs" / "getting-started.md").read_text()
 FRONT_PAGE_LINES = 150  # the README is a user's front page; the rest lives in docs/
 
 SWEEP = (
@@ -118,3 +120,14 @@ def test_the_readme_trainer_snippet_calls_only_public_names():
     }
     assert {"Trainer", "Options", "ReplicaLoader"} <= used
     assert used <= set(popdist_emu.__all__), used - set(popdist_emu.__all__)
+
+
+def test_the_main_jobs_options_table_names_every_option_of_its_parser(capsys):
+    # The table moved out of the README by hand; train.py's own --help says what it takes.
+    with pytest.raises(SystemExit):
+        load_example("train").parse_args(["--help"])
+    offered = set(re.findall(r"^  (--[a-z][a-z-]*)", capsys.readouterr().out, re.MULTILINE))
+    table = GETTING_STARTED.split("### Its options")[1].split("\n\n")[1]
+    first_cells = " ".join(row.split(" | ")[0] for row in table.splitlines()[2:])
+    named = set(re.findall(r"`(--[a-z][a-z-]*)", first_cells))
+    assert named == offered - {"--help"}, (named - offered, offered - named)
