@@ -5,6 +5,10 @@ model moves them without any test noticing (five examples had drifted by 2026-11
 planner sweep below is cheap (jaxpr shapes only, about 5 s) and goes through the whole
 hardware model (the convolution planner, the memory model, the compute time), so a change
 that moves the documented model figures fails here until the page is refreshed.
+
+The README's snippets are checked without running them (a run is a benchmark's cost): each
+command is parsed by its console script's own parser and the files it names exist, and the
+Trainer snippet uses only public names.
 """
 
 import ast
