@@ -5,7 +5,9 @@ Markdown is read as it is (on GitHub):
 
 - ``<!-- generated: cli -->``: every console script's usage and options (``cli``);
 - ``<!-- generated: poptorch-options -->``: the PopTorch option methods (``names``);
-- ``<!-- generated: results NAME -->``: a benchmark's latest figures (``results``).
+- ``<!-- generated: results NAME -->``: a benchmark's latest figures (``results``);
+- ``<!-- generated: calibration FIT -->``: a shipped fit, ``shared`` or a family's
+  (``calibration``).
 
 An unknown request, or a console script without a parser builder, fails the build: a
 silently empty table would read as "no options".
@@ -23,7 +25,7 @@ from mkdocs.exceptions import PluginError
 # MkDocs loads this file by its path; the repository root makes ``docs_build`` importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from docs_build import cli, names, results
+from docs_build import calibration, cli, names, results
 
 DIRECTIVE = re.compile(r"^<!-- generated: ([a-z-]+)(?: (\S+))? -->$", re.MULTILINE)
 
@@ -32,8 +34,8 @@ def generate(kind: str, argument: str | None) -> str:
     """The Markdown for one request.
 
     Raises:
-        PluginError: an unknown kind, a missing argument, or a console script the site
-            cannot document.
+        PluginError: an unknown kind, a missing argument, a console script the site
+            cannot document, or a fit the calibration file does not hold.
     """
     try:
         if kind == "cli" and argument is None:
@@ -42,7 +44,9 @@ def generate(kind: str, argument: str | None) -> str:
             return names.options_table()
         if kind == "results" and argument is not None:
             return results.render(argument)
-    except cli.UndocumentedScriptError as error:
+        if kind == "calibration" and argument is not None:
+            return calibration.render(argument)
+    except (cli.UndocumentedScriptError, calibration.UnknownFitError) as error:
         raise PluginError(str(error)) from None
     raise PluginError(f"unknown request <!-- generated: {kind} {argument or ''} -->")
 

@@ -5,16 +5,25 @@ model moves them without any test noticing (five examples had drifted by 2026-11
 planner sweep below is cheap (jaxpr shapes only, about 5 s) and goes through the whole
 hardware model (the convolution planner, the memory model, the compute time), so a change
 that moves the documented model figures fails here until the page is refreshed.
+
+The README's snippets are checked without running them (a run is a benchmark's cost): each
+command is parsed by its console script's own parser and the files it names exist, and the
+Trainer snippet uses only public names.
 """
 
+import ast
+import re
+import shlex
 import subprocess
 import sys
 
+import pytest
 from deadlines import within
-from repo_scripts import ROOT
+from repo_scripts import ROOT, load_example
 
 DOC = (ROOT / "docs" / "model-parallelism.md").read_text()
 README = (ROOT / "README.md").read_text()
+GETTING_STARTED = (ROOT / "docs" / "getting-started.md").read_text()
 FRONT_PAGE_LINES = 150  # the README is a user's front page; the rest lives in docs/
 
 SWEEP = (
@@ -46,3 +55,83 @@ def test_the_readme_is_a_front_page_whose_test_command_is_ci():
     assert f"\n{ci}\n" in README, "the README's test command must be what .ci/run runs"
     for page in README.split("](docs/")[1:]:
         assert (ROOT / "docs" / page.split(")")[0]).is_file(), page.split(")")[0]
+    # No dates or timings: they are history or measurements, which live in CHANGELOG.md and
+    # benchmarks/results/ (the test command's words are no timing).
+    prose = README.replace(ci, "")
+    dated = re.findall(
+        r"\b20\d\d-\d\d(?:-\d\d)?\b|\b\d+(?:\.\d+)? ?(?:s|ms|min|seconds|minutes)\b", prose
+    )
+    assert not dated, f"the README retypes dates or timings: {dated}"
+
+
+def _readme_blocks() -> list[tuple[str, str]]:
+    """The README's fenced code blocks: (language, text)."""
+    return re.findall(r"^```(\w*)\n(.*?)^```", README, re.DOTALL | re.MULTILINE)
+
+
+def _readme_commands() -> list[list[str]]:
+    """The words of every command in the README's shell blocks that runs a console script
+    (the part after ``&&`` in ``pip install ... && poprun-emu ...``)."""
+    commands = []
+    for language, text in _readme_blocks():
+        for line in text.splitlines() if not language else []:
+            for command in line.split(" && "):
+                words = shlex.split(command)
+                if words and words[0] in ("poprun-emu", "poprun-emu-scaling"):
+                    commands.append(words)
+    return commands
+
+
+def test_every_readme_command_parses_with_the_real_parsers_and_names_real_files(monkeypatch):
+    # A renamed option or example would leave the front page's commands failing on first
+    # contact; each is parsed here as its console script parses it, nothing is run.
+    from hardware import ReplicaLayout
+    from launch._options import parse_command_line
+    from launch._program import program_command
+    from popdist_emu.scaling._cli import parse as parse_sweep
+
+    monkeypatch.chdir(ROOT)
+    commands = _readme_commands()
+    scripts = [words[0] for words in commands]
+    assert scripts.count("poprun-emu") >= 4 and "poprun-emu-scaling" in scripts, commands
+    for words in commands:
+        if words[0] == "poprun-emu":
+            options = parse_command_line(words[1:])
+            ReplicaLayout(
+                num_replicas=options.num_replicas,
+                num_instances=options.num_instances,
+                ipus_per_replica=options.ipus_per_replica,
+            )
+            program = program_command(options.program, python=sys.executable)
+        else:
+            config = parse_sweep(words[1:])
+            program = [config.program, *config.series[0].program_args]
+        script = next(word for word in program if word.endswith(".py"))
+        assert (ROOT / script).is_file(), f"{' '.join(words)}: {script} is missing"
+
+
+def test_the_readme_trainer_snippet_calls_only_public_names():
+    import popdist_emu
+
+    (snippet,) = [text for language, text in _readme_blocks() if language == "python"]
+    tree = ast.parse(snippet)  # a syntax error fails here
+    used = {
+        node.attr
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id == "popdist_emu"
+    }
+    assert {"Trainer", "Options", "ReplicaLoader"} <= used
+    assert used <= set(popdist_emu.__all__), used - set(popdist_emu.__all__)
+
+
+def test_the_main_jobs_options_table_names_every_option_of_its_parser(capsys):
+    # The table moved out of the README by hand; train.py's own --help says what it takes.
+    with pytest.raises(SystemExit):
+        load_example("train").parse_args(["--help"])
+    offered = set(re.findall(r"^  (--[a-z][a-z-]*)", capsys.readouterr().out, re.MULTILINE))
+    table = GETTING_STARTED.split("### Its options")[1].split("\n\n")[1]
+    first_cells = " ".join(row.split(" | ")[0] for row in table.splitlines()[2:])
+    named = set(re.findall(r"`(--[a-z][a-z-]*)", first_cells))
+    assert named == offered - {"--help"}, (named - offered, offered - named)

@@ -1,9 +1,10 @@
 """The site's generated tables (``docs_build``) say what the code says, and refuse gaps.
 
 Each generator reads the code's own definition: the console scripts' parsers, the PopTorch
-option tables, the benchmarks' results files. These tests check each against its source
-and that what cannot be generated (a new console script without a parser builder, an
-unknown request in a page) fails the build rather than leaving a table out.
+option tables, the benchmarks' results files, the shipped calibration fits. These tests check
+each against its source and that what cannot be generated (a new console script without a
+parser builder, an unknown request in a page) fails the build rather than leaving a table
+out.
 """
 
 import json
@@ -11,7 +12,7 @@ import json
 import pytest
 from repo_scripts import ROOT, load_benchmark
 
-from docs_build import cli, names, results
+from docs_build import calibration, cli, names, results
 from launch._options import OPTIONS
 from popdist_emu.popdist import _poptorch_options
 
@@ -47,6 +48,8 @@ def test_an_unknown_request_in_a_page_fails_the_build():
 
     with pytest.raises(PluginError, match="unknown request"):
         hooks.expand("text\n<!-- generated: nothing-such -->\n")
+    with pytest.raises(PluginError, match=r"is not in calibration\.json"):
+        hooks.expand("<!-- generated: calibration GPT-2 -->")
     assert ">--num-replicas</code>" in hooks.expand("<!-- generated: cli -->")
 
 
@@ -77,3 +80,26 @@ def test_a_benchmarks_results_file_renders_with_its_provenance(tmp_path, monkeyp
     assert page.startswith("`python benchmarks/demo.py --repeats 3`, ")
     assert "| ratio | 1.28 |" in page and "| ring | 5.16 |" in page
     assert "next run of `benchmarks/absent.py`" in results.render("absent", tmp_path)
+
+
+def test_a_shipped_fit_renders_as_the_calibration_file_holds_it(tmp_path):
+    stored = json.loads(calibration.CALIBRATION.read_text())
+    page = calibration.render("shared")
+    assert page.startswith(f"Fitted by `{stored['fitted_by']}`")
+    for row in stored["rows"]:
+        published, predicted = (
+            f"{row[k]:,.0f}"
+            for k in ("published_samples_per_second", "predicted_samples_per_second")
+        )
+        assert f"| {published} | {predicted} | {row['error'] * 100:+.1f} % |" in page, row
+    bert = stored["families"]["BERT"]
+    family = calibration.render("BERT")
+    assert f"`{bert['fitted_by']}`" in family
+    assert all(f"| {row['row']} |" in family for row in bert["rows"])
+    assert "`matmul_efficiency` |" in family and "closed_form" not in family
+    # A refit changes the page: the figures are read from the file each build.
+    stored["rows"][0]["predicted_samples_per_second"] = 12345.0
+    (tmp_path / "calibration.json").write_text(json.dumps(stored))
+    assert "| 12,345 |" in calibration.render("shared", tmp_path / "calibration.json")
+    with pytest.raises(calibration.UnknownFitError, match="use one of shared, BERT"):
+        calibration.render("GPT-2")
