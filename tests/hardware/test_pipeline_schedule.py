@@ -133,8 +133,7 @@ def test_a_slots_stages_run_as_one_stage_of_their_summed_passes(groups, ga):
     passes, ramp included (a slot is one pipeline stage to PopART)."""
     ipus = [g for g, size in enumerate(groups) for _ in range(size)]
     split = [
-        cost(ipu, 1e-3 * (k + 1), 2e-3, name=f"B{k}", output_bytes=0)
-        for k, ipu in enumerate(ipus)
+        cost(ipu, 1e-3 * (k + 1), 2e-3, name=f"B{k}", output_bytes=0) for k, ipu in enumerate(ipus)
     ]
     merged = [
         cost(g, sum(s.forward_seconds for s in split if s.ipu == g), 2e-3 * size, output_bytes=0)
