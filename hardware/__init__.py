@@ -38,6 +38,7 @@ from hardware._pipeline import PipelineSchedule as PipelineSchedule
 from hardware._pipeline import StageCost as StageCost
 from hardware._pipeline import check_strategy as check_strategy
 from hardware._pipeline import min_gradient_accumulation as min_gradient_accumulation
+from hardware._pipeline import pipeline_slots as pipeline_slots
 from hardware._pipeline import program_order as program_order
 from hardware._pipeline import ramp_bubble_fraction as ramp_bubble_fraction
 from hardware._pipeline import schedule_pipeline as schedule_pipeline
@@ -166,6 +167,7 @@ __all__ = [
     "min_gradient_accumulation",
     "multi_ipu_sync_calls",
     "phase_terms",
+    "pipeline_slots",
     "plan_op",
     "plan_profile",
     "plan_step",

@@ -147,8 +147,9 @@ def ipu_memory(
     strategy = model.strategy or "sharded"  # no strategy: one micro-batch at a time
     # Each stage stashes its entries (only its input under recomputation); one stage at a
     # time recomputes, with its checkpoints and one block's activations live.
+    ipus = [s.ipu for s in model.stages]  # consecutive stages on one IPU share a slot
     stash = sum(
-        stash_depth(k, n, strategy, model.schedule) * stash_entry_bytes(s, recomputation)
+        stash_depth(k, n, strategy, model.schedule, ipus) * stash_entry_bytes(s, recomputation)
         for k, s in mine
     )
     if recomputation:

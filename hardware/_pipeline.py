@@ -23,10 +23,18 @@ only activations that change IPU cross the IPU-Links. Two strategies:
 * ``sharded``: one micro-batch at a time, stage after stage, forward then backward; only
   one IPU works at any time (the TensorFlow "Model parallelism with sharding" note).
 
-The activation stash of stage ``s`` (0-based) holds ``2(K - s) + 1`` micro-batches'
+Consecutive stages on one IPU run in one pipeline cycle, as PopART runs them ("if the two
+sets of virtual graph IDs overlap, execute the current pipeline stage with the previous
+one": ``Pipeline::withStages``): Graphcore's BERT, GPT-2 and ViT begin a stage at every
+encoder layer (``AutoStage.AutoIncrement``), 15 stages on 4 IPUs for BERT-Base, which
+PopART pipelines as 5 (:func:`pipeline_slots`). ``K`` below counts these slots.
+
+The activation stash of slot ``s`` (0-based) holds ``2(K - s) + 1`` micro-batches'
 activations for the grouped schedule, as the guide states (2N+1 on the first IPU,
 2(N-1)+1 on the second, and so on, for one stage per IPU), ``K + 1`` for the interleaved
-schedule, and one for sharded execution; an IPU holds the stashes of all its stages.
+schedule, and one for sharded execution; every stage of a slot keeps that many entries
+(PopART sizes a stash by the slots between its stage's forward and backward), and an IPU
+holds the stashes of all its stages.
 With recomputation each stashed entry is only the stage's input, plus,
 while the backward pass recomputes one micro-batch, a checkpoint at every block boundary
 and the activations of one block at a time (guide section 5.3, "Activation
@@ -37,12 +45,16 @@ References:
     execution scheme, grouped and interleaved schedules, FIFO depths) and 5.3
     (recomputation); Graphcore tutorials, "PopTorch: pipelining" (ramp-up, 2N+1 steps);
     Graphcore, "Model Parallelism on the IPU with TensorFlow: Sharding and Pipelining";
-    Huang et al., "GPipe", NeurIPS 2019 (bubble fraction (N-1)/(M+N-1)).
+    Huang et al., "GPipe", NeurIPS 2019 (bubble fraction (N-1)/(M+N-1)); graphcore/popart,
+    ``willow/src/transforms/pipeline.cpp`` (``Pipeline::withStages``,
+    ``PipelineInfo::numIndependentStages``: the fill and flush cycles and the stash sizes
+    count the stages that do not run together).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from hardware._stage import StageProfile
@@ -108,21 +120,42 @@ def check_strategy(strategy: str, schedule: str = "grouped") -> None:
         raise ValueError(f"schedule {schedule!r} is unknown: use one of {SCHEDULES}.")
 
 
-def stash_depth(position: int, num_stages: int, strategy: str, schedule: str = "grouped") -> int:
+def pipeline_slots(ipus: Sequence[int]) -> tuple[int, ...]:
+    """Each stage's pipeline slot, given the stages' IPUs in pipeline order: a stage on the
+    IPU of the stage before it runs in that stage's slot (PopART's ``withStages``), any
+    other in the next. One stage per IPU: slot ``s`` is stage ``s``."""
+    slots: list[int] = []
+    for k, ipu in enumerate(ipus):
+        slots.append(slots[-1] if k and ipu == ipus[k - 1] else len(set(slots)))
+    return tuple(slots)
+
+
+def stash_depth(
+    position: int,
+    num_stages: int,
+    strategy: str,
+    schedule: str = "grouped",
+    ipus: Sequence[int] | None = None,
+) -> int:
     """Micro-batches whose activations stage ``position`` keeps for its backward pass.
 
-    Grouped: ``2(N - s) + 1``; interleaved: ``N + 1``; sharded: 1 (MPO section 4.2). A
-    single stage is no pipeline: each micro-batch's backward follows its forward, so it
-    keeps one micro-batch, as a data-parallel replica does.
+    Grouped: ``2(K - s) + 1`` for slot ``s`` of ``K`` (:func:`pipeline_slots` of ``ipus``,
+    the stages' IPUs; without them each stage is a slot); interleaved: ``K + 1``; sharded:
+    1 (MPO section 4.2). A single stage is no pipeline: each micro-batch's backward follows
+    its forward, so it keeps one micro-batch, as a data-parallel replica does.
     """
     check_strategy(strategy, schedule)
     if not 0 <= position < num_stages:
         raise ValueError(f"stage {position} is outside 0..{num_stages - 1}.")
+    if ipus is not None and len(ipus) != num_stages:
+        raise ValueError(f"{len(ipus)} IPUs given for {num_stages} stages: give one per stage.")
     if strategy == "sharded" or num_stages == 1:
         return 1
+    slots = pipeline_slots(ipus) if ipus is not None else tuple(range(num_stages))
+    count = slots[-1] + 1
     if schedule == "interleaved":
-        return num_stages + 1
-    return 2 * (num_stages - position) + 1
+        return count + 1
+    return 2 * (count - slots[position]) + 1
 
 
 def min_gradient_accumulation(num_stages: int, strategy: str) -> int:
@@ -147,13 +180,17 @@ def ramp_bubble_fraction(num_stages: int, gradient_accumulation: int) -> float:
 
 
 def program_order(
-    num_stages: int, gradient_accumulation: int, strategy: str
+    num_stages: int,
+    gradient_accumulation: int,
+    strategy: str,
+    ipus: Sequence[int] | None = None,
 ) -> list[tuple[int, int, str, int]]:
     """The passes of one weight update as ``(cycle, stage, kind, micro_batch)``, in order.
 
-    Within a cycle every stage runs its forward before its backward (grouped). The
-    runtime executes the passes in this order, so the numerics follow the schedule. One
-    stage is no pipeline: each micro-batch's forward, then its backward.
+    Within a cycle every stage runs its forward before its backward (grouped); the stages
+    of one slot (``ipus``: the stages' IPUs, :func:`pipeline_slots`) run in the same
+    cycles. The runtime executes the passes in this order, so the numerics follow the
+    schedule. One stage is no pipeline: each micro-batch's forward, then its backward.
     """
     check_strategy(strategy)
     n, ga = num_stages, gradient_accumulation
@@ -168,8 +205,9 @@ def program_order(
                 order.append((cycle, s, "backward", m))
                 cycle += 1
         return order
-    for c in range(ga + 2 * n - 1):
-        order.extend(_cycle_passes(n, ga, c))
+    slots = pipeline_slots(ipus) if ipus is not None else tuple(range(n))
+    for c in range(ga + 2 * (slots[-1] + 1) - 1):
+        order.extend(_cycle_passes(slots, ga, c))
     return order
 
 
@@ -299,11 +337,12 @@ def schedule_pipeline(
                 t += cost
                 transfers += cost
         return PipelineSchedule(strategy, schedule, stages, ga, tuple(events), t, transfers)
-    for c in range(ga + 2 * n - 1):
+    slots = pipeline_slots([stage.ipu for stage in stages])
+    for c in range(ga + 2 * (slots[-1] + 1) - 1):
         cursor = {stage.ipu: t for stage in stages}  # each IPU runs its passes in turn
         first_send: dict[int, tuple[int, int]] = {}  # IPU -> (micro-batch, stage) it sends
         exchange = 0.0
-        for _, s, kind, m in _cycle_passes(n, ga, c):
+        for _, s, kind, m in _cycle_passes(slots, ga, c):
             stage = stages[s]
             seconds = stage.forward_seconds if kind == "forward" else stage.backward_seconds
             events.append(PipelineEvent(stage.ipu, kind, m, cursor[stage.ipu], seconds, s))
@@ -321,15 +360,18 @@ def schedule_pipeline(
 
 
 def _cycle_passes(
-    num_stages: int, gradient_accumulation: int, cycle: int
+    slots: tuple[int, ...], gradient_accumulation: int, cycle: int
 ) -> list[tuple[int, int, str, int]]:
-    """The passes of one grouped cycle, as :func:`program_order` lists them."""
-    n, ga, c = num_stages, gradient_accumulation, cycle
-    forwards = [(c, s, "forward", c - s) for s in range(n) if 0 <= c - s < ga]
+    """The passes of one grouped cycle, as :func:`program_order` lists them: stage ``s``
+    in slot ``slots[s]`` of ``K`` runs the forward of micro-batch ``c - slot`` and the
+    backward of ``c - 2K + 1 + slot``."""
+    ga, c, k = gradient_accumulation, cycle, slots[-1] + 1
+    stages = range(len(slots))
+    forwards = [(c, s, "forward", c - slots[s]) for s in stages if 0 <= c - slots[s] < ga]
     backwards = [
-        (c, s, "backward", c - 2 * n + 1 + s)
-        for s in reversed(range(n))
-        if 0 <= c - 2 * n + 1 + s < ga
+        (c, s, "backward", c - 2 * k + 1 + slots[s])
+        for s in reversed(stages)
+        if 0 <= c - 2 * k + 1 + slots[s] < ga
     ]
     return forwards + backwards
 
@@ -348,9 +390,11 @@ def stash_bytes(
     schedule: str = "grouped",
     *,
     recomputation: bool = False,
+    ipus: Sequence[int] | None = None,
 ) -> int:
-    """Bytes of stage ``position``'s activation stash at its deepest."""
-    depth = stash_depth(position, num_stages, strategy, schedule)
+    """Bytes of stage ``position``'s activation stash at its deepest (``ipus``: the
+    stages' IPUs, which decide the slots; :func:`stash_depth`)."""
+    depth = stash_depth(position, num_stages, strategy, schedule, ipus)
     working = (stage.checkpoint_bytes or stage.activation_bytes) if recomputation else 0
     return depth * stash_entry_bytes(stage, recomputation) + working
 

@@ -208,7 +208,15 @@ def simulate_step(
         model.recomputation,
         memories,
         tuple(
-            stash_bytes(stage, k, n, strategy, model.schedule, recomputation=model.recomputation)
+            stash_bytes(
+                stage,
+                k,
+                n,
+                strategy,
+                model.schedule,
+                recomputation=model.recomputation,
+                ipus=[s.ipu for s in model.stages],
+            )
             for k, stage in enumerate(model.stages)
         ),
         memory_counter(

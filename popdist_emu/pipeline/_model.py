@@ -285,7 +285,7 @@ class Pipeline:
         grads_in: dict[tuple[int, int], Any] = {}
         acc: list[Any] = [None] * n
         loss_sum = None
-        for _, s, kind, m in hardware.program_order(n, ga, self.strategy.strategy):
+        for _, s, kind, m in hardware.program_order(n, ga, self.strategy.strategy, self.ipus):
             if kind == "forward":
                 x = micro_batches[m] if s == 0 else outputs.pop((s - 1, m))
                 inputs[(s, m)] = x  # the stash: this stage's input of micro-batch m

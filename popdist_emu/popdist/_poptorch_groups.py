@@ -184,6 +184,44 @@ class _Precision(_Group):
         return self._owner
 
 
+# PopART's ``RecomputationType`` values (``SessionOptions::autoRecomputation``): None 0,
+# Standard 1, NormOnly 2, Pipeline 3, RecomputeAll 4.
+RECOMPUTATION_TYPES = {0: "None", 1: "Standard", 2: "NormOnly", 3: "Pipeline", 4: "RecomputeAll"}
+
+
+class _Popart(_Group):
+    """``opts._Popart``: PopART's session options by name. ``autoRecomputation`` is kept
+    (it decides what a pipeline stashes: ``popdist_emu.poptorch._placement``); any other
+    option steers PopART's compiler and is accepted, named once."""
+
+    _group = "_Popart"
+
+    def set(self, key: str, value: object) -> Options:
+        """``opts._Popart.set(key, value)``.
+
+        Raises:
+            ValueError: an ``autoRecomputation`` that is not a PopART ``RecomputationType``.
+        """
+        if key != "autoRecomputation":
+            if "_Popart.set" not in _NOTED:
+                _NOTED.add("_Popart.set")
+                warnings.warn(
+                    f"{self._owner._spelled}._Popart.set({key!r}, ...): accepted, no effect in "
+                    "the emulator (it changes neither its numbers nor its simulated time); "
+                    "only autoRecomputation is read",
+                    stacklevel=2,
+                )
+            return self._owner
+        number = int(value) if isinstance(value, int) and not isinstance(value, bool) else None
+        if number not in RECOMPUTATION_TYPES:
+            raise ValueError(
+                f"{self._owner._spelled}._Popart.set('autoRecomputation', {value!r}): pass a "
+                f"PopART RecomputationType value {RECOMPUTATION_TYPES} "
+                "(e.g. int(popart.RecomputationType.Pipeline), 3)."
+            )
+        return self._owner._set(auto_recomputation=number)
+
+
 class _TensorLocations(_Group):
     _group = "TensorLocations"
 

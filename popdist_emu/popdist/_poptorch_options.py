@@ -7,7 +7,8 @@ calls PopTorch's option methods on it (``deviceIterations``, ``Training.gradient
 - sets the matching field of the emulator's :class:`popdist_emu.Options` (replication factor =
   local replicas, device iterations, gradient accumulation, reduction, output mode, optimiser
   state offloading and replicated tensor sharding), or keeps a value for the emulator to read
-  (random seed, executable cache, available memory proportion, execution strategy);
+  (random seed, executable cache, available memory proportion, execution strategy, PopART's
+  ``autoRecomputation`` through ``_Popart.set``);
 - is accepted and named once in a warning, when it cannot change the emulator's numbers or
   its simulated time (precision, logging, profiling, compiler switches);
 - or is refused with a one-line reason, when silently losing it would change them.
@@ -45,6 +46,7 @@ from popdist_emu.popdist._poptorch_groups import (
     _Distributed,
     _Group,
     _name,
+    _Popart,
     _Precision,
     _TensorLocations,
     _Training,
@@ -86,7 +88,7 @@ _NO_EFFECT = {
     "Jit": ("traceModel",),
     "Training": ("setConvolutionDithering", "setAutomaticLossScaling"),
     "TensorLocations": ("numIOTiles",),
-    "_Popart": ("set", "setPatterns", "setEngineOptions"),
+    "_Popart": ("setPatterns", "setEngineOptions"),
     "Distributed": ("configureProcessId", "disable"),
 }
 # Refused: the emulator would compute other numbers than PopTorch does if it ignored them.
@@ -152,7 +154,10 @@ class Options:
         self.TensorLocations = _TensorLocations(self)
         self.Precision = _Precision(self)
         self.Jit = type("_Jit", (_Group,), {"_group": "Jit"})(self)
-        self._Popart = type("_PopartGroup", (_Group,), {"_group": "_Popart"})(self)
+        # ``_Popart.set("autoRecomputation", n)``'s PopART RecomputationType (None: not set,
+        # PopTorch's default for the execution strategy: ``poptorch._placement``).
+        self.auto_recomputation: int | None = None
+        self._Popart = _Popart(self)
         self.Distributed = _Distributed(self)
 
     def _method(self, group: str, method: str) -> Callable[..., Options]:

@@ -240,7 +240,8 @@ class PoplarExecutor(DeviceCalls):
             )
             if blocked is not None and self._strategy is not None:
                 loss = blocked
-                options = placed_options(self._mode_fields, self._strategy)
+                auto = getattr(self.options, "auto_recomputation", None)  # _Popart.set's
+                options = placed_options(self._mode_fields, self._strategy, auto)
                 if options.layout != self._mode_fields.layout:  # outside the launcher
                     self._mode_fields = dataclasses.replace(
                         self._mode_fields, layout=options.layout

@@ -23,7 +23,11 @@ References:
     "Options" (``autoRoundNumIPUs``: "the number of IPUs requested must be a power of 2"),
     "Distributed execution" (PopRun's ``--ipus-per-replica``); PopTorch's
     ``popart_compiler/source/Compiler.cpp`` (github.com/graphcore/poptorch: the gradient
-    accumulation of a pipelined training model must be at least 2N - 1 for N stages).
+    accumulation of a pipelined training model must be at least 2N - 1 for N stages;
+    ``Compiler::initSession`` sets ``autoRecomputation`` to ``RecomputationType::Pipeline``
+    for a pipelined model over more than one IPU unless the program set it); PopART
+    ``SessionOptions`` (``RecomputationType``: None, Standard, NormOnly, Pipeline,
+    RecomputeAll).
 """
 
 from __future__ import annotations
@@ -35,18 +39,23 @@ import popdist_emu
 from popdist_emu.popdist import api as popdist
 
 _EmuStrategy = popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution
+PIPELINE, RECOMPUTE_ALL = 3, 4  # PopART's RecomputationType values (``_poptorch_groups``)
 
 
-def placed_options(fields: popdist_emu.Options, strategy: _EmuStrategy) -> popdist_emu.Options:
+def placed_options(
+    fields: popdist_emu.Options, strategy: _EmuStrategy, auto_recomputation: int | None = None
+) -> popdist_emu.Options:
     """The options a training program with ``strategy``'s stages runs with.
 
     Args:
         fields: the program's options, resolved (its layout from PopRun, or one instance).
         strategy: the emulator's strategy for the model's blocks (``_stages``).
+        auto_recomputation: the PopART ``RecomputationType`` the program set with
+            ``opts._Popart.set("autoRecomputation", n)``; None when it set none.
 
     Returns:
-        ``fields`` with ``strategy`` and, outside ``poprun-emu``, a replica of as many IPUs
-        as the stages are placed on.
+        ``fields`` with ``strategy``, its recomputation (``recomputation``) and, outside
+        ``poprun-emu``, a replica of as many IPUs as the stages are placed on.
 
     Raises:
         ValueError: a placement PopTorch or the emulator refuses, in one line naming the fix.
@@ -81,7 +90,31 @@ def placed_options(fields: popdist_emu.Options, strategy: _EmuStrategy) -> popdi
         if need != layout.ipus_per_replica:
             layout = dataclasses.replace(layout, ipus_per_replica=need)
     check_accumulation(fields.gradient_accumulation, len(strategy.stages), strategy.strategy)
-    return dataclasses.replace(fields, layout=layout, execution_strategy=strategy)
+    recomputing = recomputation(fields, strategy.strategy, len(ipus), auto_recomputation)
+    return dataclasses.replace(
+        fields, layout=layout, execution_strategy=strategy, recomputation=recomputing
+    )
+
+
+def recomputation(
+    fields: popdist_emu.Options, strategy: str, num_ipus: int, auto_recomputation: int | None
+) -> bool:
+    """Whether the pipeline's stages stash only their inputs and recompute (the hardware
+    model's ``recomputation``), as PopTorch configures PopART.
+
+    PopTorch turns PopART's ``autoRecomputation`` to ``RecomputationType::Pipeline`` for a
+    pipelined model over more than one IPU unless the program set it ("If we are pipelining
+    we want to turn on recompute by default"), so a pipelined program recomputes without
+    asking; sharded execution and one IPU keep PopART's default, none. A program's own
+    ``autoRecomputation`` rules: ``Pipeline`` and ``RecomputeAll`` recompute every forward
+    operation from the stage's input; ``None`` stashes the forward's activations, and so do
+    ``Standard`` and ``NormOnly`` here (they recompute some operations, chosen by PopART's
+    liveness heuristics, which the hardware model does not have: it counts their stash as
+    the whole forward's, the larger bound).
+    """
+    if auto_recomputation is not None:
+        return auto_recomputation in (PIPELINE, RECOMPUTE_ALL)
+    return fields.recomputation or (strategy == "pipelined" and num_ipus > 1)
 
 
 def check_accumulation(accumulation: int, stages: int, strategy: str) -> None:

@@ -82,11 +82,12 @@ def test_stash_depth_follows_the_stage_position(n):
     )
 
 
-@given(n=st.integers(1, 6), ga=st.integers(1, 12))
-def test_program_order_runs_every_pass_once_after_its_inputs(n, ga):
+@given(n=st.integers(1, 6), ga=st.integers(1, 12), shared=st.booleans())
+def test_program_order_runs_every_pass_once_after_its_inputs(n, ga, shared):
+    ipus = [k // 2 for k in range(n)] if shared else None  # two stages per IPU
     for strategy in ("pipelined", "sharded"):
         done = set()
-        for _, s, kind, m in hardware.program_order(n, ga, strategy):
+        for _, s, kind, m in hardware.program_order(n, ga, strategy, ipus):
             if kind == "forward":
                 assert s == 0 or (s - 1, "forward", m) in done
             else:
@@ -94,6 +95,55 @@ def test_program_order_runs_every_pass_once_after_its_inputs(n, ga):
                 assert s == n - 1 or (s + 1, "backward", m) in done
             done.add((s, kind, m))
         assert len(done) == 2 * n * ga
+
+
+# Graphcore's BERT-Base at layers_per_ipu [0, 4, 4, 4]: a stage per block (AutoIncrement),
+# the embeddings on IPU 0, four encoder layers on each of IPUs 1-3, pooler and heads on IPU 0.
+BERT_IPUS = (0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 0, 0)
+
+
+def test_consecutive_stages_on_one_ipu_share_a_slot_and_its_stash_depth():
+    """PopART runs consecutive stages on one IPU in one pipeline cycle: BERT's 15 stages are
+    5 slots, so the embeddings stash 2 x 5 + 1 micro-batches, not 2 x 15 + 1."""
+    assert hardware.pipeline_slots(BERT_IPUS) == (0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 4, 4)
+    assert hardware.pipeline_slots((0, 1, 2, 3, 0)) == (0, 1, 2, 3, 4)  # wrap-round: 5 slots
+    n = len(BERT_IPUS)
+    depths = [hardware.stash_depth(s, n, "pipelined", ipus=BERT_IPUS) for s in range(n)]
+    assert depths == [11, 9, 9, 9, 9, 7, 7, 7, 7, 5, 5, 5, 5, 3, 3]
+    assert hardware.stash_depth(3, n, "pipelined", "interleaved", BERT_IPUS) == 5 + 1
+    with pytest.raises(ValueError, match="3 IPUs given for 15 stages"):
+        hardware.stash_depth(0, n, "pipelined", ipus=(0, 1, 2))
+    # The memory model counts them so: four encoder stages on IPU 1, 9 inputs each.
+    stages = tuple(
+        hardware.StageProfile(ipu, (f"B{k}",), input_bytes=1_000, activation_bytes=10)
+        for k, ipu in enumerate(BERT_IPUS)
+    )
+    model = hardware.ReplicaModel(
+        _profile(gradient_accumulation=64, recomputation=True), stages, "pipelined"
+    )
+    layout = hardware.ReplicaLayout(num_replicas=1, ipus_per_replica=4)
+    memory = hardware.replica_memory(model, layout, hardware.get_system("pod16"))
+    assert memory[1].categories["activations"] == 4 * 9 * 1_000 + 10
+
+
+@settings(max_examples=20)
+@given(groups=st.lists(st.integers(1, 3), min_size=2, max_size=5), ga=st.integers(9, 24))
+def test_a_slots_stages_run_as_one_stage_of_their_summed_passes(groups, ga):
+    """Stages sharing an IPU back to back take the time of one stage with their summed
+    passes, ramp included (a slot is one pipeline stage to PopART)."""
+    ipus = [g for g, size in enumerate(groups) for _ in range(size)]
+    split = [
+        cost(ipu, 1e-3 * (k + 1), 2e-3, name=f"B{k}", output_bytes=0) for k, ipu in enumerate(ipus)
+    ]
+    merged = [
+        cost(g, sum(s.forward_seconds for s in split if s.ipu == g), 2e-3 * size, output_bytes=0)
+        for g, size in enumerate(groups)
+    ]
+    one = hardware.schedule_pipeline(split, ga, link_bandwidth=LINK)
+    other = hardware.schedule_pipeline(merged, ga, link_bandwidth=LINK)
+    assert one.seconds == pytest.approx(other.seconds)
+    order = hardware.program_order(len(ipus), ga, "pipelined", ipus)
+    assert max(c for c, *_ in order) + 1 == ga + 2 * len(groups) - 1
 
 
 placements = st.lists(st.integers(0, 3), min_size=1, max_size=7).map(
