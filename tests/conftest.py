@@ -5,6 +5,7 @@ the variable), also on a machine with a GPU build of JAX: the expected bits are 
 """
 
 import os
+import shutil
 import tempfile
 
 os.environ["JAX_PLATFORMS"] = "cpu"
@@ -24,12 +25,35 @@ import pytest
 from deadlines import within
 from hypothesis import settings
 
+# One persistent compilation cache for the whole run, shared by this process, the xdist
+# workers (which inherit the variables set here by the controller) and every job a test
+# launches (``poprun-emu``'s default executable cache is ``$XDG_CACHE_HOME/popdist-emu/jax``):
+# the tests compile the same small programs again and again, in different tests and
+# processes, and a program compiled once is loaded thereafter. It is made afresh for each
+# run and removed at its end (``pytest_unconfigure``), so no test reads a user's cache or a
+# stale one. Every program is cached, however quick its compile, as the launcher does.
+RUN_CACHE = "TEST_RUN_CACHE"  # the run's cache folder, made once by the first process
+MADE_HERE = RUN_CACHE not in os.environ
+if MADE_HERE:
+    os.environ[RUN_CACHE] = tempfile.mkdtemp(prefix="popdist-emu-test-cache-")
+os.environ["XDG_CACHE_HOME"] = os.environ[RUN_CACHE]
+os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(os.environ[RUN_CACHE], "popdist-emu", "jax")
+os.makedirs(os.environ["JAX_COMPILATION_CACHE_DIR"], mode=0o700, exist_ok=True)
+os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
 settings.register_profile("deterministic", derandomize=True, deadline=None, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
 # The longest files first: pytest-xdist (``-n 2 --dist loadfile``) hands files to its
 # workers in collection order, so a long file collected late runs alone at the end.
 LONGEST_FIRST = ("tests/launch/test_openmpi.py", "tests/popdist_emu/poptorch_frontend/")
+
+
+def pytest_unconfigure(config):
+    """The run's compilation cache goes with the run, removed by the process that made it
+    (the controller under xdist, whose workers end first; never a run a test starts)."""
+    if MADE_HERE:
+        shutil.rmtree(os.environ[RUN_CACHE], ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items):

@@ -34,11 +34,22 @@ def _on_event(event: str, duration: float, **kwargs) -> None:
 def compiles():
     """The names of the programs XLA compiles while the test runs."""
     global _compiled, _listening
-    if not _listening:
-        import jax  # here, not at import: the JAX-free tests need no JAX
+    import jax  # here, not at import: the JAX-free tests need no JAX
 
+    if not _listening:
         jax.monitoring.register_event_duration_secs_listener(_on_event)
         _listening = True
+    from jax.experimental.compilation_cache import compilation_cache
+
+    # The run's persistent compilation cache (tests/conftest.py) is off while a test counts:
+    # a program loaded from it is not compiled, and the count is of what this process
+    # compiles, as it would without a cache.
+    jax.config.update("jax_enable_compilation_cache", False)
+    compilation_cache.reset_cache()
     _compiled = []
-    yield _compiled
-    _compiled = None
+    try:
+        yield _compiled
+    finally:
+        _compiled = None
+        jax.config.update("jax_enable_compilation_cache", True)
+        compilation_cache.reset_cache()
