@@ -10,6 +10,11 @@ from hardware._collectives import link_bandwidths as link_bandwidths
 from hardware._collectives import ring_seconds as ring_seconds
 from hardware._compute import compute_seconds as compute_seconds
 from hardware._compute import matmul_flops as matmul_flops
+from hardware._host_band import band_factors as band_factors
+from hardware._host_band import combined as combined_uncertainty
+from hardware._host_band import host_share as host_share
+from hardware._host_band import relative_spread as relative_spread
+from hardware._host_band import step_band as band_step_seconds
 from hardware._host_compute import host_compute_seconds as host_compute_seconds
 from hardware._host_compute import host_servers as host_servers
 from hardware._host_io import host_io_seconds as host_io_seconds
@@ -140,12 +145,15 @@ __all__ = [
     "TimelineEvent",
     "UnknownFamilyError",
     "as_replica",
+    "band_factors",
+    "band_step_seconds",
     "calibration_for",
     "check_family",
     "check_memory",
     "check_proportion",
     "check_strategy",
     "collective_time",
+    "combined_uncertainty",
     "compute_seconds",
     "default_system",
     "family_names",
@@ -155,6 +163,7 @@ __all__ = [
     "host_compute_seconds",
     "host_io_seconds",
     "host_servers",
+    "host_share",
     "ipu_track",
     "leaned_on",
     "link_bandwidths",
@@ -174,6 +183,7 @@ __all__ = [
     "program_order",
     "proportion_for_ipu",
     "ramp_bubble_fraction",
+    "relative_spread",
     "replica_memory",
     "resolve_group",
     "ring_seconds",

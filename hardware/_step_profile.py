@@ -174,6 +174,9 @@ class StepProfile(RunSettings):
         host_cpu_seconds_per_sample: CPU seconds the host spends preparing one sample (the
             data loader's work), measured on the machine that ran the program; 0 = not
             measured (the host's work is then left out).
+        host_cpu_relative_spread: the spread of that measurement across the batches timed
+            (``hardware._host_band.relative_spread``: one standard deviation, as a fraction);
+            0 = not known. A band the host decides carries it (``hardware._host_band``).
         host_workers: processes or threads preparing samples in parallel (a data loader's
             workers; 0 = the main thread, between calls).
         host_prefetch: whether the host prepares the next steps' data while the IPUs run
@@ -202,6 +205,7 @@ class StepProfile(RunSettings):
     precision: str = "float32"
     matmuls: tuple = ()
     host_cpu_seconds_per_sample: float = 0.0
+    host_cpu_relative_spread: float = 0.0
     host_workers: int = 1
     host_prefetch: bool = True
     host_output_bytes_per_micro_batch: int = 0
@@ -215,6 +219,9 @@ class StepProfile(RunSettings):
         host = self.host_cpu_seconds_per_sample
         if not host >= 0:
             raise ValueError(f"`host_cpu_seconds_per_sample` must be >= 0, got {host}.")
+        spread = self.host_cpu_relative_spread
+        if not spread >= 0:
+            raise ValueError(f"`host_cpu_relative_spread` must be >= 0, got {spread}.")
         n_micro = self.gradient_accumulation * self.device_iterations
         outputs = self.outputs_per_step
         if not isinstance(outputs, int) or outputs < 1 or n_micro % outputs:

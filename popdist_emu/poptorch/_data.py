@@ -28,6 +28,7 @@ import numpy as np
 import torch
 import torch.utils.data
 
+import hardware
 from popdist_emu.popdist import PopTorchOptions
 from popdist_emu.poptorch._api import DataLoaderMode
 
@@ -51,11 +52,15 @@ class HostCost(NamedTuple):
         workers: processes preparing samples in parallel (``num_workers``, at least 1).
         prefetch: whether samples are prepared while the IPUs run (worker processes, or
             PopTorch's asynchronous modes), rather than between calls.
+        relative_spread: the spread of the batches' costs per sample
+            (``hardware.relative_spread``: the scaled MAD over the median), which the band of
+            a host-bound prediction carries.
     """
 
     cpu_seconds_per_sample: float
     workers: int
     prefetch: bool
+    relative_spread: float = 0.0
 
 
 class _CombinedBatchSampler(torch.utils.data.Sampler[list[int]]):
@@ -181,7 +186,9 @@ class DataLoader(torch.utils.data.DataLoader):
         its core (its own workers, on a machine with fewer cores than workers), and a POD's
         host has the cores its workers need. The cost is the least of the batches' costs
         per sample, the timing that such noise and first calls' one-time work inflate least
-        (Python's ``timeit`` documentation, https://docs.python.org/3/library/timeit.html)."""
+        (Python's ``timeit`` documentation, https://docs.python.org/3/library/timeit.html).
+        The batches' scatter is kept too (``hardware.relative_spread``): it is this machine's
+        noise while measuring, which moves the figure from one run to the next."""
         if self._cost is not None and samples == PROBE_SAMPLES:
             return self._cost
         size = len(cast(Sized, self.dataset))
@@ -195,7 +202,10 @@ class DataLoader(torch.utils.data.DataLoader):
             self.collate_fn([self.dataset[i] for i in indices])
             costs.append((time.thread_time() - began) / len(indices))
         return HostCost(
-            min(costs), max(self.num_workers, 1), self._asynchronous or self.num_workers > 0
+            min(costs),
+            max(self.num_workers, 1),
+            self._asynchronous or self.num_workers > 0,
+            hardware.relative_spread(costs),
         )
 
     def terminate(self) -> None:

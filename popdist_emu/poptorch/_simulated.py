@@ -88,6 +88,7 @@ def simulate_step(
         cost = loader.host_cost()
         host |= {
             "host_cpu_seconds_per_sample": cost.cpu_seconds_per_sample,
+            "host_cpu_relative_spread": cost.relative_spread,
             "host_workers": cost.workers,
             "host_prefetch": cost.prefetch,
         }

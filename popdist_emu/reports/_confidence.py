@@ -5,7 +5,9 @@ Every predicted throughput and step time is shown with the leave-one-out spread 
 the step leans on (``hardware.calibration_for``: chosen by the program's structure, or by
 ``--calibration-family``), a configuration the calibration rows do not cover says what it
 extrapolates, and the parameter set and each phase's terms (``hardware.phase_terms``) are
-named, in ``summary.json``, the printed summary and the page alike.
+named, in ``summary.json``, the printed summary and the page alike. Where the host decides the
+throughput, or nearly does, the band also carries the measured spread of the host's CPU per
+sample, added in quadrature (``hardware.host_share``), and says the host's share.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ from typing import TypedDict
 from hardware import (
     FITTED_PARAMETERS,
     StepSimulation,
+    band_factors,
+    band_step_seconds,
     calibration_for,
     fixed_cost_share,
+    host_share,
     matmul_share,
     multi_ipu_sync_calls,
     phase_terms,
@@ -35,7 +40,10 @@ class UncertaintySummary(TypedDict):
     terms: dict[str, str]  # phase -> the fitted terms that produced it
     matmul_share: float  # the share of the step's FLOPs in matmuls
     multi_ipu_sync_calls: int  # host calls per step of a multi-IPU replica (0 or 1)
-    relative: float
+    relative: float  # the band's half-width: the model's and the host's in quadrature
+    model_relative: float  # the model's part alone (the calibration's band)
+    host_relative: float  # the host's part: its measured spread, 0 when the host is far off
+    host_spread_measured: float  # the measured spread of the host's CPU per sample
     samples_per_second: list[float]  # [low, high]
     simulated_step_seconds: list[float]  # [fast, slow]
     extrapolations: list[str]
@@ -45,8 +53,11 @@ def uncertainty_summary(sim: StepSimulation) -> UncertaintySummary:
     """``summary.json``'s ``uncertainty``: the bands, how they were derived, and the
     extrapolations (empty when the configuration is inside the calibrated range)."""
     calibration = calibration_for(sim)
-    low, high = calibration.band(sim.samples_per_second)
-    fast, slow = calibration.step_band(sim.simulated_step_seconds)
+    model = calibration.relative_spread
+    host = host_share(sim, model)
+    factors = band_factors(calibration, host)
+    low, high = (sim.samples_per_second * f for f in factors)
+    fast, slow = band_step_seconds(factors, sim.simulated_step_seconds)
     return {
         "method": calibration.method,
         "calibration": calibration.data,
@@ -56,7 +67,10 @@ def uncertainty_summary(sim: StepSimulation) -> UncertaintySummary:
         "terms": phase_terms(sim),
         "matmul_share": matmul_share(sim),
         "multi_ipu_sync_calls": multi_ipu_sync_calls(sim.layout),
-        "relative": calibration.relative_spread,
+        "relative": (factors[1] - factors[0]) / 2,
+        "model_relative": model,
+        "host_relative": host,
+        "host_spread_measured": sim.profile.host_cpu_relative_spread,
         "samples_per_second": [low, high],
         "simulated_step_seconds": [fast, slow],
         "extrapolations": calibration.extrapolations(sim.layout, sim.system, fixed_cost_share(sim)),
@@ -68,8 +82,14 @@ def uncertainty_lines(sim: StepSimulation) -> list[str]:
     extrapolation, then the terms of each phase."""
     u = uncertainty_summary(sim)
     low, high = u["samples_per_second"]
+    method = u["method"]
+    if u["host_relative"] > 0:
+        method += (
+            f"; with the host's measured spread +/-{100 * u['host_relative']:.1f} % in "
+            f"quadrature with the model's +/-{100 * u['model_relative']:.1f} %"
+        )
     lines = [
-        f"  uncertainty: +/-{100 * u['relative']:.1f} % ({u['method']}): "
+        f"  uncertainty: +/-{100 * u['relative']:.1f} % ({method}): "
         f"{low:,.0f} to {high:,.0f} samples/s; calibrated parameters: {u['band_fit']}; "
         f"parameter set: {u['parameters']}"
     ]
@@ -94,7 +114,9 @@ def uncertainty_html(sim: StepSimulation) -> str:
     low, high = u["samples_per_second"]
     fast, slow = u["simulated_step_seconds"]
     text = (
-        f"<p>Uncertainty: &plusmn;{100 * u['relative']:.1f} %, the {html.escape(u['method'])} "
+        f"<p>Uncertainty: &plusmn;{100 * u['relative']:.1f} % (the host's measured spread "
+        f"&plusmn;{100 * u['host_relative']:.1f} % in quadrature with the model's), "
+        f"the {html.escape(u['method'])} "
         f"({html.escape(u['calibration'])}, the {html.escape(u['band_fit'])}; parameter set: "
         f"{html.escape(u['parameters'])}): {low:,.0f} to {high:,.0f} samples/s, a step of "
         f"{fast * 1e3:.3f} to {slow * 1e3:.3f} ms.</p>"

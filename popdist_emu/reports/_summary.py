@@ -56,6 +56,7 @@ def summary(simulation: StepSimulation, run: RunInfo | None = None) -> dict:
         "host_io_seconds": sim.host_io_seconds,
         "host_compute_seconds": sim.host_compute_seconds,
         "host_cpu_seconds_per_sample": p.host_cpu_seconds_per_sample,
+        "host_cpu_relative_spread": p.host_cpu_relative_spread,
         "host_output_bytes_per_micro_batch": p.host_output_bytes_per_micro_batch,
         "outputs_per_step": p.outputs_per_step,
         "ipu_bound_samples_per_second": _finite(sim.ipu_bound_samples_per_second),
@@ -151,7 +152,8 @@ def host_lines(sim: StepSimulation) -> list[str]:
     lines = [
         f"  host: {_duration(host)} per step preparing each instance's samples on the POD's "
         f"hosts ({p.host_cpu_seconds_per_sample * 1e6:,.1f} us of CPU per sample measured "
-        f"here, {max(p.host_workers, 1)} worker(s)); IPU-bound "
+        f"here, spread +/-{100 * p.host_cpu_relative_spread:.1f} % across its batches, "
+        f"{max(p.host_workers, 1)} worker(s)); IPU-bound "
         f"{sim.ipu_bound_samples_per_second:,.0f} samples/s, host-bound "
         f"{sim.host_bound_samples_per_second:,.0f} samples/s"
     ]

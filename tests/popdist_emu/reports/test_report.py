@@ -63,3 +63,29 @@ def test_reports_replace_a_planted_symlink_instead_of_following_it(simulation, t
         "summary.json",
         "trace.json",
     ]
+
+
+def test_a_host_bound_band_says_the_hosts_share(simulation):
+    """A step the host decides carries the host's measured spread in its band and says so;
+    the same step with the host far behind the IPUs keeps the model's band."""
+    ipu_step = simulation.simulated_step_seconds
+    samples = simulation.samples_per_step / simulation.layout.num_instances
+    bound = hardware.simulate_step(
+        simulation.profile.replace(
+            host_cpu_seconds_per_sample=3 * ipu_step / samples, host_cpu_relative_spread=0.2
+        ),
+        simulation.layout,
+        simulation.system,
+    )
+    assert bound.host_bound
+    u, plain = summary(bound)["uncertainty"], summary(simulation)["uncertainty"]
+    calibration = hardware.load_calibration()
+    assert u["host_relative"] == u["host_spread_measured"] == 0.2
+    assert u["model_relative"] == pytest.approx(calibration.relative_spread)
+    low, high = u["samples_per_second"]
+    model_low, model_high = calibration.band(bound.samples_per_second)
+    assert low < model_low and high > model_high and u["relative"] > u["model_relative"]
+    assert "host's measured spread +/-20.0 % in quadrature" in format_summary(bound)
+    assert plain["host_relative"] == 0 and plain["relative"] == pytest.approx(
+        calibration.relative_spread
+    )
