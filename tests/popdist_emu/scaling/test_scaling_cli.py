@@ -8,6 +8,7 @@ that configuration.
 import csv
 import html.parser
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -334,3 +335,30 @@ def test_an_interrupted_sweep_ends_its_running_program(tmp_path, signum):
         if sweep.poll() is None:
             sweep.kill()
             sweep.wait()
+
+
+def test_a_good_calibrate_from_file_is_refitted_once_and_every_point_uses_it(tmp_path):
+    """``--calibrate-from`` with a good file: the refit prints the term it moved, the sweep
+    is simulated with the refitted value, not the shipped one, and the refit's folder goes
+    with the sweep."""
+    (tmp_path / "runs.jsonl").write_text(
+        json.dumps({"replicas": 2, "samples_per_second": 50_000, "label": "my run"}) + "\n"
+    )
+    (tmp_path / "tmp").mkdir()
+    sweep = subprocess.run(
+        [*command("poprun-emu-scaling"), "--num-replicas", "2,4", "--calibrate-from",
+         "runs.jsonl", "--out", "out", str(TRAIN), "--micro-batch-size", "8"],
+        capture_output=True, text=True, timeout=within(300), cwd=tmp_path,
+        env={**os.environ, "TMPDIR": str(tmp_path / "tmp")},
+    )  # fmt: skip
+    assert sweep.returncode == 0, sweep.stderr[-3000:]
+    changed = [line for line in sweep.stdout.splitlines() if " -> " in line]
+    assert len(changed) == 1 and changed[0].startswith("[poprun-emu-scaling] --calibrate-from: ")
+    name, values = changed[0].split("--calibrate-from: ", 1)[1].split(" ", 1)
+    old, new = (float(v) for v in values.split(" -> "))
+    assert not math.isclose(old, new)
+    doc = json.loads((tmp_path / "out" / "scaling.json").read_text())
+    # The sweep's parameters are read from its run's own summary.json: what it simulated with.
+    assert doc["model_parameters"][name] == pytest.approx(new, rel=1e-3)
+    assert [r["status"] for r in doc["series"][0]["rows"]] == ["ok", "ok"]
+    assert os.listdir(tmp_path / "tmp") == []  # the refitted file went with the sweep
