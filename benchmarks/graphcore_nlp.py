@@ -71,7 +71,8 @@ _GPT2_TEST = (
     *("--dataset", "generated", "--learning-rate", "0.001"),
 )
 _IPR2 = ("--ipus-per-replica", "2")
-# benchmarks.yml's pytorch_gpt2_small_train_gen_pod16, word for word, plus --compile-only.
+# benchmarks.yml's pytorch_gpt2_small_train_gen_pod16, word for word, plus --compile-only
+# (a flag: arguments.py declares it ``action="store_true"``, so a value after it is refused).
 _GPT2_SMALL_POD16 = (
     *("--model", "gpt2", "--ipus-per-replica", "4", "--replication-factor", "4"),
     *("--gradient-accumulation", "2048", "--device-iterations", "8", "--batch-size", "1"),
@@ -81,7 +82,7 @@ _GPT2_SMALL_POD16 = (
     *("--lr-warmup", "0.01", "--remap-logit", "True", "--enable-sequence-serialized", "True"),
     *("--embedding-serialization-factor", "4", "--recompute-checkpoint-every-layer", "True"),
     *("--enable-half-partials", "True", "--replicated-tensor-sharding", "True"),
-    *("--dataset", "generated", "--epochs", "1", "--compile-only", "True"),
+    *("--dataset", "generated", "--epochs", "1", "--compile-only"),
 )
 
 APPLICATIONS = {

@@ -12,9 +12,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from docs_build.programs import render_runs
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 PROVENANCE = ("benchmark", "command", "date", "machine", "load_average")
+# Benchmarks whose rows have a table of their own (the generic one would show every field).
+ROW_RENDERERS = {"graphcore_programs": render_runs}
 
 
 def _cell(value: object) -> str:
@@ -83,4 +87,6 @@ def render(name: str, folder: Path = RESULTS) -> str:
     header = f"{header}; from `benchmarks/results/{name}.json`." if header else f"From `{name}`."
     # A file written without results_file.py: everything but its provenance is figures.
     figures = record.get("figures", {k: v for k, v in record.items() if k not in PROVENANCE})
+    if name in ROW_RENDERERS and _is_rows(figures):
+        return f"{header}\n\n{ROW_RENDERERS[name](figures)}\n"
     return f"{header}\n\n{_figures(figures)}\n"

@@ -103,3 +103,29 @@ def test_a_shipped_fit_renders_as_the_calibration_file_holds_it(tmp_path):
     assert "| 12,345 |" in calibration.render("shared", tmp_path / "calibration.json")
     with pytest.raises(calibration.UnknownFitError, match="use one of shared, BERT"):
         calibration.render("GPT-2")
+
+
+def test_graphcore_programs_runs_render_one_line_each_with_commands_below(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCHMARK_RESULTS_DIR", str(tmp_path))
+    gpt2 = "poprun-emu --offline-mode yes nlp/gpt2/pytorch/train_gpt2.py --compile-only"
+    runs = [
+        {"program": "vit", "path": "vision/vit/pytorch/pretrain.py", "mode": "functional",
+         "instances": 2, "losses": [7.25, 6.5], "same_losses_as_first_layout": True,
+         "command": "poprun-emu --num-instances 2 vision/vit/pytorch/pretrain.py",
+         "exit_code": 0, "seconds": 61.2, "result": ""},
+        {"program": "gpt2", "path": "nlp/gpt2/pytorch/train_gpt2.py", "mode": "offline",
+         "layout": "bow-pod16, gpt2_small", "command": gpt2, "exit_code": 0, "seconds": 300.0,
+         "simulated_samples_per_s": 12345.6, "published_samples_per_s": 15911,
+         "error_percent": -22.4, "published_row": "B15", "result": "simulated 12345.6"},
+    ]  # fmt: skip
+    load_benchmark("results_file").write_results("graphcore_programs", runs, ["x.py"])
+    page = results.render("graphcore_programs", tmp_path)
+    table = [line for line in page.splitlines() if line.startswith("| ")]
+    assert table[0].startswith("| # | program | mode | run |")
+    assert table[1] == (
+        "| 1 | `vision/vit/pytorch/pretrain.py` | functional | 2 instances | 0 | 61.2 | "
+        "loss 7.25 -> 6.5; same losses as 1 instance: True |"
+    )
+    assert "simulated 12,346 samples/s; published 15,911; error -22.4 % (B15)" in table[2]
+    assert "--compile-only" not in "\n".join(table)  # commands go below the table
+    assert f"2. `{gpt2}`" in page

@@ -222,13 +222,18 @@ class _BlockHook:
 
 
 def BeginBlock(  # noqa: N802
-    module: _Module, user_id: str | None = None, ipu_id: int | None = None
+    layer_to_call: _Module, user_id: str | None = None, ipu_id: int | None = None
 ) -> _Module:
-    """``poptorch.BeginBlock``: a block starts at each call of ``module`` (returned).
+    """``poptorch.BeginBlock``: a block starts at each call of ``layer_to_call`` (returned).
+
+    The first parameter has PopTorch's name, so a program may pass it by keyword, as
+    Graphcore's CNNs do (``BeginBlock(ipu_id=..., layer_to_call=...)`` in graphcore/examples
+    ``vision/cnns/pytorch/models/models.py``).
 
     Raises:
-        ValueError: ``module`` is not a ``torch.nn.Module``, or already begins a block.
+        ValueError: ``layer_to_call`` is not a ``torch.nn.Module``, or already begins a block.
     """
+    module = layer_to_call
     if not hasattr(module, "register_forward_pre_hook"):
         raise ValueError(
             f"poptorch.BeginBlock({module!r}, {user_id!r}): pass a torch.nn.Module (a block "

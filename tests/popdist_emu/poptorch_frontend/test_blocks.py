@@ -332,3 +332,11 @@ def test_blocks_change_nothing_outside_a_training_trace() -> None:
     out, _ = model(x, y)
     inferred, _ = poptorch.inferenceModel(model)(x, y)
     np.testing.assert_allclose(inferred.numpy(), out.detach().numpy(), rtol=1e-6, atol=1e-6)
+
+
+def test_begin_block_takes_its_layer_by_poptorchs_keyword() -> None:
+    """Graphcore's CNNs call ``BeginBlock(ipu_id=..., layer_to_call=layer)``."""
+    layer = torch.nn.Linear(4, 4)
+    assert poptorch.BeginBlock(ipu_id=1, layer_to_call=layer, user_id="B") is layer
+    with pytest.raises(ValueError, match="already begins block 'B'"):
+        poptorch.BeginBlock(layer_to_call=layer, ipu_id=1)
