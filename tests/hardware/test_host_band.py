@@ -6,22 +6,11 @@ import math
 import random
 
 import pytest
+from host_profiles import POD16, SMALL
 
 import hardware
 from hardware._host_band import MAD_TO_SIGMA
 
-SMALL = hardware.StepProfile(
-    grad_flops=2e9,
-    grad_bytes_accessed=1e8,
-    parameter_bytes=400_000,
-    gradient_bytes=400_000,
-    host_bytes_per_micro_batch=3_200,
-    micro_batch_size=16,
-    gradient_accumulation=4,
-    collectives=(hardware.CollectiveRecord("all_reduce", "clockwise_ring", "all", 400_000),),
-    name="small",
-)
-POD16 = hardware.get_system("pod16")
 SAMPLES_PER_INSTANCE = 2 * 16 * 4  # local replicas x micro-batch x accumulation
 
 

@@ -4,25 +4,12 @@ IPUs as far as the loader's prefetch allows, and host-bound steps reported as su
 import dataclasses
 
 import pytest
+from host_profiles import POD16, SMALL
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hardware
 from hardware._parameters import HOST_CORES
-
-# A small model driven from Python: a few milliseconds of IPU work per step.
-SMALL = hardware.StepProfile(
-    grad_flops=2e9,
-    grad_bytes_accessed=1e8,
-    parameter_bytes=400_000,
-    gradient_bytes=400_000,
-    host_bytes_per_micro_batch=3_200,
-    micro_batch_size=16,
-    gradient_accumulation=4,
-    collectives=(hardware.CollectiveRecord("all_reduce", "clockwise_ring", "all", 400_000),),
-    name="small",
-)
-POD16 = hardware.get_system("pod16")
 
 
 def _simulate(profile, layout=None, **kw):
