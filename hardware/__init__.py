@@ -14,7 +14,6 @@ from hardware._host_band import band_factors as band_factors
 from hardware._host_band import combined as combined_uncertainty
 from hardware._host_band import host_share as host_share
 from hardware._host_band import relative_spread as relative_spread
-from hardware._host_band import step_band as band_step_seconds
 from hardware._host_compute import host_compute_seconds as host_compute_seconds
 from hardware._host_compute import host_servers as host_servers
 from hardware._host_io import host_io_seconds as host_io_seconds
@@ -98,6 +97,7 @@ from hardware._uncertainty import Calibration as Calibration
 from hardware._uncertainty import calibration_for as calibration_for
 from hardware._uncertainty import fixed_cost_share as fixed_cost_share
 from hardware._uncertainty import load_calibration as load_calibration
+from hardware._uncertainty import step_band as band_step_seconds
 
 __all__ = [
     "BOW_2000",

@@ -79,17 +79,8 @@ def combined(model: float, host: float) -> float:
 
 
 def band_factors(calibration: Calibration, host: float) -> tuple[float, float]:
-    """``(low, high)`` factors of a predicted throughput: the calibration's band, each side
-    widened in quadrature by the host's relative spread ``host`` (0: the calibration's band
-    unchanged)."""
-    if calibration.cv_band:
-        low, high = calibration.cv_band[0], calibration.cv_band[1]
-        return 1 - combined(1 - low, host), 1 + combined(high - 1, host)
-    sigma = combined(calibration.relative_spread, host)
-    return 1 - sigma, 1 + sigma
-
-
-def step_band(factors: tuple[float, float], seconds: float) -> tuple[float, float]:
-    """The step time matching a throughput band's ``factors``: ``(fast, slow)``."""
-    low, high = factors
-    return seconds / high, seconds / low if low > 0 else math.inf
+    """``(low, high)`` factors of a predicted throughput: the calibration's band
+    (:meth:`Calibration.factors`), each side widened in quadrature by the host's relative
+    spread ``host`` (0: the calibration's band unchanged)."""
+    low, high = calibration.factors()
+    return 1 - combined(1 - low, host), 1 + combined(high - 1, host)

@@ -48,6 +48,13 @@ CV_KINDS = {"family_unseen": "family unseen", "family_seen": "family seen"}
 FIXED_COST_MARGIN = 0.1
 
 
+def step_band(factors: tuple[float, float], seconds: float) -> tuple[float, float]:
+    """The step time matching a throughput band's ``(low, high)`` ``factors``: ``(fast,
+    slow)`` (a low factor of 0 or below: no slowest step)."""
+    low, high = factors
+    return seconds / high, seconds / low if low > 0 else math.inf
+
+
 @dataclasses.dataclass(frozen=True)
 class CalibrationRow:
     """One published row the parameters were fitted on, with its errors.
@@ -132,20 +139,22 @@ class Calibration:
         """The IPUs the rows ran on."""
         return tuple(sorted({get_system(r.system).ipu.name for r in self.rows}))
 
-    def band(self, value: float) -> tuple[float, float]:
-        """``value (1 -/+ sigma)``: the spread of a predicted throughput; with a
-        cross-validated band, ``value`` times its factors."""
+    def factors(self) -> tuple[float, float]:
+        """``(low, high)`` factors of a predicted throughput: the cross-validated band's, or
+        ``1 -/+ sigma``."""
         if self.cv_band:
-            return value * self.cv_band[0], value * self.cv_band[1]
+            return self.cv_band[0], self.cv_band[1]
         sigma = self.relative_spread
-        return value * (1 - sigma), value * (1 + sigma)
+        return 1 - sigma, 1 + sigma
+
+    def band(self, value: float) -> tuple[float, float]:
+        """``value`` times :meth:`factors`: the spread of a predicted throughput."""
+        low, high = self.factors()
+        return value * low, value * high
 
     def step_band(self, seconds: float) -> tuple[float, float]:
         """The step time matching :meth:`band` of its throughput."""
-        if self.cv_band:
-            return seconds / self.cv_band[1], seconds / self.cv_band[0]
-        sigma = self.relative_spread
-        return seconds / (1 + sigma), seconds / (1 - sigma) if sigma < 1 else math.inf
+        return step_band(self.factors(), seconds)
 
     def row_for(self, replicas: int, published: float) -> CalibrationRow | None:
         """The calibration row with this replica count and published figure, if any."""
