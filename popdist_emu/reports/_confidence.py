@@ -77,17 +77,23 @@ def uncertainty_summary(sim: StepSimulation) -> UncertaintySummary:
     }
 
 
+def _host_clause(u: UncertaintySummary, plus_minus: str) -> str:
+    """What the band owes the host, for the printed line and the page alike: nothing when the
+    host's spread is not in it."""
+    if u["host_relative"] <= 0:
+        return ""
+    return (
+        f"; with the host's measured spread {plus_minus}{100 * u['host_relative']:.1f} % in "
+        f"quadrature with the model's {plus_minus}{100 * u['model_relative']:.1f} %"
+    )
+
+
 def uncertainty_lines(sim: StepSimulation) -> list[str]:
     """The printed summary's lines: the band, the parameter set, one line per
     extrapolation, then the terms of each phase."""
     u = uncertainty_summary(sim)
     low, high = u["samples_per_second"]
-    method = u["method"]
-    if u["host_relative"] > 0:
-        method += (
-            f"; with the host's measured spread +/-{100 * u['host_relative']:.1f} % in "
-            f"quadrature with the model's +/-{100 * u['model_relative']:.1f} %"
-        )
+    method = u["method"] + _host_clause(u, "+/-")
     lines = [
         f"  uncertainty: +/-{100 * u['relative']:.1f} % ({method}): "
         f"{low:,.0f} to {high:,.0f} samples/s; calibrated parameters: {u['band_fit']}; "
@@ -114,9 +120,8 @@ def uncertainty_html(sim: StepSimulation) -> str:
     low, high = u["samples_per_second"]
     fast, slow = u["simulated_step_seconds"]
     text = (
-        f"<p>Uncertainty: &plusmn;{100 * u['relative']:.1f} % (the host's measured spread "
-        f"&plusmn;{100 * u['host_relative']:.1f} % in quadrature with the model's), "
-        f"the {html.escape(u['method'])} "
+        f"<p>Uncertainty: &plusmn;{100 * u['relative']:.1f} %, "
+        f"the {html.escape(u['method'])}{_host_clause(u, '&plusmn;')} "
         f"({html.escape(u['calibration'])}, the {html.escape(u['band_fit'])}; parameter set: "
         f"{html.escape(u['parameters'])}): {low:,.0f} to {high:,.0f} samples/s, a step of "
         f"{fast * 1e3:.3f} to {slow * 1e3:.3f} ms.</p>"
