@@ -31,6 +31,19 @@ if TYPE_CHECKING:
 # equal to poptorch.ReductionType's members.
 _REDUCTION_VALUES = {"sum": 0, "mean": 1}
 _NOTED: set[str] = set()  # notes given once
+_WARNED: set[str] = set()  # option methods named once as having no effect
+
+
+def no_effect(spelled: str, method: str, detail: str = "") -> None:
+    """Names ``method`` of ``spelled`` (the program's options class) once per process as
+    accepted with no effect; ``detail`` says what of it is read, if anything."""
+    if method not in _WARNED:
+        _WARNED.add(method)
+        warnings.warn(
+            f"{spelled}.{method}: accepted, no effect in the emulator (it changes neither "
+            f"its numbers nor its simulated time){detail}",
+            stacklevel=3,
+        )
 
 
 def _name(value: object) -> str:
@@ -203,14 +216,11 @@ class _Popart(_Group):
             ValueError: an ``autoRecomputation`` that is not a PopART ``RecomputationType``.
         """
         if key != "autoRecomputation":
-            if "_Popart.set" not in _NOTED:
-                _NOTED.add("_Popart.set")
-                warnings.warn(
-                    f"{self._owner._spelled}._Popart.set({key!r}, ...): accepted, no effect in "
-                    "the emulator (it changes neither its numbers nor its simulated time); "
-                    "only autoRecomputation is read",
-                    stacklevel=2,
-                )
+            no_effect(
+                self._owner._spelled,
+                "_Popart.set",
+                f"; only autoRecomputation is read, not {key!r}",
+            )
             return self._owner
         number = int(value) if isinstance(value, int) and not isinstance(value, bool) else None
         if number not in RECOMPUTATION_TYPES:

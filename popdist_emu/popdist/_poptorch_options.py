@@ -32,7 +32,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import numbers
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -50,9 +49,8 @@ from popdist_emu.popdist._poptorch_groups import (
     _Precision,
     _TensorLocations,
     _Training,
+    no_effect,
 )
-
-_WARNED: set[str] = set()
 
 # Accepted, named once: they steer Poplar's compiler, precision on the IPU, logging or
 # tooling, none of which the emulator's numbers (computed in float32 by XLA) or its simulated
@@ -95,16 +93,6 @@ _NO_EFFECT = {
 _REFUSED = {
     ("Training", "clipNormOfGradients"): "gradient clipping changes every update",
 }
-
-
-def _warn_once(spelled: str, method: str) -> None:
-    if method not in _WARNED:
-        _WARNED.add(method)
-        warnings.warn(
-            f"{spelled}.{method}: accepted, no effect in the emulator (it changes neither "
-            f"its numbers nor its simulated time)",
-            stacklevel=3,
-        )
 
 
 class Options:
@@ -176,7 +164,7 @@ class Options:
         if method in _NO_EFFECT.get(group, ()):
 
             def accept(*_args: object, **_kwargs: object) -> Options:
-                _warn_once(self._spelled, qualified)
+                no_effect(self._spelled, qualified)
                 return self
 
             return accept
