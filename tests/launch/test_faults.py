@@ -16,6 +16,8 @@ import time
 import pytest
 from deadlines import within
 
+from contract import pid_alive
+
 PROGRAM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_program.py")
 LAYOUT = ("--num-replicas", "2", "--num-instances", "2")
 
@@ -40,21 +42,13 @@ EXPECTED = {
 TIMEOUT_CASES = ("stop", "stopboot", "sleep", "spin", "loader")  # end at --collective-timeout
 
 
-def _running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except FileNotFoundError:
-        return False
-
-
 def _assert_nothing_left(out):
     records = [json.loads((out / f"instance-{i}.json").read_text()) for i in (0, 1)]
     deadline = time.monotonic() + 10
     pids = [r["pid"] for r in records]
-    while any(_running(p) for p in pids) and time.monotonic() < deadline:
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [p for p in pids if _running(p)], "instances outlived the job"
+    assert not [p for p in pids if pid_alive(p)], "instances outlived the job"
     segments = {s for r in records for s in r["segments"] if s.startswith("/dev/shm/")}
     assert segments, "the instances mapped no MPI segment: the check would be empty"
     assert not [s for s in segments if os.path.exists(s)], "shared memory outlived the job"
@@ -183,6 +177,6 @@ def test_a_killed_mpiexec_gives_128_plus_the_signal_and_leaves_no_instance(popru
     assert "mpiexec was killed by signal 9 (SIGKILL)" in result.stderr
     programs = [int((tmp_path / f"pid.{i}").read_text()) for i in (0, 1)]
     deadline = time.monotonic() + 10
-    while any(_running(p) for p in programs) and time.monotonic() < deadline:
+    while any(pid_alive(p) for p in programs) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [p for p in programs if _running(p)], "instances outlived their mpiexec"
+    assert not [p for p in programs if pid_alive(p)], "instances outlived their mpiexec"

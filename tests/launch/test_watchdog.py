@@ -11,6 +11,8 @@ import pytest
 from child_signals import default_signals
 from deadlines import within
 
+from contract import pid_alive
+
 # Every instance records its pid; instance 1 then fails as told, the others sleep 60 s.
 FAILING = """
 import os, signal, sys, time
@@ -34,15 +36,6 @@ time.sleep(60)
 """
 
 
-def _running(pid):
-    """Whether pid is a live process (a zombie waiting for its reaper counts as ended)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
 @pytest.fixture
 def failing(tmp_path):
     path = tmp_path / "failing.py"
@@ -56,9 +49,9 @@ def _assert_all_ended(pids, count):
     recorded = [(pids / name).read_text().split() for name in os.listdir(pids)]
     assert len(recorded) == count
     deadline = time.monotonic() + 10
-    while any(_running(int(pid)) for pid, _ in recorded) and time.monotonic() < deadline:
+    while any(pid_alive(int(pid)) for pid, _ in recorded) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not [pid for pid, _ in recorded if _running(int(pid))]
+    assert not [pid for pid, _ in recorded if pid_alive(int(pid))]
     job_dir = recorded[0][1]
     while os.path.exists(job_dir) and time.monotonic() < deadline:
         time.sleep(0.1)
