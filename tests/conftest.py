@@ -25,6 +25,13 @@ import pytest
 from deadlines import within
 from hypothesis import settings
 
+from contract import (
+    ENV_JAX_CACHE_DIR,
+    ENV_JAX_CACHE_MIN_COMPILE_SECONDS,
+    ENV_JAX_CACHE_MIN_ENTRY_BYTES,
+)
+from launch._cache import default_cache_dir
+
 # One persistent compilation cache for the whole run, shared by this process, the xdist
 # workers (which inherit the variables set here by the controller) and every job a test
 # launches (``poprun-emu``'s default executable cache is ``$XDG_CACHE_HOME/popdist-emu/jax``):
@@ -37,10 +44,10 @@ MADE_HERE = RUN_CACHE not in os.environ
 if MADE_HERE:
     os.environ[RUN_CACHE] = tempfile.mkdtemp(prefix="popdist-emu-test-cache-")
 os.environ["XDG_CACHE_HOME"] = os.environ[RUN_CACHE]
-os.environ["JAX_COMPILATION_CACHE_DIR"] = os.path.join(os.environ[RUN_CACHE], "popdist-emu", "jax")
-os.makedirs(os.environ["JAX_COMPILATION_CACHE_DIR"], mode=0o700, exist_ok=True)
-os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
-os.environ["JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES"] = "0"
+os.environ[ENV_JAX_CACHE_DIR] = default_cache_dir(os.environ)  # the jobs' default
+os.makedirs(os.environ[ENV_JAX_CACHE_DIR], mode=0o700, exist_ok=True)
+os.environ[ENV_JAX_CACHE_MIN_COMPILE_SECONDS] = "0"
+os.environ[ENV_JAX_CACHE_MIN_ENTRY_BYTES] = "0"
 settings.register_profile("deterministic", derandomize=True, deadline=None, database=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "deterministic"))
 
