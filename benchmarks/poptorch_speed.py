@@ -11,9 +11,9 @@ on one instance (functional: real numbers on the JAX core). The figure is the pr
 are over by then) to the end of training, over the steps in between. The runs alternate,
 ``--repeats`` times; the median and the range of each are printed side by side with their
 ratio, and the load average before each model's runs, since other work on the machine slows
-every figure. The last line is one JSON object; the same figures, with the date, the machine
-(``platform``, ``os.cpu_count()``), the load averages and the command, are written to
-``benchmarks/results/poptorch_speed.json`` (renamed into place whole).
+every figure. The last line is one JSON object; the same figures, with the date, the machine,
+the load average and the command, are written to ``benchmarks/results/poptorch_speed.json``
+(``results_file.write_results``).
 
 Needs the ``poptorch`` extra (torch and torchax).
 
@@ -26,10 +26,8 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
@@ -37,7 +35,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from contract import atomic_write
+from results_file import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
 # Each model's program and the words that make it plain PyTorch with N replicas' batch.
@@ -45,7 +43,6 @@ PROGRAMS = {
     "tutorial": (ROOT / "examples" / "poptorch_tutorial.py", lambda n: ["--reference", str(n)]),
     "cnn": (ROOT / "benchmarks" / "poptorch_cnn.py", lambda n: ["--reference"]),
 }
-RESULTS = ROOT / "benchmarks" / "results" / "poptorch_speed.json"
 
 
 def _per_step(command: list[str], **extra_env: str) -> float:
@@ -87,10 +84,24 @@ def _model(name: str, args: argparse.Namespace, launcher: str) -> dict[str, Any]
         f"{ratio_1:.2f}x (goal: no slower, 1.00x or less)"
     )
     return {
-        "seconds_per_step": times,
-        "median_ratio": ratio,
-        "median_ratio_one_thread": ratio_1,
-        "load_average": load,
+        "runs": [
+            {
+                "model": name,
+                "run": run,
+                "median_ms": round(medians[run] * 1e3, 3),
+                "min_ms": round(min(values) * 1e3, 3),
+                "max_ms": round(max(values) * 1e3, 3),
+                "repeats": len(values),
+                "load_average_before": round(load, 2),
+            }
+            for run, values in times.items()
+        ],
+        "ratio": {
+            "model": name,
+            "poprun_emu_to_eager": round(ratio, 3),
+            "poprun_emu_to_eager_1_thread": round(ratio_1, 3),
+            "goal": 1.0,
+        },
     }
 
 
@@ -106,19 +117,14 @@ def main() -> None:
         raise SystemExit("poprun-emu is not installed beside this Python: pip install -e .")
     figures = {name: _model(name, args, launcher) for name in args.models}
     result = {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "machine": {"platform": platform.platform(), "cpu_count": os.cpu_count()},
-        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
         "replicas": args.replicas,
         "ipus_per_replica": args.ipus_per_replica,
         "global_batch": {"tutorial": 8 * args.replicas, "cnn": 32},
         "load_average_after": os.getloadavg()[0],
-        "models": figures,
+        "runs": [row for model in figures.values() for row in model["runs"]],
+        "ratios": [model["ratio"] for model in figures.values()],
     }
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_write(RESULTS, "w") as out:
-        json.dump(result, out, indent=1)
-        out.write("\n")
+    write_results("poptorch_speed", result)
     print(json.dumps(result))
 
 

@@ -17,10 +17,6 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 os.environ["XLA_FLAGS"] = (
     f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
 )
-# A benchmark a test runs writes its figures here, not over the committed
-# benchmarks/results/ (benchmarks/results_file.py).
-os.environ["BENCHMARK_RESULTS_DIR"] = tempfile.mkdtemp(prefix="benchmark-results-")
-
 import pytest
 from deadlines import within
 from hypothesis import settings
@@ -44,6 +40,9 @@ MADE_HERE = RUN_CACHE not in os.environ
 if MADE_HERE:
     os.environ[RUN_CACHE] = tempfile.mkdtemp(prefix="popdist-emu-test-cache-")
 os.environ["XDG_CACHE_HOME"] = os.environ[RUN_CACHE]
+# A benchmark a test runs writes its figures here, not over the committed
+# benchmarks/results/ (benchmarks/results_file.py); the folder goes with the run's.
+os.environ["BENCHMARK_RESULTS_DIR"] = os.path.join(os.environ[RUN_CACHE], "benchmark-results")
 os.environ[ENV_JAX_CACHE_DIR] = default_cache_dir(os.environ)  # the jobs' default
 os.makedirs(os.environ[ENV_JAX_CACHE_DIR], mode=0o700, exist_ok=True)
 os.environ[ENV_JAX_CACHE_MIN_COMPILE_SECONDS] = "0"
