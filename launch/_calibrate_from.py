@@ -7,17 +7,44 @@ refuses a bad file in one line before anything runs (reported here as a ``UsageE
 exit 2), probes the program once offline, refits the terms the measurements constrain and
 writes the refitted calibration file; the launcher prints what changed and the job runs with
 the file (``contract.ENV_CALIBRATION_FILE``), which is removed when the job ends.
+
+Ctrl-C, SIGTERM or SIGHUP during the refit end it (its whole session) and remove its folder,
+and the launcher exits in one line with ``128 + signal``, as it does during the job: the
+job's watchdog handles these signals only once the job starts, and without a handler
+SIGTERM or SIGHUP would end the launcher alone and leave the refit running.
 """
 
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 from collections.abc import Iterator
 
 from contract import RefitError, refit_calibration
-from launch._errors import UsageError
+from launch._errors import InterruptError, UsageError
 from launch._options import LaunchOptions
+
+# The signals that end the launcher during the refit, as they end it during the job.
+_ENDING = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signum)
+
+
+@contextlib.contextmanager
+def _interruptible() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise as Ctrl-C does while the refit runs, so that the refit's
+    context ends its session and removes its folder; any of them leaves as ``InterruptError``."""
+    previous = {s: signal.signal(s, _interrupt) for s in _ENDING}
+    try:
+        yield
+    except KeyboardInterrupt as stop:
+        raise InterruptError(int(stop.args[0]) if stop.args else int(signal.SIGINT)) from None
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
 
 
 @contextlib.contextmanager
@@ -28,12 +55,14 @@ def refitted(options: LaunchOptions) -> Iterator[dict[str, str]]:
     Raises:
         UsageError: a bad file of measurements, a probe run that failed, or a refit that ran
             past its bound (``contract.REFIT_TIMEOUT_S``).
+        InterruptError: Ctrl-C, SIGTERM or SIGHUP while the refit ran (it was ended).
     """
     with contextlib.ExitStack() as stack:
         try:
-            env, lines = stack.enter_context(
-                refit_calibration(options.calibrate_from, options.program, options.system)
-            )
+            with _interruptible():
+                env, lines = stack.enter_context(
+                    refit_calibration(options.calibrate_from, options.program, options.system)
+                )
         except RefitError as error:
             raise UsageError(str(error)) from None
         for line in lines:

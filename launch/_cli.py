@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -37,7 +38,7 @@ from hardware import (
 )
 from launch import _calibrate_from as calibrate_from
 from launch._cache import executable_cache_dir
-from launch._errors import UsageError
+from launch._errors import InterruptError, UsageError
 from launch._job import instance_environment, pid_space
 from launch._mpi import (
     Flavour,
@@ -405,3 +406,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as error:
         print(f"poprun-emu: error: {error}", file=sys.stderr)
         return 2
+    except InterruptError as stop:
+        print(
+            f"poprun-emu: interrupted by {signal.Signals(stop.signum).name} during the "
+            f"--calibrate-from refit; ended it, nothing was launched",
+            file=sys.stderr,
+        )
+        return 128 + stop.signum

@@ -8,9 +8,16 @@ The refit's own figures are checked on published rows in
 
 import json
 import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+from child_signals import default_signals
+from deadlines import within
 
 TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
 
@@ -58,3 +65,53 @@ def test_a_measured_run_refits_the_term_it_constrains_and_the_job_uses_it(poprun
     assert "my run (2 replicas): error +0.0% refitted" in result.stderr.replace("-0.0%", "+0.0%")
     summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
     assert summary["model_parameters"][name] == pytest.approx(new, rel=1e-3)  # the job's
+
+
+def _processes_naming(text: str) -> dict[int, bytes]:
+    """The live processes whose command line names ``text``, with their command lines."""
+    from contract import pid_alive
+
+    found = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+            if text.encode() in cmdline and pid_alive(int(entry)):
+                found[int(entry)] = cmdline
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_the_refit_ends_it_in_one_line_and_leaves_nothing(tmp_path, signum):
+    """Ctrl-C or SIGTERM while the refit runs (here it never ends: the program sleeps) ends
+    the refit's session and removes its folder, and the launcher exits ``128 + signal`` in
+    one line; before, Ctrl-C printed a traceback and SIGTERM left the refit running."""
+    (tmp_path / "runs.jsonl").write_text('{"replicas": 2, "samples_per_second": 50000}\n')
+    (tmp_path / "sleep.py").write_text("import time\ntime.sleep(600)\n")
+    env = {**os.environ, **_own_temporary_directory(tmp_path)}
+    script = shutil.which("poprun-emu")
+    command = [script] if script else [sys.executable, "-m", "launch"]
+    words = ("--calibrate-from", "runs.jsonl", "--num-replicas", "2", "sleep.py")
+    launcher = subprocess.Popen(
+        [*command, *words], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, preexec_fn=default_signals(signum),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + within(60)
+        while not os.listdir(env["TMPDIR"]) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.listdir(env["TMPDIR"]), "the refit never started"
+        launcher.send_signal(signum)
+        _, stderr = launcher.communicate(timeout=within(30))
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 128 + signum, stderr
+    (line,) = stderr.strip().splitlines()
+    assert line == (
+        f"poprun-emu: interrupted by {signal.Signals(signum).name} during the --calibrate-from "
+        "refit; ended it, nothing was launched"
+    )
+    assert os.listdir(env["TMPDIR"]) == []
+    assert _processes_naming(str(tmp_path)) == {}  # the refit and its probe were ended
