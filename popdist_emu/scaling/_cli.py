@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import difflib
 import os
 import re
 import shlex
@@ -59,7 +60,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _ints(text: str, flag: str) -> list[int]:
-    words = [v.strip() for v in text.split(",") if v.strip()]
+    # Every entry counts: an empty one (16,,32 or 16,) is a typo, not a point to skip.
+    words = [v.strip() for v in text.split(",")]
     # ASCII digits only: int() also reads 1_6 (16), full-width and other scripts' digits.
     if not all(re.fullmatch(r"[0-9]{1,18}", v) for v in words):
         raise UsageError(
@@ -230,13 +232,32 @@ def _glued(argv: Sequence[str]) -> list[str]:
     return out
 
 
+def _refuse_unknown_options(parser: _Parser, words: Sequence[str]) -> None:
+    """An option word before the program that names no option, with the closest one
+    suggested: argparse would take it for the program and report the options after it as
+    missing (``--numreplicas 16`` said ``required: --num-replicas, --out``)."""
+    known = parser._option_string_actions
+    i = 0
+    while i < len(words) and words[i].startswith("-") and words[i] != "--":
+        flag, glued = words[i].split("=", 1)[0], "=" in words[i]
+        action = known.get(flag)
+        if action is None:
+            close = difflib.get_close_matches(flag, [f for f in known if f.startswith("--")], 1)
+            hint = f": did you mean {close[0]}?" if close else "."
+            raise UsageError(f"unknown option {flag}{hint} See `{PROG} --help` for the options.")
+        i += 1 if glued or action.nargs == 0 else 2
+
+
 def parse(argv: Sequence[str]) -> SweepConfig:
     """The whole sweep from the command line.
 
     Raises:
         UsageError: any bad argument (before anything runs).
     """
-    ns = _parser().parse_args(_glued(argv))
+    parser = _parser()
+    words = _glued(argv)
+    _refuse_unknown_options(parser, words)
+    ns = parser.parse_args(words)
     replicas = _ints(ns.num_replicas, "--num-replicas")
     if len(set(replicas)) != len(replicas):
         raise UsageError(f"--num-replicas {ns.num_replicas} repeats a replica count.")
@@ -278,7 +299,7 @@ def parse(argv: Sequence[str]) -> SweepConfig:
             raise UsageError(f"--out {ns.out!r}: {path!r} is a symbolic link: remove it.")
     if len({s.label for s in series}) != len(series):
         raise UsageError("two series have the same label: give --label in --compare.")
-    return SweepConfig(
+    config = SweepConfig(
         replicas=tuple(replicas),
         global_batch=tuple(batches) if batches else None,
         program=ns.program,
@@ -288,6 +309,10 @@ def parse(argv: Sequence[str]) -> SweepConfig:
         timeout=timeout,
         calibrate_from=ns.calibrate_from or "",
     )
+    refusal = _run.layout_refusal(config)
+    if refusal:
+        raise UsageError(refusal)
+    return config
 
 
 def _model_parameters(run: SeriesRun) -> object:

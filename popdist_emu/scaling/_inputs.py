@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import re
 from collections.abc import Iterator
 
 import hardware
@@ -19,6 +20,10 @@ from popdist_emu.scaling._config import PublishedPoint, SweepConfig
 # A published table has a line per replica count, at most one per IPU of the largest system;
 # 256 bytes a line hold the two numbers and a label of a sentence. More is not such a table.
 MAX_PUBLISHED_BYTES = 256 * (2 + max(s.num_ipus for s in hardware.SYSTEMS.values()))
+
+
+_REPLICAS = re.compile(r"[0-9]{1,18}")
+_THROUGHPUT = re.compile(r"[0-9]{1,18}(\.[0-9]{1,18})?")
 
 
 class UsageError(ValueError):
@@ -45,15 +50,25 @@ def read_published(path: str) -> list[PublishedPoint]:
     rows = list(csv.DictReader(lines))
     points = []
     for i, row in enumerate(rows, start=2):
-        try:
-            points.append(
-                PublishedPoint(int(row["replicas"]), float(row["throughput"]), str(row["label"]))
-            )
-        except (KeyError, TypeError, ValueError):
+        replicas, throughput, label = (row.get(k) for k in ("replicas", "throughput", "label"))
+        if replicas is None or throughput is None or label is None:
             raise UsageError(
                 f"--published {path!r} row {i} is not replicas,throughput,label (a header line "
                 "'replicas,throughput,label' then one measured point per line)."
-            ) from None
+            )
+        # One rule for numbers (contract._numbers): ASCII digits, as the user typed them;
+        # int() and float() also read -16, 1_6, full-width digits, nan and inf.
+        if not (_REPLICAS.fullmatch(replicas) and int(replicas) > 0):
+            raise UsageError(
+                f"--published {path!r} row {i}: replicas {replicas!r} is not a positive whole "
+                "number in ASCII digits: write e.g. 16."
+            )
+        if not (_THROUGHPUT.fullmatch(throughput) and float(throughput) > 0):
+            raise UsageError(
+                f"--published {path!r} row {i}: throughput {throughput!r} is not a positive "
+                "decimal in ASCII digits: write e.g. 29500 or 29500.5."
+            )
+        points.append(PublishedPoint(int(replicas), float(throughput), label))
     if not points:
         raise UsageError(f"--published {path!r} has no points.")
     return points

@@ -56,6 +56,22 @@ def series_points(config: SweepConfig, series: Series) -> list[EvaluatedPoint]:
     return points
 
 
+def layout_refusal(config: SweepConfig) -> str:
+    """Why the sweep is refused when none of its points is a layout PopRun would run (every
+    series, every replica count), else ``""``: a report of invalid points only would exit 0
+    having run nothing (``--num-replicas 16 --num-instances 3``). A sweep with one such point
+    among others keeps it in the report with its reason, as docs/scaling.md says."""
+    reasons = [
+        evaluated.result["reason"]
+        for series in config.series
+        for evaluated in series_points(config, series)
+        if evaluated.result is not None
+    ]
+    if not reasons or len(reasons) < len(config.replicas) * len(config.series):
+        return ""
+    return f"no point of the sweep is a layout PopRun would run: {reasons[0]}"
+
+
 def _launch_command(config: SweepConfig, series: Series, point: SweepPoint) -> list[str]:
     return [
         sys.executable, "-m", "launch", "--offline-mode", "--offline-representative",

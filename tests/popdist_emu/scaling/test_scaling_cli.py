@@ -81,6 +81,19 @@ def run(cwd, name, *words, timeout=300):
         (["--num-replicas", "16", "--out", "file", TRAIN], "is a file"),
         (["--num-replicas", "16", "--calibrate-from", "/dev/zero", "--out", "o", TRAIN], "device"),
         (["--num-replicas", "16", "--calibrate-from", "no.jsonl", "--out", "o", TRAIN], "no.jsonl"),
+        # An empty entry was skipped (16,,32 swept 16 and 32); a published point's replicas and
+        # throughput were read by int()/float(): -16, nan, 1_6 and full-width digits passed.
+        (["--num-replicas", "16,,32", "--out", "o", TRAIN], "--num-replicas '16,,32'"),
+        (["--num-replicas", "16,", "--out", "o", TRAIN], "--num-replicas '16,'"),
+        (["--num-replicas", "16", "--published", "neg.csv", "--out", "o", TRAIN], "row 2"),
+        (["--num-replicas", "16", "--published", "nan.csv", "--out", "o", TRAIN], "'nan'"),
+        (["--num-replicas", "16", "--published", "wide.csv", "--out", "o", TRAIN], "'1_6'"),
+        # No point a layout PopRun would run: the sweep ran nothing and exited 0.
+        (["--num-replicas", "16", "--num-instances", "3", "--out", "o", TRAIN], "divisible"),
+        (["--num-replicas", "12,20", "--num-instances", "8", "--out", "o", TRAIN], "12 "),
+        # A misspelt option was reported as the options it hid being missing.
+        (["--numreplicas", "16", "--out", "o", TRAIN], "--numreplicas: did you mean --num-r"),
+        (["--num-replicas", "16", "--tmeout=9", "--out", "o", TRAIN], "did you mean --timeout"),
     ],
 )
 def test_bad_arguments_get_one_line_and_exit_2(tmp_path, monkeypatch, capsys, words, needle):
@@ -90,6 +103,10 @@ def test_bad_arguments_get_one_line_and_exit_2(tmp_path, monkeypatch, capsys, wo
     (tmp_path / "file").write_text("")
     (tmp_path / "bin.csv").write_bytes(b"replicas,throughput,label\n\xff\xfe,1,x\n")
     os.mkfifo(tmp_path / "fifo")  # no writer: opening it plainly would block forever
+    header = "replicas,throughput,label\n"
+    (tmp_path / "neg.csv").write_text(f"{header}-16,100,x\n")
+    (tmp_path / "nan.csv").write_text(f"{header}16,nan,x\n")
+    (tmp_path / "wide.csv").write_text(f"{header}1_6,100,x\n")
     monkeypatch.chdir(tmp_path)
     try:
         code = scaling_main([str(word) for word in words])
