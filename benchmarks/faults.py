@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -73,8 +74,15 @@ def run_case(case: str) -> dict:
         "code": proc.returncode,
         "seconds": round(ended - fault, 3),
         "said": first,  # the launcher's first line: does it name the victim, not its peer?
-        "named": first.startswith(("instance 1 ", "instance(s) 1 never reached")),
+        "named": _first_instance_named(first) == 1,
     }
+
+
+def _first_instance_named(line: str) -> int | None:
+    """The instance a launcher line names first (``instance 1 ...``, ``instance(s) 1 never
+    reached ...``, ``the bootstrap of instance 1 ...``): the one it blames."""
+    match = re.search(r"\binstance(?:\(s\))? (\d+)\b", line)
+    return int(match.group(1)) if match else None
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -48,18 +48,34 @@ def _figures(figures: object) -> str:
         return _rows_table(figures)
     if not isinstance(figures, dict):
         return f"`{_cell(figures)}`"
-    scalars = {k: v for k, v in figures.items() if not _is_rows(v)}
+    # Figures that are each the same few named values (a median, its range...) are rows of
+    # one table; the rest are figure/value lines.
+    shapes: dict[tuple, list[dict]] = {}
+    for key, value in figures.items():
+        if _is_record(value):
+            shapes.setdefault(tuple(value), []).append({"figure": key, **value})
+    records = [rows for rows in shapes.values() if len(rows) > 1]
+    in_records = {row["figure"] for rows in records for row in rows}
+    scalars = {k: v for k, v in figures.items() if not _is_rows(v) and k not in in_records}
     parts = []
     if scalars:
         lines = ["| figure | value |", "|---|---|"]
         lines += [f"| {key} | {_cell(value)} |" for key, value in scalars.items()]
         parts.append("\n".join(lines))
+    parts += [_rows_table(rows) for rows in records]
     for key, value in figures.items():
         if _is_rows(value):
             parts.append(f"`{key}`:\n\n{_rows_table(value)}")
         elif isinstance(value, dict) and any(_is_rows(v) for v in value.values()):
             parts.append(f"`{key}`:\n\n{_figures(value)}")
     return "\n\n".join(parts)
+
+
+def _is_record(value: object) -> bool:
+    """A dict of plain values (numbers, text, a short list of numbers): one table row."""
+    return isinstance(value, dict) and all(
+        not isinstance(v, dict) and not _is_rows(v) for v in value.values()
+    )
 
 
 def _is_rows(value: object) -> bool:

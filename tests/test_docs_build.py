@@ -82,6 +82,24 @@ def test_a_benchmarks_results_file_renders_with_its_provenance(tmp_path, monkeyp
     assert "next run of `benchmarks/absent.py`" in results.render("absent", tmp_path)
 
 
+def test_figures_of_the_same_named_values_render_as_rows_of_one_table(tmp_path, monkeypatch):
+    """A median with its range for each of several figures reads as a table, not as JSON."""
+    monkeypatch.setenv("BENCHMARK_RESULTS_DIR", str(tmp_path))
+    load_benchmark("results_file").write_results(
+        "demo",
+        {
+            "cold": {"median_s": 11.8, "min_s": 10.5},
+            "warm": {"median_s": 8.2, "min_s": 7.5},
+            "last_run": {"loss": 0.03},
+        },
+        ["benchmarks/demo.py"],
+    )
+    page = results.render("demo", tmp_path)
+    assert "| figure | median_s | min_s |" in page
+    assert "| cold | 11.8 | 10.5 |" in page and "| warm | 8.2 | 7.5 |" in page
+    assert '| last_run | {"loss": 0.03} |' in page  # alone in its shape: a figure/value line
+
+
 def test_a_shipped_fit_renders_as_the_calibration_file_holds_it(tmp_path):
     stored = json.loads(calibration.CALIBRATION.read_text())
     page = calibration.render("shared")
