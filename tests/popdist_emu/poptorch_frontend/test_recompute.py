@@ -135,6 +135,51 @@ def test_standard_keeps_every_activation(stored: tuple[list[float], int, float])
     assert _measured(*_trained(checkpoints=True, auto=STANDARD)[1:]) == stored[1:]
 
 
+class _ResidualCnn(torch.nn.Module):
+    """Two residual blocks of convolution and BatchNorm (its running statistics change, as
+    ResNet-50's do), a checkpoint after each block's add, as Graphcore's ResNet-50 has."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.stem = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.convs = torch.nn.ModuleList([torch.nn.Conv2d(8, 8, 3, padding=1) for _ in "ab"])
+        self.norms = torch.nn.ModuleList([torch.nn.BatchNorm2d(8) for _ in "ab"])
+        self.head = torch.nn.Linear(8, 3)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = self.stem(x)
+        for conv, norm in zip(self.convs, self.norms, strict=True):
+            x = torch.relu(poptorch.recomputationCheckpoint(x + norm(conv(x))))
+        out = self.head(x.mean((2, 3)))
+        return out, torch.nn.functional.cross_entropy(out, y)
+
+
+def _cnn(auto: int | None) -> tuple[list[float], tuple[int, float], dict[str, Any]]:
+    """Two calls of the CNN on one IPU: losses, (activations, FLOPs), the trained weights."""
+    opts = poptorch.Options()
+    if auto is not None:
+        opts._Popart.set("autoRecomputation", auto)
+    model = _ResidualCnn()
+    training = poptorch.trainingModel(model, opts, torch.optim.SGD(model.parameters(), lr=0.1))
+    generator = torch.Generator().manual_seed(2)
+    x, y = torch.randn(4, 3, 8, 8, generator=generator), torch.tensor([0, 1, 2, 0])
+    losses = [float(training(x, y)[1]) for _ in range(2)]
+    batch = (x.numpy().reshape(1, 1, 1, 4, 3, 8, 8), y.numpy().reshape(1, 1, 1, 4))
+    weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+    return losses, _measured(training._trainer, batch), weights
+
+
+def test_a_residual_cnn_with_batch_norm_recomputes_between_its_checkpoints() -> None:
+    losses, (activations, flops), weights = _cnn(auto=None)
+    r_losses, (r_activations, r_flops), r_weights = _cnn(auto=RECOMPUTE_ALL)
+    np.testing.assert_allclose(r_losses, losses, rtol=1e-6, atol=1e-6)
+    for name, value in weights.items():  # running statistics included
+        np.testing.assert_allclose(r_weights[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert r_activations < activations
+    assert r_flops > flops
+
+
 def test_a_checkpoint_names_traced_tensors_and_returns_eager_ones() -> None:
     a, b = torch.ones(2), torch.zeros(3)
     assert poptorch.recomputationCheckpoint(a) is a
