@@ -124,7 +124,7 @@ def recomputed(
 
     def recomputing(params: Any, micro_batch: Any) -> Any:
         leaves, tree = jax.tree.flatten((params, micro_batch))
-        key = (tree, tuple(jax.typeof(leaf) for leaf in leaves))
+        key = (tree, tuple((tuple(leaf.shape), leaf.dtype) for leaf in leaves))
         if key not in programs:
             programs[key] = _split_at_last_checkpoint(loss, params, micro_batch)
         return programs[key](params, micro_batch)
