@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, overload
 
 import jax
 from jax.ad_checkpoint import checkpoint_name
+from jax.core import Tracer
 from jax.extend import core as jcore
 
 if TYPE_CHECKING:
@@ -125,26 +126,31 @@ def recomputed(
     def recomputing(params: Any, micro_batch: Any) -> Any:
         leaves, tree = jax.tree.flatten((params, micro_batch))
         key = (tree, tuple((tuple(leaf.shape), leaf.dtype) for leaf in leaves))
-        if key not in programs:
-            programs[key] = _split_at_last_checkpoint(loss, params, micro_batch)
-        return programs[key](params, micro_batch)
+        program = programs.get(key)
+        if program is None:
+            program, constant = _split_at_last_checkpoint(loss, params, micro_batch)
+            if constant:  # kept only if it holds no value of the trace in progress
+                programs[key] = program
+        return program(params, micro_batch)
 
     return recomputing
 
 
 def _split_at_last_checkpoint(
     loss: Callable[[Any, Any], Any], params: Any, micro_batch: Any
-) -> Callable[[Any, Any], Any]:
+) -> tuple[Callable[[Any, Any], Any], bool]:
     """``loss`` traced with its checkpoints marked: the forward up to the last checkpoint
     under ``jax.checkpoint`` keeping only the checkpoints, the rest as it is (``loss``
-    itself when the forward has no checkpoint)."""
+    itself when the forward has no checkpoint); and whether that function closes over
+    no tracer (a value of the trace in progress cannot be reused by another trace)."""
     shapes = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), (params, micro_batch))
     with marking_checkpoints():
         closed, out_shape = jax.make_jaxpr(loss, return_shape=True)(*shapes)
     jaxpr = closed.jaxpr
     marks = [k for k, e in enumerate(jaxpr.eqns) if e.params.get("name") == CHECKPOINT]
+    constant = not any(isinstance(c, Tracer) for c in closed.consts)
     if not marks:  # PopART keeps everything from the loss back to the last checkpoint
-        return loss
+        return loss, constant
     head, tail = jaxpr.eqns[: marks[-1] + 1], jaxpr.eqns[marks[-1] + 1 :]
     needed = {v for e in tail for v in e.invars if isinstance(v, jcore.Var)}
     needed |= {v for v in jaxpr.outvars if isinstance(v, jcore.Var)}
@@ -162,7 +168,7 @@ def _split_at_last_checkpoint(
         env.update(zip(crossing, run_head(*values), strict=True))
         return jax.tree.unflatten(out_tree, _evaluate(tail, env, jaxpr.outvars))
 
-    return split
+    return split, constant
 
 
 def _evaluate(
