@@ -5,11 +5,12 @@ follow.
 .checkpoint_name`` while :func:`recomputed` traces the forward (torchax hands it tensors
 that wrap JAX arrays); otherwise it returns them unchanged (eager PyTorch, a step that
 recomputes nothing, a pipeline), since a checkpoint without recomputation is an identity
-and a marked copy would be counted as a second saved activation. When a program without a pipeline
-sets ``opts._Popart.set("autoRecomputation", int(popart.RecomputationType.RecomputeAll))``,
-:func:`recomputed` makes the training step's loss recompute as PopART's ``RecomputeAll``
-does, and the data-parallel step measures what it saves (``popdist_emu.programs``: the vjp's
-residuals and the jaxpr's FLOPs, recomputation included):
+and a marked copy would be counted as a second saved activation. When a program without a
+pipeline sets ``opts._Popart.set("autoRecomputation",
+int(popart.RecomputationType.RecomputeAll))``, :func:`recomputed` makes the training step's
+loss recompute as PopART's ``RecomputeAll`` does, and the data-parallel step measures what
+it saves (``popdist_emu.programs``: the vjp's residuals and the jaxpr's FLOPs,
+recomputation included):
 
 - every forward operation on the path to the loss is recomputed in the backward pass,
   except the checkpointed tensors, which are kept: the forward up to the last checkpoint
@@ -28,6 +29,10 @@ Decisions where the documentation is silent or the model has no counterpart:
   sizes; the emulator does not reproduce it and keeps every activation, the larger bound,
   as it does for ``NormOnly``; ``Pipeline`` means nothing without a pipeline
   (PopART's ``autoAnnotate`` refuses it) and keeps every activation too;
+- the activations charged are what the step keeps (the checkpoints and the last segment),
+  as for any ``jax.checkpoint`` in a data-parallel step (``examples/resnet50.py``'s
+  per-block recomputation too); the working set of the segment being recomputed during its
+  backward is not added to them;
 - a pipelined model keeps today's behaviour: its stages stash only their inputs and
   recompute (``_placement.recomputation``), so the checkpoints change nothing there.
 
