@@ -44,7 +44,6 @@ from popdist_emu.poptorch._blocks import (
     PipelinedExecution,
     ShardedExecution,
     Stage,
-    recomputationCheckpoint,
     removeBlocks,
     set_available_memory,
 )
@@ -61,6 +60,7 @@ from popdist_emu.poptorch._names import (
     setLogLevel,
 )
 from popdist_emu.poptorch._names import register_torch_ops as _register_torch_ops
+from popdist_emu.poptorch._recompute import recomputationCheckpoint
 
 if TYPE_CHECKING:
     from popdist_emu.poptorch import optim as optim

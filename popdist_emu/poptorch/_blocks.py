@@ -35,8 +35,7 @@ References:
     (``poptorch.BeginBlock(module, user_id, ipu_id)``, ``poptorch.Block(user_id, ipu_id)``,
     ``poptorch.Block.useAutoId``, ``poptorch.Stage``, ``poptorch.AutoStage``,
     ``poptorch.PipelinedExecution``, ``poptorch.ShardedExecution``, ``poptorch.removeBlocks``),
-    "Recomputation"
-    (``poptorch.recomputationCheckpoint``) and "Available memory"
+    "Available memory"
     (``poptorch.set_available_memory``); PopTorch's API reference, ``poptorch.Block``
     (github.com/graphcore/poptorch, ``python/ops.py`` docstrings).
 """
@@ -47,7 +46,7 @@ import contextlib
 import dataclasses
 import enum
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import torch
@@ -296,21 +295,6 @@ class Block:
     def __exit__(self, *_: Any) -> None:
         if _TRACES:
             _TRACES[-1].close()
-
-
-@overload
-def recomputationCheckpoint(tensor: torch.Tensor, /) -> torch.Tensor: ...
-
-
-@overload
-def recomputationCheckpoint(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]: ...
-
-
-def recomputationCheckpoint(*tensors: torch.Tensor) -> torch.Tensor | tuple[torch.Tensor, ...]:  # noqa: N802
-    """``poptorch.recomputationCheckpoint``: its tensors unchanged (recomputation changes no
-    number; its memory effect comes with pipelining): one tensor as itself, several as a
-    tuple."""
-    return tensors[0] if len(tensors) == 1 else tensors
 
 
 def set_available_memory(tensor: torch.Tensor, available_memory_proportion: float) -> torch.Tensor:

@@ -100,6 +100,7 @@ from popdist_emu.poptorch._outputs import (
 )
 from popdist_emu.poptorch._placement import placed_options
 from popdist_emu.poptorch._random import draws_random, holding_key, micro_batch_key, sample_indices
+from popdist_emu.poptorch._recompute import recomputed
 from popdist_emu.poptorch._simulated import SimulatedPrograms, simulate_step
 from popdist_emu.poptorch._stages import blocked_loss
 from popdist_emu.poptorch._synthetic import synthetic_inputs
@@ -127,8 +128,7 @@ class PoplarExecutor(DeviceCalls):
         self._user_model = model
         self.options = options if options is not None else PopTorchOptions()
         self.training = training
-        # PopTorch's default optimiser: SGD, learning rate 0.01.
-        self._optimizer: Any = optimizer
+        self._optimizer: Any = optimizer  # PopTorch's default: SGD, learning rate 0.01
         if optimizer is None and training:
             self._optimizer = optim.SGD(model.parameters(), lr=0.01)
         self._mode_fields = self.options.to_options()
@@ -238,9 +238,9 @@ class PoplarExecutor(DeviceCalls):
             self._strategy, blocked = blocked_loss(
                 self._loss, params, micro_batch, self._mode_fields.execution_strategy
             )
+            auto = getattr(self.options, "auto_recomputation", None)  # _Popart.set's
             if blocked is not None and self._strategy is not None:
                 loss = blocked
-                auto = getattr(self.options, "auto_recomputation", None)  # _Popart.set's
                 options = placed_options(self._mode_fields, self._strategy, auto)
                 if options.layout != self._mode_fields.layout:  # outside the launcher
                     self._mode_fields = dataclasses.replace(
@@ -248,9 +248,9 @@ class PoplarExecutor(DeviceCalls):
                     )
                     self._programs = SimulatedPrograms(self._mode_fields)
             self._check_buffers(batch, weights)  # before the trainer is kept: refusals stay
-            with_outputs = self._outputs_in_step()
-            if with_outputs:
-                loss = self._loss_and_outputs
+            with_outputs = self._outputs_in_step()  # one IPU: the step recomputes as PopART
+            loss = self._loss_and_outputs if with_outputs else loss
+            loss = loss if self._strategy else recomputed(loss, auto)
             self._trainer = self._host_state.load(
                 popdist_emu.Trainer(loss, transform, params, options, has_aux=with_outputs)
             )
