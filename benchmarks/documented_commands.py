@@ -121,6 +121,14 @@ def planner_lines(outputs: Outputs) -> dict[str, Any]:
     return {"printed": [line for line in lines if line.startswith("IPU") and "always-live" in line]}
 
 
+def printed_table(outputs: Outputs) -> dict[str, Any]:
+    """The table ``examples/resnext.py --sweep`` printed, its header to its ``best:`` line."""
+    lines = [line.rstrip() for line in outputs.stdout.splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("bs \\ amp"))
+    end = next(i for i, line in enumerate(lines) if line.startswith("best:"))
+    return {"printed": lines[start : end + 1]}
+
+
 def _row_run(key: str, label: str) -> DocumentedRun:
     """The offline run of published row ``key`` (``benchmarks/bert_rows.py``'s words)."""
     row = calibration_set.all_rows()[key]
@@ -200,6 +208,15 @@ RUNS: dict[str, DocumentedRun] = {
             "--available-memory-proportion 0.15 0.18 0.2 0.25"
         ),
         planner_lines,
+    ),
+    # docs/model-parallelism.md: the convolution planner's sweep of ResNeXt-101 (shapes only).
+    "resnext-planner-sweep": DocumentedRun(
+        "python",
+        _words(
+            "examples/resnext.py --sweep --micro-batch-sizes 8 16 24 28 32 36 40 "
+            "--proportions 0.1 0.2 0.35 0.6 0.8"
+        ),
+        printed_table,
     ),
     # docs/scaling.md: MLPerf v1.1's ResNet-50 runs as they were run.
     "resnet50-mlperf-v1.1-sweep": DocumentedRun(
