@@ -87,8 +87,8 @@ def run_one(name: str, run: DocumentedRun, timeout: float) -> dict:
 
 
 def _write(rows: list[dict]) -> Path:
-    """``rows`` into the results file, after the kept rows of runs not run now, in the
-    order of ``RUNS``."""
+    """``rows`` into the results file beside the kept rows of the other runs, in the order
+    of ``RUNS``."""
     path = results_dir() / f"{NAME}.json"
     kept: dict[str, dict] = {}
     if path.is_file():
@@ -120,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         row = run_one(name, RUNS[name], args.timeout)
         print(json.dumps(row), flush=True)
         rows.append(row)
-    print(f"wrote {_write(rows)}")
+        path = _write([row])  # each run as it ends: an interrupted series keeps the others
+    print(f"wrote {path}" if rows else "no run selected")
     return 0 if all(row["exit_code"] == 0 for row in rows) else 1
 
 
