@@ -56,9 +56,12 @@ def program_line(outputs: Outputs) -> dict[str, Any]:
         return {}
     figures: dict[str, Any] = {}
     losses = record.get("losses") or []
-    if losses:
-        figures |= {"steps": len(losses), "first_loss": round(losses[0], 4)}
-        figures["last_loss"] = round(losses[-1], 4)
+    if losses:  # examples/poptorch_tutorial.py: every step's loss
+        record |= {"steps": len(losses), "first_loss": losses[0], "final_loss": losses[-1]}
+    if record.get("first_loss") is not None:  # examples/train.py: the first and last
+        figures["steps"] = record.get("steps")
+        figures["first_loss"] = round(record["first_loss"], 4)
+        figures["last_loss"] = round(record["final_loss"], 4)
     accuracy = record.get("accuracy", record.get("test_accuracy"))
     if accuracy is not None:
         figures["test_accuracy_percent"] = round(100 * accuracy, 1)

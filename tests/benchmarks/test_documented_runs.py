@@ -19,10 +19,11 @@ def test_a_training_programs_figures_come_from_its_last_json_line(tmp_path):
     assert figures == {
         "steps": 3, "first_loss": 2.2744, "last_loss": 0.1235, "test_accuracy_percent": 93.3,
     }  # fmt: skip
-    train = '[1,0]<stdout>:{"first_loss": 2.3, "final_loss": 0.04, "test_accuracy": 0.978}'
+    train = '[1,0]<stdout>:{"steps": 100, "first_loss": 2.3, "final_loss": 0.04, '
+    train += '"test_accuracy": 0.978}'
     assert commands.program_line(commands.Outputs(train, "", tmp_path)) == {
-        "test_accuracy_percent": 97.8
-    }
+        "steps": 100, "first_loss": 2.3, "last_loss": 0.04, "test_accuracy_percent": 97.8,
+    }  # fmt: skip
     assert commands.program_line(commands.Outputs("no JSON here\n", "", tmp_path)) == {}
 
 
