@@ -91,9 +91,7 @@ def summary(outputs: Outputs) -> dict[str, Any]:
 def sweep(outputs: Outputs) -> dict[str, Any]:
     """A sweep's points from ``--out {out}/s`` (with the published figure at the same replica
     count, where ``--published`` gave one) and the sentences it printed on what limits the
-    scaling."""
-    from popdist_emu.scaling._report import narrative
-
+    scaling, as it printed them."""
     doc = json.loads((outputs.folder / "s" / "scaling.json").read_text())
     series = doc["series"][0]
     published = {int(p["replicas"]): float(p["throughput"]) for p in doc["published"]}
@@ -115,7 +113,20 @@ def sweep(outputs: Outputs) -> dict[str, Any]:
             "memory/IPU (MiB)": round(row["memory_per_ipu_total"] / MIB),
         }
         points.append(point)
-    return {"points": points, "analysis": narrative(series)}
+    return {"points": points, "analysis": _first_series_sentences(outputs.stdout)}
+
+
+def _first_series_sentences(stdout: str) -> list[str]:
+    """The sentences ``poprun-emu-scaling`` printed under its first series' label (indented
+    by two spaces, after ``[poprun-emu-scaling] LABEL:``)."""
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("[") and line.endswith(":"))
+    sentences = []
+    for line in lines[start + 1 :]:
+        if not line.startswith("  "):
+            break
+        sentences.append(line.strip())
+    return sentences
 
 
 def planner_lines(outputs: Outputs) -> dict[str, Any]:

@@ -54,3 +54,16 @@ def test_an_unknown_run_is_refused_naming_the_known_ones(capsys):
     assert "--runs: unknown 'train-pipelind'; choose from poptorch-tutorial-4-ipus," in (
         capsys.readouterr().err
     )
+
+
+def test_a_sweeps_analysis_is_the_sentences_it_printed_under_its_first_series():
+    stdout = (
+        "[poprun-emu-scaling] compiling once\n[poprun-emu-scaling] resnet50.py:\n"
+        "  From 16 to 256 replicas the simulated throughput grows.\n"
+        "  Parallel efficiency falls below 80 % at 128 replicas.\n"
+        "[poprun-emu-scaling] 4 points in 60.0 s; report: s/report.html\n"
+    )
+    assert commands._first_series_sentences(stdout) == [
+        "From 16 to 256 replicas the simulated throughput grows.",
+        "Parallel efficiency falls below 80 % at 128 replicas.",
+    ]
