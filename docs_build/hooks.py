@@ -7,7 +7,9 @@ Markdown is read as it is (on GitHub):
 - ``<!-- generated: poptorch-options -->``: the PopTorch option methods (``names``);
 - ``<!-- generated: results NAME -->``: a benchmark's latest figures (``results``);
 - ``<!-- generated: calibration FIT -->``: a shipped fit, ``shared`` or a family's
-  (``calibration``).
+  (``calibration``);
+- ``<!-- generated: run NAME -->`` and ``<!-- generated: runs NAME,NAME -->``: what the
+  commands a page shows gave when ``benchmarks/documented_runs.py`` ran them (``runs``).
 
 An unknown request, or a console script without a parser builder, fails the build: a
 silently empty table would read as "no options".
@@ -25,7 +27,7 @@ from mkdocs.exceptions import PluginError
 # MkDocs loads this file by its path; the repository root makes ``docs_build`` importable.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from docs_build import calibration, cli, names, results
+from docs_build import calibration, cli, names, results, runs
 
 DIRECTIVE = re.compile(r"^<!-- generated: ([a-z-]+)(?: (\S+))? -->$", re.MULTILINE)
 
@@ -35,7 +37,8 @@ def generate(kind: str, argument: str | None) -> str:
 
     Raises:
         PluginError: an unknown kind, a missing argument, a console script the site
-            cannot document, or a fit the calibration file does not hold.
+            cannot document, a fit the calibration file does not hold, or a run
+            ``benchmarks/documented_commands.py`` does not define.
     """
     try:
         if kind == "cli" and argument is None:
@@ -46,7 +49,15 @@ def generate(kind: str, argument: str | None) -> str:
             return results.render(argument)
         if kind == "calibration" and argument is not None:
             return calibration.render(argument)
-    except (cli.UndocumentedScriptError, calibration.UnknownFitError) as error:
+        if kind == "run" and argument is not None:
+            return runs.render_run(argument)
+        if kind == "runs" and argument is not None:
+            return runs.render_runs(argument)
+    except (
+        cli.UndocumentedScriptError,
+        calibration.UnknownFitError,
+        runs.UnknownRunError,
+    ) as error:
         raise PluginError(str(error)) from None
     raise PluginError(f"unknown request <!-- generated: {kind} {argument or ''} -->")
 

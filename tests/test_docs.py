@@ -1,10 +1,13 @@
-"""The documentation shows what its commands print.
+"""The documentation shows what its commands print, and retypes none of it.
 
-Its figures are measured by hand when a feature lands, and a later change to the hardware
-model moves them without any test noticing (five examples had drifted by 2026-11-26). The
-planner sweep below is cheap (jaxpr shapes only, about 5 s) and goes through the whole
-hardware model (the convolution planner, the memory model, the compute time), so a change
-that moves the documented model figures fails here until the page is refreshed.
+Figures typed into a page drift: a later change to the hardware model moves them without any
+test noticing (five examples had drifted by 2026-11-26). So the pages take what a command
+gives from the results file ``benchmarks/documented_runs.py`` writes (``<!-- generated: run
+NAME -->``), and a test here fails when a page again carries a measured or predicted figure
+typed by hand. The planner sweep below is cheap (jaxpr shapes only, about 5 s) and goes
+through the whole hardware model (the convolution planner, the memory model, the compute
+time), so a change that moves the recorded model figures fails here until
+``python benchmarks/documented_runs.py --runs resnext-planner-sweep`` records them again.
 
 The README's snippets are checked without running them (a run is a benchmark's cost): each
 command is parsed by its console script's own parser and the files it names exist, and the
@@ -12,6 +15,7 @@ Trainer snippet uses only public names.
 """
 
 import ast
+import json
 import re
 import shlex
 import subprocess
@@ -33,7 +37,10 @@ SWEEP = (
 
 
 def test_the_resnext_planner_sweep_table_is_what_its_command_prints():
-    assert " ".join(SWEEP.split()) in " ".join(DOC.split()), "the page names the command"
+    assert "<!-- generated: run resnext-planner-sweep -->" in DOC, "the page renders the run"
+    recorded = json.loads((ROOT / "benchmarks" / "results" / "documented_runs.json").read_text())
+    row = next(r for r in recorded["figures"] if r["run"] == "resnext-planner-sweep")
+    assert " ".join(SWEEP.split()) == row["command"], "the file records this command"
     printed = subprocess.run(
         [sys.executable, *SWEEP.split()[1:]],
         cwd=ROOT,
@@ -44,9 +51,45 @@ def test_the_resnext_planner_sweep_table_is_what_its_command_prints():
     ).stdout
     table = [line.rstrip() for line in printed.splitlines() if line.strip()]
     assert table[0].startswith("bs \\ amp") and table[-1].startswith("best:")
-    readme = [line.rstrip() for line in DOC.splitlines()]
-    start = readme.index(table[0])
-    assert readme[start : start + len(table)] == table
+    start = table.index(row["figures"]["printed"][0])
+    assert table[start:] == row["figures"]["printed"]
+
+
+# Pages that show what commands give, and the generated requests that carry those figures.
+GENERATED = {
+    "poptorch.md": ("runs poptorch-tutorial-4-ipus,poptorch-tutorial-2-instances",),
+    "scaling.md": ("run resnet50-mlperf-v1.1-sweep",),
+    "model-parallelism.md": (
+        "run train-pipelined",
+        "runs train-offline-pipelined,train-offline-sharded",
+        "runs bert-large-v1.1-pod16,bert-large-v1.1-pod64,bert-large-v1.1-pod128",
+        "run bert-base-planner",
+        "run resnext-planner-sweep",
+    ),
+    "hardware-model.md": ("calibration shared", "calibration BERT", "results validate"),
+}
+# What a run measures or the model predicts, typed as a figure: an accuracy, a loss's
+# course, a bubble or balance, a step time, a throughput not marked as published, a
+# prediction's error.
+MEASURED = re.compile(
+    r"accuracy:? \d|\d ?% (test )?accuracy|loss (from )?\d+(\.\d+)? ?(->|to) ?\d"
+    r"|bubble \d|balance \d|\d ?ms\b|\d[\d,.]* ?k? ?(img|images|samples|sequences|seq)/s"
+    r"|\d ?% (slow|fast)\b"
+)
+
+
+@pytest.mark.parametrize("page", sorted(GENERATED))
+def test_pages_take_their_measured_figures_from_results_files(page):
+    text = (ROOT / "docs" / page).read_text()
+    for request in GENERATED[page]:
+        assert f"<!-- generated: {request} -->" in text, (page, request)
+    typed = [
+        f"{page}:{number}: {match.group(0)!r} in {line.strip()[:80]!r}"
+        for number, line in enumerate(text.splitlines(), 1)
+        for match in MEASURED.finditer(line)
+        if not (match.group(0).endswith("/s") and "published" in line.lower())
+    ]
+    assert not typed, "figures typed by hand; render them from a results file:\n" + "\n".join(typed)
 
 
 def test_the_readme_is_a_front_page_whose_test_command_is_ci():

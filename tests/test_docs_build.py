@@ -12,7 +12,7 @@ import json
 import pytest
 from repo_scripts import ROOT, load_benchmark
 
-from docs_build import calibration, cli, names, results
+from docs_build import calibration, cli, names, results, runs
 from launch._options import OPTIONS
 from popdist_emu.popdist import _poptorch_options
 
@@ -50,6 +50,8 @@ def test_an_unknown_request_in_a_page_fails_the_build():
         hooks.expand("text\n<!-- generated: nothing-such -->\n")
     with pytest.raises(PluginError, match=r"is not in calibration\.json"):
         hooks.expand("<!-- generated: calibration GPT-2 -->")
+    with pytest.raises(PluginError, match="no documented run 'nope'"):
+        hooks.expand("<!-- generated: run nope -->")
     assert ">--num-replicas</code>" in hooks.expand("<!-- generated: cli -->")
 
 
@@ -147,3 +149,33 @@ def test_graphcore_programs_runs_render_one_line_each_with_commands_below(tmp_pa
     assert "simulated 12,346 samples/s; published 15,911; error -22.4 % (B15)" in table[2]
     assert "--compile-only" not in "\n".join(table)  # commands go below the table
     assert f"2. `{gpt2}`" in page
+
+
+def test_documented_runs_render_one_by_one_and_as_a_table(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCHMARK_RESULTS_DIR", str(tmp_path))
+    common = {"exit_code": 0, "seconds": 9.5, "date": "2026-11-28 23:00 UTC", "last_line": "{}"}
+    rows = [
+        {"run": "train-offline-pipelined", "strategy": "pipelined", "command": "poprun-emu a",
+         **common, "figures": {"step_ms": 1.27, "bubble_percent": 76.5, "balance": 2.32,
+                               "memory_per_ipu_mib": "1.6, 2.0"}},
+        {"run": "resnet50-mlperf-v1.1-sweep", "command": "poprun-emu-scaling b", **common,
+         "figures": {"points": [{"replicas": 16, "speed-up": 1.0, "Karp-Flatt e": None}],
+                     "analysis": ["Amdahl's law fits a serial fraction s = 3.1e-02."]}},
+        {"run": "resnext-planner-sweep", "command": "python c", **common,
+         "figures": {"printed": ["bs \\ amp  0.1", "best: batch size 32"]}},
+    ]  # fmt: skip
+    load_benchmark("results_file").write_results("documented_runs", rows, ["x.py"])
+    table = runs.render_runs("train-offline-pipelined", tmp_path)
+    assert "| strategy | simulated step (ms) | bubble (%) | balance |" in table
+    assert "| pipelined | 1.27 | 76.5 | 2.32 | 1.6, 2.0 | 0 |" in table
+    assert "1. `poprun-emu a` (exit code 0, 9.5 s); 2026-11-28 23:00 UTC on " in table
+    sweep = runs.render_run("resnet50-mlperf-v1.1-sweep", tmp_path)
+    assert "| 16 | 1 | - |" in sweep and "- Amdahl's law fits" in sweep
+    assert "```\nbs \\ amp  0.1\nbest: batch size 32\n```" in runs.render_run(
+        "resnext-planner-sweep", tmp_path
+    )
+    assert "Not recorded yet: `python benchmarks/documented_runs.py --runs bert-base-planner`" in (
+        runs.render_run("bert-base-planner", tmp_path)
+    )
+    with pytest.raises(runs.UnknownRunError, match="no documented run 'train-typo'"):
+        runs.render_runs("train-offline-pipelined,train-typo", tmp_path)
