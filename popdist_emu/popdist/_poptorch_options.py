@@ -203,9 +203,15 @@ class Options:
 
     def replicationFactor(self, n: int) -> Options:  # noqa: N802
         """This instance's replicas; under ``poprun-emu`` PopRun's local replicas, which a
-        different factor contradicts (refused here, in the program's words)."""
-        n = count(f"{self._spelled}.replicationFactor", n)
-        local = popdist.getNumLocalReplicas()
+        different factor contradicts: refused, in the program's words, when a model is made
+        with these options (``to_options``), as PopTorch finds it when it attaches the
+        IPUs; options made and never used (Graphcore's basics walkthrough ends so) run."""
+        self._fields["replication_factor"] = count(f"{self._spelled}.replicationFactor", n)
+        return self
+
+    def _check_replicas(self) -> None:
+        """Refuses a replication factor PopRun's layout contradicts (``replicationFactor``)."""
+        n, local = self._fields["replication_factor"], popdist.getNumLocalReplicas()
         if popdist.isPopdistEnvSet() and n != local:
             raise ValueError(
                 f"{self._spelled}.replicationFactor({n}): poprun-emu gave this instance {local} "
@@ -214,8 +220,6 @@ class Options:
                 f"(popdist.getNumLocalReplicas()), or run poprun-emu with --num-replicas "
                 f"{n * popdist.getNumInstances()}."
             )
-        self._fields["replication_factor"] = n
-        return self
 
     def enableSyntheticData(self, enabled: bool) -> Options:  # noqa: N802
         """``True``: the device makes random inputs and no host IO runs (PopTorch's synthetic
@@ -328,6 +332,7 @@ class Options:
             ValueError: a field the emulator refuses (e.g. a replication factor other than
                 PopRun's local replicas).
         """
+        self._check_replicas()
         if self.executable_cache_dir:
             # JAX only when a cache is set: ``import popdist.poptorch`` stays JAX-free (tested).
             import jax

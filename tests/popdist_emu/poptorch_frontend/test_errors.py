@@ -302,17 +302,19 @@ def test_under_the_launcher_its_flag_rules_and_the_traceback_comes_once(tmp_path
     assert "other instances" not in out.stderr
 
 
-def test_under_poprun_a_replication_factor_it_did_not_give_is_refused_at_the_call(
+def test_under_poprun_a_replication_factor_it_did_not_give_is_refused_when_used(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """PopRun's environment of 2 replicas over 2 instances (1 local): ``replicationFactor(2)``
-    names PopDist's call and the launcher's flag that would give it, when set."""
+    names PopDist's call and the launcher's flag that would give it, when a model is made
+    with it; options set so and never used are no error (PopTorch checks at attach time)."""
     monkeypatch.setenv("POPDIST_NUM_TOTAL_REPLICAS", "2")
     monkeypatch.setenv("POPDIST_NUM_LOCAL_REPLICAS", "1")
     opts = poptorch.Options()
     assert opts.replicationFactor(1).to_options().replication_factor == 1
+    unused = poptorch.Options().deviceIterations(20).replicationFactor(2)  # the walkthrough's
     with pytest.raises(ValueError) as info:
-        opts.replicationFactor(2)
+        poptorch.trainingModel(torch.nn.Linear(2, 1), unused)
     assert _one_line(info) == (
         "poptorch.Options.replicationFactor(2): poprun-emu gave this instance 1 local "
         "replica(s) (--num-replicas 2 over 2 instance(s)); call replicationFactor(1) "
