@@ -24,6 +24,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
+from contract import ENV_BOOTSTRAP, ENV_INSTANCE_INDEX, ENV_NUM_TOTAL_REPLICAS
+
 LAUNCHER = "poprun-emu"
 SCALING = "poprun-emu-scaling"
 PROG = "{D}/prog.py"
@@ -157,14 +159,14 @@ CASES: tuple[Case, ...] = (
     _l("-x =v", "--mpi-local-args", "-x =v", needle="-x ''"),
     _l("-x 1A=2", "--mpi-local-args", "-x 1A=2", needle="1A"),
     _l("-x without a name", "--mpi-local-args", "-x", needle="-x"),
-    _l("-x emulator variable", "--mpi-global-args", "-x POPDIST_EMU_BOOTSTRAP={}",
-       needle="POPDIST_EMU_BOOTSTRAP"),
-    _l("-x PopDist variable", "--mpi-global-args", "-x POPDIST_NUM_TOTAL_REPLICAS=4",
-       needle="POPDIST_NUM_TOTAL_REPLICAS"),
-    _l("-genv emulator variable", "--mpi-global-args", "-genv POPDIST_EMU_BOOTSTRAP {}",
-       needle="POPDIST_EMU_BOOTSTRAP"),
+    _l("-x emulator variable", "--mpi-global-args", f"-x {ENV_BOOTSTRAP}={{}}",
+       needle=ENV_BOOTSTRAP),
+    _l("-x PopDist variable", "--mpi-global-args", f"-x {ENV_NUM_TOTAL_REPLICAS}=4",
+       needle=ENV_NUM_TOTAL_REPLICAS),
+    _l("-genv emulator variable", "--mpi-global-args", f"-genv {ENV_BOOTSTRAP} {{}}",
+       needle=ENV_BOOTSTRAP),
     _l("-genvlist emulator variable", "--mpi-global-args",
-       "-genvlist A,POPDIST_EMU_INSTANCE_INDEX", needle="POPDIST_EMU_INSTANCE_INDEX"),
+       f"-genvlist A,{ENV_INSTANCE_INDEX}", needle=ENV_INSTANCE_INDEX),
     _l("mpi --bogus", *R2, "--num-instances", "2", "--mpi-global-args", "--bogus",
        needle="--bogus"),
     _l("mpi bare word", "--mpi-global-args", "stray", needle="stray"),
