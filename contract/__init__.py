@@ -73,6 +73,7 @@ from contract._machine import total_memory_bytes as total_memory_bytes
 from contract._numbers import MAX_TIMEOUT_S as MAX_TIMEOUT_S
 from contract._numbers import MIN_TIMEOUT_S as MIN_TIMEOUT_S
 from contract._numbers import ascii_seconds as ascii_seconds
+from contract._numbers import ascii_whole as ascii_whole
 from contract._processes import end_process_group as end_process_group
 from contract._processes import has_ended as has_ended
 from contract._processes import pid_alive as pid_alive
@@ -130,6 +131,7 @@ __all__ = [
     "SweepPoint",
     "arg_max",
     "ascii_seconds",
+    "ascii_whole",
     "atomic_write",
     "available_memory_bytes",
     "directory_problem",

@@ -41,6 +41,12 @@ def _rows_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def pairs_table(figures: dict[str, object]) -> str:
+    """A ``figure | value`` table, a row per figure."""
+    lines = ["| figure | value |", "|---|---|"]
+    return "\n".join(lines + [f"| {key} | {_cell(value)} |" for key, value in figures.items()])
+
+
 def _figures(figures: object) -> str:
     """A dict becomes a two-column table, with each list of rows in it a table of its own;
     a list of rows is one table."""
@@ -57,11 +63,7 @@ def _figures(figures: object) -> str:
     records = [rows for rows in shapes.values() if len(rows) > 1]
     in_records = {row["figure"] for rows in records for row in rows}
     scalars = {k: v for k, v in figures.items() if not _is_rows(v) and k not in in_records}
-    parts = []
-    if scalars:
-        lines = ["| figure | value |", "|---|---|"]
-        lines += [f"| {key} | {_cell(value)} |" for key, value in scalars.items()]
-        parts.append("\n".join(lines))
+    parts = [pairs_table(scalars)] if scalars else []
     parts += [_rows_table(rows) for rows in records]
     for key, value in figures.items():
         if _is_rows(value):

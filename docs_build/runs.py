@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from docs_build.results import RESULTS, _cell, _rows_table
+from docs_build.results import RESULTS, _rows_table, pairs_table
 
 NAME = "documented_runs"
 HEADINGS = {  # a figure's key in the file -> its heading on the page
@@ -95,11 +95,9 @@ def render_run(name: str, folder: Path = RESULTS) -> str:
     row = rows[name]
     figures = row["figures"]
     parts = [_provenance(row, record)]
-    scalars = {k: v for k, v in figures.items() if not isinstance(v, list)}
+    scalars = {_heading(k): v for k, v in figures.items() if not isinstance(v, list)}
     if scalars:
-        lines = ["| figure | value |", "|---|---|"]
-        lines += [f"| {_heading(key)} | {_cell(value)} |" for key, value in scalars.items()]
-        parts.append("\n".join(lines))
+        parts.append(pairs_table(scalars))
     if figures.get("points"):
         parts.append(_rows_table([{k: _dash(v) for k, v in p.items()} for p in figures["points"]]))
     if figures.get("printed"):

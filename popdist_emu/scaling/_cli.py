@@ -27,7 +27,6 @@ import contextlib
 import dataclasses
 import difflib
 import os
-import re
 import shlex
 import signal
 import sys
@@ -42,6 +41,7 @@ from contract import (
     MAX_TIMEOUT_S,
     MIN_TIMEOUT_S,
     ascii_seconds,
+    ascii_whole,
     make_directories,
     output_problem,
 )
@@ -61,24 +61,25 @@ class _Parser(argparse.ArgumentParser):
 
 def _ints(text: str, flag: str) -> list[int]:
     # Every entry counts: an empty one (16,,32 or 16,) is a typo, not a point to skip.
-    words = [v.strip() for v in text.split(",")]
     # ASCII digits only: int() also reads 1_6 (16), full-width and other scripts' digits.
-    if not all(re.fullmatch(r"[0-9]{1,18}", v) for v in words):
+    words = [ascii_whole(v.strip()) for v in text.split(",")]
+    values = [v for v in words if v is not None]
+    if len(values) != len(words):
         raise UsageError(
             f"{flag} {text!r} is not a comma-separated list of integers: e.g. {flag} 16,64"
         )
-    values = [int(v) for v in words]
-    if not values or any(v < 1 for v in values):
+    if any(v < 1 for v in values):
         raise UsageError(f"{flag} {text!r} needs positive integers: e.g. {flag} 16,64")
     return values
 
 
 def _ipus(text: str) -> int:
-    if not re.fullmatch(r"[0-9]{1,18}", text):
+    value = ascii_whole(text)
+    if value is None:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a whole number in ASCII digits: write e.g. --ipus-per-replica 4"
         )
-    return int(text)
+    return value
 
 
 def check_out(out: str) -> None:

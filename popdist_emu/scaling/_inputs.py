@@ -14,7 +14,13 @@ import re
 from collections.abc import Iterator
 
 import hardware
-from contract import FileTooLargeError, RefitError, read_bounded, refit_calibration
+from contract import (
+    FileTooLargeError,
+    RefitError,
+    ascii_whole,
+    read_bounded,
+    refit_calibration,
+)
 from popdist_emu.scaling._config import PublishedPoint, SweepConfig
 
 # A published table has a line per replica count, at most one per IPU of the largest system;
@@ -22,7 +28,6 @@ from popdist_emu.scaling._config import PublishedPoint, SweepConfig
 MAX_PUBLISHED_BYTES = 256 * (2 + max(s.num_ipus for s in hardware.SYSTEMS.values()))
 
 
-_REPLICAS = re.compile(r"[0-9]{1,18}")
 _THROUGHPUT = re.compile(r"[0-9]{1,18}(\.[0-9]{1,18})?")
 
 
@@ -58,7 +63,8 @@ def read_published(path: str) -> list[PublishedPoint]:
             )
         # One rule for numbers (contract._numbers): ASCII digits, as the user typed them;
         # int() and float() also read -16, 1_6, full-width digits, nan and inf.
-        if not (_REPLICAS.fullmatch(replicas) and int(replicas) > 0):
+        whole = ascii_whole(replicas)
+        if not (whole is not None and whole > 0):
             raise UsageError(
                 f"--published {path!r} row {i}: replicas {replicas!r} is not a positive whole "
                 "number in ASCII digits: write e.g. 16."
@@ -68,7 +74,7 @@ def read_published(path: str) -> list[PublishedPoint]:
                 f"--published {path!r} row {i}: throughput {throughput!r} is not a positive "
                 "decimal in ASCII digits: write e.g. 29500 or 29500.5."
             )
-        points.append(PublishedPoint(int(replicas), float(throughput), label))
+        points.append(PublishedPoint(whole, float(throughput), label))
     if not points:
         raise UsageError(f"--published {path!r} has no points.")
     return points

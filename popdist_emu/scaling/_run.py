@@ -67,7 +67,7 @@ def layout_refusal(config: SweepConfig) -> str:
         for evaluated in series_points(config, series)
         if evaluated.result is not None
     ]
-    if not reasons or len(reasons) < len(config.replicas) * len(config.series):
+    if len(reasons) < len(config.replicas) * len(config.series):
         return ""
     return f"no point of the sweep is a layout PopRun would run: {reasons[0]}"
 
