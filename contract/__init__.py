@@ -3,12 +3,12 @@
 ``poprun-emu`` (``launch``) and the instances (``popdist_emu``, ``gcl``) share what is here and
 nothing else: every environment variable, the job configuration and the bootstraps' pid
 files (``_environment``), files written so that a reader never sees a part of one and read
-with a bound (``_files``), whether a process lives and how a process group past its bound
-is ended (``_processes``), the machine's memory (``_machine``), the
-request ``poprun-emu-scaling`` hands a program (``_sweep``) and the refit of
-``--calibrate-from`` run in its own process (``_refit``). It imports only ``hardware`` (the
-layout and the systems), so the launcher starts without JAX, and both sides import it through
-this face.
+with a bound (``_files``), how a child is started in its own session, whether a process
+lives and how a process group past its bound is ended (``_processes``), the machine's
+memory (``_machine``), the request ``poprun-emu-scaling`` hands a program (``_sweep``) and
+the refit of ``--calibrate-from`` run in its own process (``_refit``). It imports only
+``hardware`` (the layout and the systems), so the launcher starts without JAX, and both sides
+import it through this face.
 """
 
 from contract._environment import DEFAULT_GCL_TIMEOUT_S as DEFAULT_GCL_TIMEOUT_S
@@ -74,9 +74,13 @@ from contract._numbers import MAX_TIMEOUT_S as MAX_TIMEOUT_S
 from contract._numbers import MIN_TIMEOUT_S as MIN_TIMEOUT_S
 from contract._numbers import ascii_seconds as ascii_seconds
 from contract._numbers import ascii_whole as ascii_whole
+from contract._processes import ENDING_SIGNALS as ENDING_SIGNALS
 from contract._processes import end_process_group as end_process_group
+from contract._processes import ending_signals_interrupt as ending_signals_interrupt
 from contract._processes import has_ended as has_ended
+from contract._processes import interrupt_signal as interrupt_signal
 from contract._processes import pid_alive as pid_alive
+from contract._processes import start_session as start_session
 from contract._processes import stat_fields as stat_fields
 from contract._refit import REFIT_TIMEOUT_S as REFIT_TIMEOUT_S
 from contract._refit import RefitError as RefitError
@@ -92,6 +96,7 @@ __all__ = [
     "COLLECTIVE_PHASES",
     "DEFAULT_GCL_TIMEOUT_S",
     "EMULATOR_VARIABLES",
+    "ENDING_SIGNALS",
     "ENV_BOOTSTRAP",
     "ENV_CALIBRATION_FAMILY",
     "ENV_CALIBRATION_FILE",
@@ -136,7 +141,9 @@ __all__ = [
     "available_memory_bytes",
     "directory_problem",
     "end_process_group",
+    "ending_signals_interrupt",
     "has_ended",
+    "interrupt_signal",
     "layout_environment",
     "leaving_path",
     "make_directories",
@@ -154,6 +161,7 @@ __all__ = [
     "read_request",
     "refit_calibration",
     "special_kind",
+    "start_session",
     "stat_fields",
     "status_path",
     "system_name",

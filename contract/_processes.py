@@ -1,4 +1,11 @@
-"""Whether a process lives, and how one that ran past its bound is ended: one owner for both.
+"""How a child process is started, watched and ended: one owner for all three.
+
+A launcher starts what it waits on (mpiexec, the ``--calibrate-from`` refit, a scaling
+series) in a session of its own, so that everything the child starts can be ended with it,
+and ends it on Ctrl-C, SIGTERM and SIGHUP as on its own failure. :func:`start_session` starts
+such a child with those signals deferred until the caller holds its handle, and
+:func:`ending_signals_interrupt` makes SIGTERM and SIGHUP raise as Ctrl-C does, so that one
+``except KeyboardInterrupt`` ends the child whichever of them came.
 
 A process that has exited stays a zombie until its parent reaps it, and ``kill(pid, 0)``
 succeeds on a zombie: a killed bootstrap whose parent (MPICH's ``hydra_pmi_proxy``) reaps it
@@ -11,16 +18,27 @@ watchdog, the sweep of stale job directories, a checkpoint directory's owner, th
 temporaries of killed writers) goes through it. JAX-free, so the launcher may use it.
 
 References:
-    Linux ``proc(5)``: ``/proc/<pid>/stat`` (state, ppid, pgrp, session after the command
+    Python documentation, ``signal.pthread_sigmask`` ("block and unblock signals") and
+    ``subprocess.Popen``'s ``preexec_fn`` and ``start_new_session``. Linux
+    ``sigprocmask(2)``: "A child created via fork(2) inherits a copy of its parent's signal
+    mask". Linux ``proc(5)``: ``/proc/<pid>/stat`` (state, ppid, pgrp, session after the command
     name in parentheses); "Z  Zombie", "X  Dead". ``kill(2)``: "If sig is 0, then no signal
     is sent, but existence and permission checks are still performed".
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import signal
 import subprocess
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that end a launcher, and with it what it started: Ctrl-C, ``kill`` and a
+closed terminal."""
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -82,3 +100,68 @@ def end_process_group(process: subprocess.Popen, grace_s: float) -> int:
             if signum == signal.SIGKILL:
                 raise
     return process.wait(timeout=grace_s)
+
+
+def _interrupt(signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt(signum)
+
+
+@contextlib.contextmanager
+def ending_signals_interrupt() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``KeyboardInterrupt(signum)`` inside the block, as Ctrl-C
+    raises ``KeyboardInterrupt``; the previous handlers come back after it.
+
+    Without a handler either signal ends the process at once, its ``finally`` clauses unrun,
+    and a child in a session of its own runs on. :func:`interrupt_signal` tells which came.
+    """
+    others = [s for s in ENDING_SIGNALS if s != signal.SIGINT]
+    previous = {s: signal.signal(s, _interrupt) for s in others}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def interrupt_signal(stop: KeyboardInterrupt) -> int:
+    """The signal behind ``stop``: the one :func:`ending_signals_interrupt` raised it for, or
+    SIGINT for Ctrl-C's own."""
+    return int(stop.args[0]) if stop.args and isinstance(stop.args[0], int) else signal.SIGINT
+
+
+def _set_mask(mask: Iterable[int]) -> None:
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def start_session(
+    command: Sequence[str], **popen_kwargs: Any
+) -> tuple[subprocess.Popen, Callable[[], None]]:
+    """Starts ``command`` in a session of its own and returns it with ``release``, which
+    lets the ending signals (:data:`ENDING_SIGNALS`) act again.
+
+    A signal whose handler raised inside ``Popen``, after the fork, would lose the handle of
+    a child that runs on out of the caller's reach (its own session gets no Ctrl-C). So the
+    ending signals are blocked until the caller, holding the handle inside the ``try`` that
+    ends the child, calls ``release()``: a signal that came meanwhile acts then. The child
+    starts with the caller's mask, not the blocked one.
+
+    Args:
+        command: the program and its arguments.
+        **popen_kwargs: further arguments of ``subprocess.Popen`` (not ``start_new_session``
+            or ``preexec_fn``).
+
+    Returns:
+        The process and ``release``.
+    """
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ENDING_SIGNALS)
+    try:
+        process = subprocess.Popen(
+            list(command),
+            start_new_session=True,
+            preexec_fn=functools.partial(_set_mask, mask),
+            **popen_kwargs,
+        )
+    except BaseException:
+        _set_mask(mask)
+        raise
+    return process, functools.partial(_set_mask, mask)

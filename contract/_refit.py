@@ -17,17 +17,15 @@ SIGTERM) and the launcher stops with one line.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 
 from contract._environment import ENV_CALIBRATION_FILE
-from contract._processes import end_process_group
+from contract._processes import end_process_group, start_session
 
 REFIT_TIMEOUT_S = 1800.0
 """How long ``poprun-emu``'s refit may run, in seconds: it has no option that bounds a compile
@@ -40,11 +38,6 @@ not end offline (a loop, a wait for input), not a slow one."""
 STOP_GRACE_S = 30.0
 """How long the refit's processes have to end on SIGTERM before SIGKILL: the probe's
 ``poprun-emu`` ends its job's instances first (SIGTERM, then SIGKILL after its own grace)."""
-
-
-# The signals a launcher ends on (Ctrl-C, SIGTERM, SIGHUP), which its handlers raise as
-# exceptions while the refit runs.
-_ENDING = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class RefitError(ValueError):
@@ -94,27 +87,14 @@ def refit_calibration(
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _set_mask(mask: Iterable[int]) -> None:
-    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-
-
 def _run(command: list[str], timeout_s: float, path: str, option: str) -> tuple[int, str, str]:
     """``(exit code, stdout, stderr)`` of the refit, which runs in a session of its own so
     that everything it starts can be ended with it (past its bound, or on Ctrl-C)."""
-    # A signal whose handler raised inside Popen, after the fork, would lose the handle of a
-    # refit that runs on: the ending signals wait until the handle is held (the child
-    # starts with the launcher's own mask).
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, _ENDING)
+    process, release = start_session(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
-        process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            start_new_session=True, preexec_fn=functools.partial(_set_mask, mask),
-        )  # fmt: skip
-    except BaseException:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        raise
-    try:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # one that came meanwhile acts here
+        release()  # an ending signal that came meanwhile acts here
         stdout, stderr = process.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         _stop(process)

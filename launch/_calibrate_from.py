@@ -17,34 +17,23 @@ SIGTERM or SIGHUP would end the launcher alone and leave the refit running.
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
 from collections.abc import Iterator
 
-from contract import RefitError, refit_calibration
+from contract import RefitError, ending_signals_interrupt, interrupt_signal, refit_calibration
 from launch._errors import InterruptError, UsageError
 from launch._options import LaunchOptions
-
-# The signals that end the launcher during the refit, as they end it during the job.
-_ENDING = (signal.SIGTERM, signal.SIGHUP)
-
-
-def _interrupt(signum: int, _frame: object) -> None:
-    raise KeyboardInterrupt(signum)
 
 
 @contextlib.contextmanager
 def _interruptible() -> Iterator[None]:
     """SIGTERM and SIGHUP raise as Ctrl-C does while the refit runs, so that the refit's
     context ends its session and removes its folder; any of them leaves as ``InterruptError``."""
-    previous = {s: signal.signal(s, _interrupt) for s in _ENDING}
-    try:
-        yield
-    except KeyboardInterrupt as stop:
-        raise InterruptError(int(stop.args[0]) if stop.args else int(signal.SIGINT)) from None
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    with ending_signals_interrupt():
+        try:
+            yield
+        except KeyboardInterrupt as stop:
+            raise InterruptError(interrupt_signal(stop)) from None
 
 
 @contextlib.contextmanager

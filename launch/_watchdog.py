@@ -28,7 +28,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
-from contract import pid_alive
+from contract import ending_signals_interrupt, interrupt_signal, pid_alive, start_session
 from launch._cleanup import remove_leftover_segments
 from launch._exits import (
     InstanceExit,
@@ -61,14 +61,6 @@ POLL_SECONDS = 0.1  # 16 instances = 32 small reads per poll; cheap, and failure
 def tail_path(job_dir: str, instance: int) -> str:
     """Where instance ``instance``'s bootstrap leaves its last stderr lines for the launcher."""
     return os.path.join(job_dir, f"instance-{instance}.stderr")
-
-
-class _Terminated(BaseException):
-    """The launcher itself got SIGTERM/SIGHUP: end the job like Ctrl-C."""
-
-
-def _raise_terminated(signum: int, _frame: object) -> None:
-    raise _Terminated(signum)
 
 
 def _signal_job(proc: subprocess.Popen, groups: Groups, sig: int) -> None:
@@ -159,12 +151,25 @@ def run_job(
         0 when every instance exited 0; the first failing instance's code (128+N for signal
         N); 130 after Ctrl-C; mpiexec's own code if it failed before the instances reported.
     """
-    previous = {s: signal.signal(s, _raise_terminated) for s in (signal.SIGTERM, signal.SIGHUP)}
+    with ending_signals_interrupt():  # SIGTERM and SIGHUP end the job as Ctrl-C does
+        return _run(
+            command, env, job_dir, instances, leave_timeout, mpi_banner, shown_alone, host_of
+        )
+
+
+def _run(
+    command: Sequence[str],
+    env: Mapping[str, str],
+    job_dir: str,
+    instances: Sequence[int],
+    leave_timeout: float,
+    mpi_banner: bool,
+    shown_alone: frozenset[int],
+    host_of: Sequence[str],
+) -> int:
     started_ns = time.time_ns() - 1_000_000_000  # ctime granularity and clock steps
     pipe = None if mpi_banner else subprocess.PIPE
-    proc = subprocess.Popen(
-        list(command), env=dict(env), start_new_session=True, stdout=pipe, stderr=pipe
-    )
+    proc, release = start_session(command, env=dict(env), stdout=pipe, stderr=pipe)
     output = JobOutput(proc, sys.stdout.buffer, sys.stderr.buffer)
     groups = Groups(job_dir, instances, proc.pid)
 
@@ -198,6 +203,7 @@ def run_job(
     returned: dict[int, float] = {}  # instance -> when its exit 0 was first seen (monotonic)
     next_scan = time.monotonic() + 1.0
     try:
+        release()  # an ending signal that came while mpiexec started acts here
         while True:
             finished = proc.poll() is not None
             exits = read_exits(job_dir, instances)
@@ -325,18 +331,17 @@ def run_job(
             )
             return shell_code(proc.returncode) or 1
         return 0
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:  # Ctrl-C, SIGTERM or SIGHUP
         end_job_and_output()
-        _report("interrupted; ended all instances")
-        return 130
-    except _Terminated as stop:
-        end_job_and_output()
-        _report(f"got signal {stop.args[0]}; ended all instances")
-        return 128 + int(stop.args[0])
+        signum = interrupt_signal(stop)
+        _report(
+            "interrupted; ended all instances"
+            if signum == signal.SIGINT
+            else f"got signal {signum}; ended all instances"
+        )
+        return 128 + signum
     finally:
         if proc.poll() is None:
             end_job(proc, groups)
         output.drain()
         remove_leftover_segments(started_ns)
-        for s, handler in previous.items():
-            signal.signal(s, handler)

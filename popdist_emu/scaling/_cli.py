@@ -28,7 +28,6 @@ import dataclasses
 import difflib
 import os
 import shlex
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -42,6 +41,8 @@ from contract import (
     MIN_TIMEOUT_S,
     ascii_seconds,
     ascii_whole,
+    ending_signals_interrupt,
+    interrupt_signal,
     make_directories,
     output_problem,
 )
@@ -381,11 +382,6 @@ def sweep(config: SweepConfig, argv: Sequence[str]) -> tuple[dict[str, Any], int
     return doc, 1 if failed else 0
 
 
-def _interrupt(signum: int, _frame: object) -> None:
-    """SIGTERM ends the sweep as Ctrl-C does: the running program is stopped too."""
-    raise KeyboardInterrupt(signum)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``poprun-emu-scaling`` console script; returns the exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -398,9 +394,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # (0.35 s measured here) a refused argument should not wait for.
     from popdist_emu.scaling._report import narrative, write_outputs
 
-    previous = signal.signal(signal.SIGTERM, _interrupt)
-    try:
-        with contextlib.ExitStack() as refit:
+    try:  # SIGTERM and SIGHUP end the sweep as Ctrl-C does: the running program with it
+        with ending_signals_interrupt(), contextlib.ExitStack() as refit:
             if config.calibrate_from:  # the refitted file lives while the sweep runs
                 try:
                     os.environ.update(refit.enter_context(refitted(config)))
@@ -409,11 +404,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     return 2
             doc, code = sweep(config, argv)
     except KeyboardInterrupt as stop:
-        signum = stop.args[0] if stop.args else signal.SIGINT
+        signum = interrupt_signal(stop)
         print(f"{PROG}: interrupted; ended the running program", file=sys.stderr)
         return 128 + int(signum)
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     # The report's own time: the sweep plus writing the plots and pages.
     paths = write_outputs(doc, config.out)
     for s in doc["series"]:

@@ -25,6 +25,7 @@ from contract import (
     SweepPoint,
     end_process_group,
     open_for_appending_lines,
+    start_session,
     system_name,
     write_request,
 )
@@ -118,11 +119,10 @@ def run_series(
         start = time.perf_counter()
         exit_code: int | None = None
         with open_for_appending_lines(log_path) as log:  # never through a symlink
-            process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True
-            )
+            process, release = start_session(command, stdout=log, stderr=subprocess.STDOUT, env=env)
             deadline = time.monotonic() + config.timeout
             try:
+                release()  # an ending signal that came while it started acts here
                 while exit_code is None:
                     try:
                         exit_code = process.wait(timeout=1.0)

@@ -1,5 +1,5 @@
-"""Whether a process lives (a zombie does not) and how a process group past its bound is
-ended (contract/_processes.py), with real processes."""
+"""How a child starts in its own session, whether a process lives (a zombie does not) and
+how a process group past its bound is ended (contract/_processes.py), with real processes."""
 
 import os
 import signal
@@ -7,10 +7,11 @@ import subprocess
 import sys
 import time
 
+from child_signals import default_signals
 from deadlines import within
 from zombies import zombie
 
-from contract import end_process_group, pid_alive
+from contract import ENDING_SIGNALS, end_process_group, pid_alive
 
 
 def test_a_zombie_is_not_alive_though_signal_zero_reaches_it():
@@ -71,3 +72,45 @@ def test_a_group_that_ignores_sigterm_is_killed_after_the_grace():
 def test_a_group_that_obeys_sigterm_ends_without_sigkill():
     leader = subprocess.Popen(["sleep", "60"], start_new_session=True)
     assert end_process_group(leader, grace_s=within(10)) == -signal.SIGTERM
+
+
+# Starts a child in its own session, sends itself SIGTERM before releasing the deferred
+# signals, and says what happened in which order.
+DEFERRED = """
+import os, signal, subprocess
+from contract import ending_signals_interrupt, interrupt_signal, start_session
+
+with ending_signals_interrupt():
+    try:
+        child, release = start_session(
+            ["sh", "-c", "grep SigBlk /proc/self/status"], stdout=subprocess.PIPE, text=True
+        )
+        os.kill(os.getpid(), signal.SIGTERM)
+        print("held", child.pid == os.getsid(child.pid), flush=True)
+        print(child.communicate(timeout=60)[0].split()[1], flush=True)
+        release()
+        print("released without the signal", flush=True)
+    except KeyboardInterrupt as stop:
+        print("interrupted by", interrupt_signal(stop), flush=True)
+print("handler back", signal.getsignal(signal.SIGTERM) == signal.SIG_DFL, flush=True)
+"""
+
+
+def test_an_ending_signal_waits_until_the_started_session_is_held():
+    """A SIGTERM that comes while a child in its own session starts acts only once the
+    caller holds the child's handle (``release``), as ``KeyboardInterrupt(15)``; the child
+    itself starts with nothing blocked, and the default handler comes back after the block.
+    Before, the handler could raise inside ``Popen`` after the fork and lose the child."""
+    result = subprocess.run(
+        [sys.executable, "-c", DEFERRED],
+        capture_output=True,
+        text=True,
+        timeout=within(60),
+        preexec_fn=default_signals(*ENDING_SIGNALS),
+    )
+    lines = result.stdout.splitlines()
+    assert result.returncode == 0, result.stderr
+    assert lines[0] == "held True", lines  # its own session, and the signal waited
+    blocked = int(lines[1], 16)
+    assert not any(blocked & (1 << (s - 1)) for s in ENDING_SIGNALS), lines[1]
+    assert lines[2:] == ["interrupted by 15", "handler back True"], lines

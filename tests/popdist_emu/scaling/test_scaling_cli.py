@@ -324,7 +324,7 @@ time.sleep(600)  # never reaches popdist_emu.simulate
 """
 
 
-@pytest.mark.parametrize("signum", [2, 15], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signum", [2, 15, 1], ids=["SIGINT", "SIGTERM", "SIGHUP"])
 def test_an_interrupted_sweep_ends_its_running_program(tmp_path, signum):
     (tmp_path / "sleeper.py").write_text(SLEEPER)
     pid_file = tmp_path / "program.pid"
