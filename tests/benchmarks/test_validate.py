@@ -73,9 +73,12 @@ def test_the_results_file_is_what_validate_gives_from_the_stored_features(tmp_pa
     assert validate.main([]) == 0
     fresh = json.loads((tmp_path / "validate.json").read_text())["figures"]
     shipped = json.loads((ROOT / "benchmarks" / "results" / "validate.json").read_text())
-    assert fresh["rows"] == shipped["figures"]["rows"], (
-        "benchmarks/results/validate.json is stale: run python benchmarks/validate.py"
-    )
+    # The fits are least squares from SciPy and NumPy, whose releases move the last digit or
+    # two of a figure (seen: 1 in 10^6, and an error rounded to 4 places across its boundary);
+    # what the shipped table states is held to that, every label and flag exactly.
+    assert fresh["rows"] == [
+        pytest.approx(r, rel=1e-5, abs=2e-4) for r in shipped["figures"]["rows"]
+    ], "benchmarks/results/validate.json is stale: run python benchmarks/validate.py"
     summary = fresh["summary"]
     assert summary["rows"] + len(summary["rows_without_features"]) == len(
         calibration_set.all_rows()
