@@ -99,6 +99,10 @@ class ModelParameters:
             updates per call, would pay a per-update cost 104 times. Prior: 0.
         family_override: the calibrated family whose whole-program values replaced the
             structural ones (``load_parameters(family=...)``); empty: none. Not fitted.
+        refitted_from: the file of measured runs ``--calibrate-from`` refitted these values
+            to (a refitted calibration file's ``calibrate_from``); empty: none. Not fitted.
+        source_file: the calibration file these values were read from, whose rows and band
+            a prediction's uncertainty then comes from too; empty: the packaged one.
     """
 
     compute_efficiency: float = 0.2
@@ -109,6 +113,8 @@ class ModelParameters:
     matmul_efficiency: float = 0.2
     multi_ipu_sync_seconds: float = 0.0
     family_override: str = ""
+    refitted_from: str = ""
+    source_file: str = ""
 
     def __post_init__(self) -> None:
         for name in ("compute_efficiency", "matmul_efficiency"):
@@ -133,14 +139,22 @@ class ModelParameters:
 
     @property
     def parameter_set(self) -> str:
-        """The parameter set in words: the structural one, or the family override."""
+        """The parameter set in words: the structural one (refitted to measured runs, if it
+        was), or the family override."""
         if self.family_override:
             return f"{self.family_override} family override (--calibration-family)"
+        if self.refitted_from:
+            return (
+                "structural, refitted to the measured runs of "
+                f"{pathlib.Path(self.refitted_from).name} (--calibrate-from)"
+            )
         return "structural (every term weighed by the program's structure)"
 
 
 FITTED_PARAMETERS = tuple(
-    f.name for f in dataclasses.fields(ModelParameters) if f.name != "family_override"
+    f.name
+    for f in dataclasses.fields(ModelParameters)
+    if f.name not in ("family_override", "refitted_from", "source_file")
 )
 
 
@@ -161,11 +175,15 @@ def load_parameters(path: str | pathlib.Path | None = None, *, family: str = "")
     values: dict[str, Any] = _floats(data.get("parameters", {}))
     for record in data.get("families", {}).values():
         values.update(_floats(record.get("parameters", {})))
-    parameters = ModelParameters(**values)
+    refitted_from = str(data.get("calibrate_from", {}).get("file", ""))
+    source = "" if path is None else str(path)
+    parameters = ModelParameters(**values, refitted_from=refitted_from, source_file=source)
     if family:
         name = check_family(family, path)
         values.update(override_values(data, name, values))
-        parameters = dataclasses.replace(ModelParameters(**values), family_override=name)
+        parameters = dataclasses.replace(
+            ModelParameters(**values, source_file=source), family_override=name
+        )
     return parameters
 
 

@@ -43,6 +43,10 @@ METHOD = "leave-one-out RMS relative error of the calibration rows"
 # The band from cross-validation (``benchmarks/validate.py --write``), where the file has one.
 CV_METHOD = "80 % band of the cross-validated errors of {rows} published rows, {kind}"
 CV_KINDS = {"family_unseen": "family unseen", "family_seen": "family seen"}
+# After ``--calibrate-from``: the band of the user's own measured runs, each predicted by a
+# refit without it (``popdist_emu.calibration.UserFit``), once there are enough of them.
+MEASURED_METHOD = "80 % band of the cross-validated errors of your {rows} measured runs"
+REFIT_CLAUSE = " (--calibrate-from refit)"
 # How far (in points of the compute) a step's fixed-cost share may exceed the rows' before
 # it is called an extrapolation: the rows' own shares differ by a few points.
 FIXED_COST_MARGIN = 0.1
@@ -90,8 +94,12 @@ class Calibration:
             stored, and the band is the rows' leave-one-out RMS.
         cv_rows: the residuals ``cv_band`` was taken from.
         cv_kind: which rows: ``family_unseen`` (every row, each predicted by a fit without
-            any row of its family: a program the calibration never ran) or ``family_seen``
-            (rows whose family a fit used, each predicted by a fit without it).
+            any row of its family: a program the calibration never ran), ``family_seen``
+            (rows whose family a fit used, each predicted by a fit without it) or
+            ``measured_runs`` (the user's own runs after ``--calibrate-from``, each
+            predicted by a refit without it).
+        refitted_from: the file of measured runs the parameters were refitted to
+            (``--calibrate-from``); empty: none.
     """
 
     rows: tuple[CalibrationRow, ...]
@@ -102,23 +110,31 @@ class Calibration:
     cv_band: tuple[float, ...] = ()
     cv_rows: int = 0
     cv_kind: str = ""
+    refitted_from: str = ""
 
     @property
     def parameter_set(self) -> str:
         """The fit whose rows give the band, in words: a family's fit, the shared fit and the
         models it was fitted on, or the priors (no file)."""
+        refit = (
+            f", refitted to {pathlib.Path(self.refitted_from).name}" if self.refitted_from else ""
+        )
         if self.family:
-            return f"{self.family} fit ({', '.join(self.model_families)})"
+            return f"{self.family} fit ({', '.join(self.model_families)}){refit}"
         if self.model_families:
-            return f"shared fit ({', '.join(self.model_families)})"
+            return f"shared fit ({', '.join(self.model_families)}){refit}"
         return "uncalibrated priors"
 
     @property
     def method(self) -> str:
         """How the band is derived, in words."""
+        refit = REFIT_CLAUSE if self.refitted_from else ""
+        if self.cv_kind == "measured_runs":
+            return MEASURED_METHOD.format(rows=self.cv_rows) + refit
         if self.cv_band:
-            return CV_METHOD.format(rows=self.cv_rows, kind=CV_KINDS.get(self.cv_kind, ""))
-        return METHOD
+            kind = CV_KINDS.get(self.cv_kind, "")
+            return CV_METHOD.format(rows=self.cv_rows, kind=kind) + refit
+        return METHOD + refit
 
     @property
     def relative_spread(self) -> float:
@@ -227,15 +243,23 @@ def load_calibration(path: str | pathlib.Path | None = None, family: str = "") -
     )
     names = tuple(record.get("model_families", (own,) if own else ()))
     share = float(record.get("fixed_cost_share", 0.0))
+    refit = data.get("calibrate_from", {})
     # A named family (--calibration-family) is the user saying the program is of that family,
-    # which a fit saw; otherwise a program is of a family no published row need share.
+    # which a fit saw; otherwise a program is of a family no published row need share. A
+    # refit to measured runs of the program (--calibrate-from) stores the band it earned.
     kind = "family_seen" if own else "family_unseen"
     cv = data.get("cross_validation", {}).get("bands", {}).get(kind)
+    if refit.get("band"):
+        cv = refit["band"]
+        kind = str(cv.get("kind", "family_seen"))
+    source = str(refit.get("file", ""))
     if not cv:
-        return Calibration(rows, str(record.get("data", "")), names, share, own)
+        return Calibration(
+            rows, str(record.get("data", "")), names, share, own, refitted_from=source
+        )
     band = (float(cv["low"]), float(cv["high"]))
     return Calibration(
-        rows, str(record.get("data", "")), names, share, own, band, int(cv["rows"]), kind
+        rows, str(record.get("data", "")), names, share, own, band, int(cv["rows"]), kind, source
     )
 
 
@@ -244,7 +268,10 @@ def calibration_for(sim: StepSimulation, path: str | pathlib.Path | None = None)
     (``ModelParameters.family_override``); else the first family fit that set a parameter
     the step leans on (``hardware._terms.leaned_on``: its matmul efficiency for a
     matmul-dominated step, its per-transfer streaming cost for an offloaded one); else the
-    shared fit. Decided by the program's structure, never by its name."""
+    shared fit. Decided by the program's structure, never by its name. The file is
+    ``path``, else the one the step's parameters were read from (a ``--calibrate-from``
+    refit's), else the packaged one."""
+    path = path if path is not None else (sim.parameters.source_file or None)
     override = sim.parameters.family_override
     if override:
         return load_calibration(path, override)

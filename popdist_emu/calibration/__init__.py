@@ -45,6 +45,7 @@ from popdist_emu.calibration._file import write_cross_validation as write_cross_
 from popdist_emu.calibration._file import write_family_record as write_family_record
 from popdist_emu.calibration._file import write_shared_record as write_shared_record
 from popdist_emu.calibration._probe import refit_program as refit_program
+from popdist_emu.calibration._probe import refitted_file as refitted_file
 from popdist_emu.calibration._shared import RESNET50_DATA as RESNET50_DATA
 from popdist_emu.calibration._shared import RESNET50_MICRO_BATCH as RESNET50_MICRO_BATCH
 from popdist_emu.calibration._shared import RESNET50_ROWS as RESNET50_ROWS
@@ -105,6 +106,7 @@ __all__ = [
     "read_measurements",
     "refit_measurements",
     "refit_program",
+    "refitted_file",
     "scale_out",
     "shared_record",
     "simulate_row",

@@ -24,7 +24,13 @@ from pathlib import Path
 import hardware
 from contract import ENV_SCALING_REQUEST, SweepPoint, system_name, write_request
 from popdist_emu.calibration._features import features_from_probes, probe_points
-from popdist_emu.calibration._user import Measurement, MeasurementError, read_measurements, refit
+from popdist_emu.calibration._user import (
+    Measurement,
+    MeasurementError,
+    UserFit,
+    read_measurements,
+    refit,
+)
 
 
 def _system(ipu: str, measurement: Measurement) -> str:
@@ -93,16 +99,18 @@ def refit_program(
         features.append(features_from_probes(probes, steps, own[0]["summary"]["samples_per_step"]))
     fit = refit(measurements, features, base)
     file = Path(folder) / "calibration.json"
-    file.write_text(json.dumps(refitted_file(fit.values, path), indent=1))
+    file.write_text(json.dumps(refitted_file(fit, path), indent=1))
     return file, fit.lines(measurements)
 
 
-def refitted_file(values: dict[str, float], source: str) -> dict:
-    """The packaged calibration file with ``values`` in place of its fits' parameters."""
+def refitted_file(fit: UserFit, source: str) -> dict:
+    """The packaged calibration file with the refit's values in place of its fits'
+    parameters, and the band a refitted run earns (``UserFit.band``)."""
     data = json.loads(hardware.CALIBRATION_FILE.read_text())
     for record in [data, *data.get("families", {}).values()]:
         parameters = record.get("parameters", {})
         for name in parameters:
-            parameters[name] = values[name]
-    data["calibrate_from"] = {"file": source, "parameters": values}
+            parameters[name] = fit.values[name]
+    seen = data["cross_validation"]["bands"]["family_seen"]
+    data["calibrate_from"] = {"file": source, "parameters": fit.values, "band": fit.band(seen)}
     return data

@@ -15,6 +15,11 @@ share of the rows' step, at least ``MIN_SHARE``; no more terms than rows) are re
 the rows with the same least-squares fit as the published rows' (``_cv``), every other term
 held at its calibrated value. Each row's cross-validated error is that of a fit without it
 (with one row, the calibrated parameters' error: what the measurement corrected).
+
+The refitted run's band comes from those cross-validated errors once there are
+``MIN_BAND_RUNS`` of them (the central 80 %, as the published rows' bands are taken); with
+fewer, from the published rows of families some fit saw, since the program's own runs now
+are in the fit (``UserFit.band``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from typing import NamedTuple
 import numpy as np
 
 from contract import FileTooLargeError, read_bounded
+from popdist_emu.calibration._bands import band as central_band
 from popdist_emu.calibration._cv import TableRow, _fit_block, predict
 from popdist_emu.calibration._features import TERMS, RowFeatures, basis
 
@@ -35,6 +41,7 @@ MAX_BYTES = 1 << 20  # a few measured runs; a device or a wrong file is refused,
 MIN_SHARE = 0.05  # a term weighing less of the rows' step than this is left as calibrated
 KEYS = ("replicas", "samples_per_second", "instances", "ipus_per_replica", "system")
 OPTIONAL = ("global_batch", "label")
+MIN_BAND_RUNS = 3  # fewer measured runs give no band of their own (as coverage needs three)
 
 
 class MeasurementError(ValueError):
@@ -156,6 +163,16 @@ class UserFit(NamedTuple):
     changed: dict[str, tuple[float, float]]  # term -> (calibrated, refitted)
     errors: tuple[float, ...]  # each row's relative error with the refit
     cross_validated: tuple[float, ...]  # each row's error with a fit without it
+
+    def band(self, family_seen: Mapping[str, float]) -> dict[str, object]:
+        """The band a refitted run's report prints, as the refitted file stores it: the
+        central 80 % of the measured runs' cross-validated residuals (``measured_runs``)
+        when there are at least ``MIN_BAND_RUNS``; else ``family_seen``, the published
+        rows' band for a family some fit saw (``{"low", "high", "rows"}``)."""
+        if len(self.cross_validated) >= MIN_BAND_RUNS:
+            residuals = [-math.log1p(error) for error in self.cross_validated]
+            return {**central_band(residuals).to_json(), "kind": "measured_runs"}
+        return {**family_seen, "kind": "family_seen"}
 
     def lines(self, measurements: Sequence[Measurement]) -> list[str]:
         """What the launcher prints: each changed term, then each row's errors."""

@@ -65,6 +65,12 @@ def test_a_measured_run_refits_the_term_it_constrains_and_the_job_uses_it(poprun
     assert "my run (2 replicas): error +0.0% refitted" in result.stderr.replace("-0.0%", "+0.0%")
     summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
     assert summary["model_parameters"][name] == pytest.approx(new, rel=1e-3)  # the job's
+    # The report names the refit, and its band is the published rows' for a family a fit saw
+    # (one measured run earns no band of its own), not the shipped unseen-family band.
+    u = summary["uncertainty"]
+    assert "refitted to the measured runs of runs.jsonl" in u["parameters"], u
+    assert u["method"].endswith("family seen (--calibrate-from refit)"), u
+    assert "uncertainty: " in result.stdout and "(--calibrate-from refit)" in result.stdout
 
 
 def _processes_naming(text: str) -> dict[int, bytes]:

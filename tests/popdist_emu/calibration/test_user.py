@@ -44,6 +44,44 @@ def test_one_measured_pod16_run_refits_the_term_it_constrains_and_sizes_the_larg
         assert after < before and after < 0.08, key
 
 
+def test_a_refit_earns_a_band_of_its_own_from_three_measured_runs_and_not_before():
+    """One measured run says nothing of the spread: the refitted run takes the published
+    rows' band for a family some fit saw. Three runs (C1-C3 as measured) give the central
+    80 % of their own cross-validated residuals, bracketing the prediction itself."""
+    values = hardware.load_parameters().to_json()
+    seen = {"low": 0.9, "high": 1.2, "rows": 39}
+    rows = [_features(key) for key in ("C1", "C2", "C3")]
+    measured = [calibration.Measurement(r["replicas"], r["published"]) for _, r in rows]
+    one = calibration.refit_measurements(measured[:1], [f for f, _ in rows[:1]], values)
+    assert one.band(seen) == {**seen, "kind": "family_seen"}
+    three = calibration.refit_measurements(measured, [f for f, _ in rows], values)
+    band = three.band(seen)
+    factors = [1 / (1 + e) for e in three.cross_validated]  # published / predicted
+    assert band["kind"] == "measured_runs" and band["rows"] == 3
+    assert min(min(factors), 1.0) <= band["low"] <= 1.0 <= band["high"] <= max(max(factors), 1.0)
+    assert band["high"] - band["low"] > 0
+
+
+def test_a_refitted_file_names_its_runs_in_the_parameters_and_the_band(tmp_path):
+    """What a job reads after ``--calibrate-from``: the refitted values, the file they came
+    from in the parameter set's words, and the band the refit earned, in the band's method."""
+    values = hardware.load_parameters().to_json()
+    user, record = _features("C1")
+    fit = calibration.refit_measurements(
+        [calibration.Measurement(record["replicas"], record["published"])], [user], values
+    )
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps(calibration.refitted_file(fit, "mine/runs.jsonl")))
+    parameters = hardware.load_parameters(path)
+    assert parameters.compute_efficiency == pytest.approx(fit.values["compute_efficiency"])
+    assert "refitted to the measured runs of runs.jsonl" in parameters.parameter_set
+    band = hardware.load_calibration(path)
+    assert band.cv_kind == "family_seen" and band.method.endswith("(--calibrate-from refit)")
+    assert "refitted to runs.jsonl" in band.parameter_set
+    shipped = hardware.load_calibration()
+    assert shipped.cv_kind == "family_unseen" and "refit" not in shipped.method
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [
