@@ -24,7 +24,7 @@ from contract import (
     read_pid_file,
     stat_fields,
 )
-from launch._exits import InstanceExit
+from launch._exits import InstanceExit, read_exits
 from launch._host_watch import stale
 
 
@@ -113,10 +113,16 @@ def _environ(pid: int) -> bytes:
 
 def vanished(groups: Groups, exits: Mapping[int, InstanceExit]) -> Iterator[int]:
     """Instances whose bootstrap is gone without writing a status (it was killed); on another
-    host, that stopped renewing its pid file."""
-    for i, (pid, _) in groups().items():
-        if i not in exits and not pid_alive(pid):
-            yield i
+    host, that stopped renewing its pid file.
+
+    ``exits`` were read before this looks at the bootstraps, and a bootstrap writes its
+    status before it exits: one that did both in between (a loaded machine, or a peer the
+    MPI ended) is gone with a status. So the statuses of the gone are read again, after
+    their end was seen, and only those still without one have vanished.
+    """
+    gone = [i for i, (pid, _) in groups().items() if i not in exits and not pid_alive(pid)]
+    late = read_exits(groups.job_dir, gone) if gone else {}
+    yield from (i for i in gone if i not in late)
     now_ns = time.time_ns()
     for i in sorted(groups.remote):
         if i not in exits and stale(groups.job_dir, i, now_ns):

@@ -9,6 +9,8 @@ import time
 from deadlines import within
 
 from contract import ENV_JOB_DIR, pid_alive, pid_path
+from launch._exits import read_exits
+from launch._job import status_path
 from launch._job_processes import Groups, vanished
 
 # A group leader that starts a sleeping child and exits at once, leaving the child orphaned in
@@ -74,3 +76,21 @@ def test_a_group_whose_leader_died_before_the_first_look_is_known_by_its_job(tmp
     finally:
         for pid in (ours_child, other_child):
             os.kill(pid, signal.SIGKILL)
+
+
+def test_a_bootstrap_that_wrote_its_status_after_the_statuses_were_read_has_not_vanished(
+    tmp_path,
+):
+    """The watchdog reads the statuses, then looks at the bootstraps: one that wrote its
+    status and exited in between (seen under load, a 4-instance job whose instance 2 ended
+    normally) was named "killed before reporting its exit status"."""
+    bootstrap = subprocess.Popen(["true"], start_new_session=True)
+    bootstrap.wait()  # reaped: gone, as after a normal exit
+    _record(tmp_path, 2, bootstrap.pid)
+    groups = Groups(str(tmp_path), [2], os.getpid())
+    groups.known[2] = (bootstrap.pid, bootstrap.pid)  # seen alive earlier, as the watchdog does
+    exits_read_before = read_exits(str(tmp_path), [2])
+    assert exits_read_before == {} and list(vanished(groups, exits_read_before)) == [2]
+    with open(status_path(str(tmp_path), 2), "w") as f:  # written, then the bootstrap exited
+        f.write("0\n")
+    assert list(vanished(groups, exits_read_before)) == []
