@@ -17,7 +17,7 @@ import threading
 import time
 from typing import BinaryIO
 
-from launch._mpi_banner import BannerFilter
+from launch._mpi_banner import BannerFilter, first_ended
 
 GRACE_SECONDS = 3.0  # how long the output may still come once the job's processes ended
 _RECENT_CHUNKS = 16  # of at most 64 KiB each
@@ -58,6 +58,20 @@ class JobOutput:
     def recent_errors(self) -> str:
         """The last of mpiexec's stderr (its own messages and its ssh's among them)."""
         return b"".join(self._recent).decode(errors="replace")
+
+    def first_ended(self) -> tuple[str, int] | None:
+        """What the MPI's held-back notice says ended first (``launch._mpi_banner.
+        first_ended``); None before one came, or when the output is not piped."""
+        for banner in self._filters:
+            named = first_ended(list(banner.hidden))
+            if named is not None:
+                return named
+        return None
+
+    @property
+    def notices_seen(self) -> bool:
+        """Whether the MPI's notices pass through here (piped), so one may still come."""
+        return bool(self._filters)
 
     def show_hidden(self) -> None:
         """Prints the MPI's termination notices that were held back: the launcher could not

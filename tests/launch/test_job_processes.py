@@ -11,7 +11,7 @@ from deadlines import within
 from contract import ENV_JOB_DIR, pid_alive, pid_path
 from launch._exits import read_exits
 from launch._job import status_path
-from launch._job_processes import Groups, vanished
+from launch._job_processes import Groups, killed_first, vanished
 
 # A group leader that starts a sleeping child and exits at once, leaving the child orphaned in
 # its group; it prints the child's pid.
@@ -94,3 +94,25 @@ def test_a_bootstrap_that_wrote_its_status_after_the_statuses_were_read_has_not_
     with open(status_path(str(tmp_path), 2), "w") as f:  # written, then the bootstrap exited
         f.write("0\n")
     assert list(vanished(groups, exits_read_before)) == []
+
+
+def test_the_mpis_notice_names_the_killed_bootstrap_before_any_other_evidence(tmp_path):
+    """Two instances lost, no program's record of its bootstrap's death (the MPI killed the
+    orphaned program before it could write one, under load): tied, instance 0 was named. The
+    MPI's notice, which may come a moment later, names the one whose end it saw first."""
+    dead = []
+    for i in (0, 1):
+        bootstrap = subprocess.Popen(["true"], start_new_session=True)
+        bootstrap.wait()
+        _record(tmp_path, i, bootstrap.pid)
+        dead.append(bootstrap.pid)
+    groups = Groups(str(tmp_path), [0, 1], os.getpid())
+    groups.known.update({i: (pid, pid) for i, pid in enumerate(dead)})
+    assert killed_first(groups, [0, 1]) == [0, 1]  # no evidence: the tie
+    assert killed_first(groups, [0, 1], lambda: ("pid", dead[1]), 0.0) == [1, 0]
+    assert killed_first(groups, [0, 1], lambda: ("rank", 1), 0.0) == [1, 0]
+    notices = iter([None, None, ("pid", dead[1])])  # the notice comes on the third look
+    assert killed_first(groups, [0, 1], lambda: next(notices), within(10)) == [1, 0]
+    started = time.monotonic()
+    assert killed_first(groups, [0, 1], lambda: ("pid", 1), 0.2) == [0, 1]  # not one of ours
+    assert time.monotonic() - started >= 0.2  # waited its bound, then the other evidence

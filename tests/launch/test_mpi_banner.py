@@ -11,7 +11,7 @@ from deadlines import within
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from launch._mpi_banner import BannerFilter
+from launch._mpi_banner import BannerFilter, first_ended
 
 TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
 # What Hydra printed here when an instance of a 4-instance job exited with code 2.
@@ -84,6 +84,17 @@ def test_what_was_hidden_is_kept_for_when_the_launcher_cannot_explain():
     f = BannerFilter()
     assert f.feed(b"ok\n" + BANNER + OPENMPI_NOTICE) == b"ok\n"
     assert b"".join(f.hidden) == BANNER + OPENMPI_NOTICE
+
+
+def test_the_notice_names_the_process_that_ended_first():
+    """MPICH's banner by the pid Hydra started (the bootstrap), Open MPI's by the rank; the
+    watchdog uses it to name a killed bootstrap when the MPI ended the others before it
+    looked (under load the killed one's program may not record its bootstrap's death)."""
+    assert first_ended(BANNER.splitlines(keepends=True)) == ("pid", 13497)
+    assert first_ended(OPENMPI_NOTICE.splitlines(keepends=True)) == ("rank", 1)
+    killed = b"prterun noticed that process rank 1 with PID 24739 on node vm exited on signal 9"
+    assert first_ended([b"\n", killed + b" (Killed).\n"]) == ("rank", 1)
+    assert first_ended([b"[1,0]<stdout>:=   PID 5 RUNNING AT vm\n", b"rank 1\n"]) is None
 
 
 def test_a_partial_line_passes_at_once():
