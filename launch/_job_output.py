@@ -59,8 +59,8 @@ class JobOutput:
         """The last of mpiexec's stderr (its own messages and its ssh's among them)."""
         return b"".join(self._recent).decode(errors="replace")
 
-    def first_ended(self) -> tuple[str, int] | None:
-        """What the MPI's held-back notice says ended first (``launch._mpi_banner.
+    def first_ended(self) -> int | None:
+        """The instance the MPI's held-back notice says ended first (``launch._mpi_banner.
         first_ended``); None before one came, or when the output is not piped."""
         for banner in self._filters:
             named = first_ended(list(banner.hidden))

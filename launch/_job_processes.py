@@ -159,7 +159,7 @@ def stopped_bootstraps(groups: Groups, exits: Mapping[int, InstanceExit]) -> set
 def killed_first(
     groups: Groups,
     lost: Sequence[int],
-    mpi_named: Callable[[], tuple[str, int] | None] | None = None,
+    mpi_named: Callable[[], int | None] | None = None,
     wait_s: float = 0.0,
 ) -> list[int]:
     """``lost`` (instances whose bootstrap is gone without a status) with the one that was
@@ -168,21 +168,21 @@ def killed_first(
     A bootstrap killed from outside (``kill -9`` of its pid) leaves its program running,
     orphaned; the MPI's process manager then ends the job's other processes by their groups,
     bootstrap and program together, often before the watchdog's next look. So both are lost
-    by then. Where more than one is lost, the MPI's termination notice decides
-    (``mpi_named``: ``JobOutput.first_ended``): it names the process whose end the MPI saw
-    before it ended the others, and comes a moment after, so it is waited for up to
-    ``wait_s``. Without it, the program of the killed one records the moment its bootstrap
-    died (``launch._orphan_watch``): the earliest record names the cause, though under load
-    a program's record may wait for the CPU, or never come when the MPI kills it first;
-    without one, the instance whose group still has a live (not zombie) process is.
+    by then. The program of the killed one records the moment its bootstrap died
+    (``launch._orphan_watch``): the earliest record names the cause. Under load that record
+    may come after the watchdog looks, so with more than one lost and no record yet the
+    watchdog waits for one, up to ``wait_s``; an MPI notice that names the first to end
+    (``mpi_named``: Open MPI's, by rank) decides at once. Without either, the instance whose
+    group still has a live (not zombie) process is named.
     """
-    if len(lost) > 1 and mpi_named is not None:
+    if len(lost) > 1:
         deadline = time.monotonic() + wait_s
         while True:
-            first = _instance_named(mpi_named(), groups, lost)
-            if first is not None:
+            first = None if mpi_named is None else mpi_named()
+            if first is not None and first in lost:
                 return [first, *(i for i in lost if i != first)]
-            if time.monotonic() >= deadline:
+            recorded = any(_orphaned_at(groups.job_dir, i) is not None for i in lost)
+            if recorded or time.monotonic() >= deadline:
                 break
             time.sleep(0.05)
     live = {int(fields[2]) for _, fields in _every_process() if not has_ended(fields)}
@@ -193,20 +193,6 @@ def killed_first(
         return orphaned[i] is None, orphaned[i] or 0, not (i in known and known[i][1] in live)
 
     return sorted(lost, key=evidence)
-
-
-def _instance_named(
-    named: tuple[str, int] | None, groups: Groups, lost: Sequence[int]
-) -> int | None:
-    """The lost instance an MPI notice names: by rank (Open MPI), or by its bootstrap's pid,
-    the process MPICH's Hydra started."""
-    if named is None:
-        return None
-    kind, number = named
-    if kind == "rank":
-        return number if number in lost else None
-    known = groups()
-    return next((i for i in lost if i in known and known[i][0] == number), None)
 
 
 def _orphaned_at(job_dir: str, instance: int) -> int | None:

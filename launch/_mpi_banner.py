@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Literal
 
 _EQUALS = re.compile(rb"=+\s*")  # a line of "=", its end of line included
 _DASHES = re.compile(rb"-{10,}\s*")  # Open MPI's help-text rule
@@ -36,23 +35,21 @@ OPENMPI_STARTS = (
 )
 
 
-# What a notice says of the process that ended first: MPICH's banner names its pid (the
-# process Hydra started: the instance's bootstrap), Open MPI's its rank (the instance).
-_MPICH_PID = re.compile(rb"=\s+PID (\d+) RUNNING AT ")
+# Open MPI's notice names the first process that failed by its rank (the instance).
+# MPICH's banner names no rank, and the pid it gives is not the failed process's (seen
+# here: the first local rank's bootstrap, whichever rank was killed).
 _OPENMPI_RANK = re.compile(
     rb"(?:noticed that process rank (\d+) with PID|Process name: \[[^\]]*,(\d+)\])"
 )
 
 
-def first_ended(hidden: Iterable[bytes]) -> tuple[Literal["pid", "rank"], int] | None:
-    """The process the MPI's notice says ended first: ``("pid", N)`` from MPICH's banner,
-    ``("rank", N)`` from Open MPI's; None when no notice names one. The MPI saw that end
-    before it ended the others, which no scheduling of theirs can reorder."""
+def first_ended(hidden: Iterable[bytes]) -> int | None:
+    """The rank Open MPI's notice says ended first (the instance); None when no notice
+    names one (MPICH's never does). The MPI saw that end before it ended the others, which
+    no scheduling of theirs can reorder."""
     for line in hidden:
-        if m := _MPICH_PID.match(line):
-            return "pid", int(m[1])
         if m := _OPENMPI_RANK.search(line):
-            return "rank", int(m[1] or m[2])
+            return int(m[1] or m[2])
     return None
 
 

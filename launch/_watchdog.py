@@ -233,7 +233,7 @@ def _run(
                 (e for e in (*exits.values(), *leaving.values()) if e.code != 0),
                 key=lambda e: (e.when_ns, e.instance),
             )
-            notice = output.first_ended if output.notices_seen else None
+            notice = output.first_ended if output.notices_seen else None  # Open MPI's
             lost = (
                 []
                 if failures
