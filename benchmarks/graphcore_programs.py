@@ -232,7 +232,7 @@ def run_program(
         "losses": losses,
         "command": " ".join(
             ["poprun-emu-scaling" if mode == "scaling" else "poprun-emu", *command[len(launcher) :]]
-        ),
+        ).replace(str(examples) + "/", ""),  # the program's path in graphcore/examples
         "exit_code": code,
         "seconds": round(seconds, 1),
         "result": "; ".join([*results[-1:], *(h.split(";")[0] for h in host)]),
@@ -273,6 +273,23 @@ def run_application(
     }
 
 
+# The options whose values are paths of the machine that ran the benchmark, and what the
+# results file shows instead (the usage line's words): the file is committed.
+MACHINE_PATHS = {"--examples": "PATH/TO/graphcore/examples", "--python": "VENV/bin/python"}
+
+
+def portable_command(argv: list[str]) -> list[str]:
+    """``argv`` with the values of ``MACHINE_PATHS``'s options replaced by their words."""
+    out = list(argv)
+    for i, word in enumerate(out):
+        flag = word.split("=", 1)[0]
+        if flag in MACHINE_PATHS and "=" in word:
+            out[i] = f"{flag}={MACHINE_PATHS[flag]}"
+        elif i > 0 and out[i - 1] in MACHINE_PATHS:
+            out[i] = MACHINE_PATHS[out[i - 1]]
+    return out
+
+
 def _write(runs: list[dict]) -> None:
     """The runs into the results file, beside the kept rows of programs not run now."""
     path = results_dir() / "graphcore_programs.json"
@@ -281,7 +298,7 @@ def _write(runs: list[dict]) -> None:
         ran = {run["program"] for run in runs}
         kept = [r for r in json.loads(path.read_text())["figures"] if r["program"] not in ran]
     rows = [{k: v for k, v in run.items() if k != "last_lines"} for run in runs]
-    write_results("graphcore_programs", kept + rows)
+    write_results("graphcore_programs", kept + rows, portable_command(sys.argv))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -50,3 +50,13 @@ def test_a_checkout_without_the_program_is_refused_in_one_line(tmp_path):
     )
     assert proc.returncode == 2
     assert "no vision/vit/pytorch/pretrain.py; give a graphcore/examples checkout" in proc.stderr
+
+
+def test_the_results_file_names_no_path_of_the_machine_that_ran_it():
+    """The committed file showed ``--examples /work/...`` and ``--python /work/venv/...``."""
+    argv = ["benchmarks/graphcore_programs.py", "--examples", "/work/gc", "--modes", "offline"]
+    argv += ["--python=/work/venv/bin/python"]
+    assert programs.portable_command(argv) == [
+        "benchmarks/graphcore_programs.py", "--examples", "PATH/TO/graphcore/examples",
+        "--modes", "offline", "--python=VENV/bin/python",
+    ]  # fmt: skip
