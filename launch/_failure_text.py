@@ -54,3 +54,14 @@ def ended_by_mpiexec(left: InstanceExit, killed: Sequence[InstanceExit]) -> str:
         f"instance {left.instance} exited with code 0 while instance(s) {names} still ran, "
         f"and mpiexec ended them (SIGTERM): {_EARLY_RETURN}"
     )
+
+
+def unordered_kills(lost: Sequence[int]) -> str:
+    """Several bootstraps gone without a status and nothing to tell which went first: the MPI
+    killed the others, and the killed one's program too, before any recorded its end. Named
+    all, not guessed (guessing named instance 0 for a killed instance 1 under load)."""
+    names = ", ".join(map(str, sorted(lost)))
+    return (
+        f"instances {names} were killed before reporting their exit status; one of them was "
+        "killed first and the MPI then ended the others, too fast to tell which"
+    )

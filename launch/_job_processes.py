@@ -161,9 +161,9 @@ def killed_first(
     lost: Sequence[int],
     mpi_named: Callable[[], int | None] | None = None,
     wait_s: float = 0.0,
-) -> list[int]:
+) -> tuple[list[int], bool]:
     """``lost`` (instances whose bootstrap is gone without a status) with the one that was
-    killed on its own first.
+    killed on its own first, and whether any evidence told it from the others.
 
     A bootstrap killed from outside (``kill -9`` of its pid) leaves its program running,
     orphaned; the MPI's process manager then ends the job's other processes by their groups,
@@ -173,14 +173,16 @@ def killed_first(
     may come after the watchdog looks, so with more than one lost and no record yet the
     watchdog waits for one, up to ``wait_s``; an MPI notice that names the first to end
     (``mpi_named``: Open MPI's, by rank) decides at once. Without either, the instance whose
-    group still has a live (not zombie) process is named.
+    group alone still has a live (not zombie) process is named; when nothing tells them
+    apart (MPICH killed the orphaned program too before it recorded), the second value is
+    False and the caller names them all rather than guess.
     """
     if len(lost) > 1:
         deadline = time.monotonic() + wait_s
         while True:
             first = None if mpi_named is None else mpi_named()
             if first is not None and first in lost:
-                return [first, *(i for i in lost if i != first)]
+                return [first, *(i for i in lost if i != first)], True
             recorded = any(_orphaned_at(groups.job_dir, i) is not None for i in lost)
             if recorded or time.monotonic() >= deadline:
                 break
@@ -192,7 +194,9 @@ def killed_first(
     def evidence(i: int) -> tuple[bool, int, bool]:
         return orphaned[i] is None, orphaned[i] or 0, not (i in known and known[i][1] in live)
 
-    return sorted(lost, key=evidence)
+    order = sorted(lost, key=evidence)
+    told = len(order) < 2 or evidence(order[0]) != evidence(order[1])
+    return order, told
 
 
 def _orphaned_at(job_dir: str, instance: int) -> int | None:

@@ -37,7 +37,12 @@ from launch._exits import (
     read_exits,
     shell_code,
 )
-from launch._failure_text import ended_by_mpiexec, left_early, returned_while_waited
+from launch._failure_text import (
+    ended_by_mpiexec,
+    left_early,
+    returned_while_waited,
+    unordered_kills,
+)
 from launch._host_watch import explain
 from launch._job import (
     leaving_path,
@@ -234,8 +239,8 @@ def _run(
                 key=lambda e: (e.when_ns, e.instance),
             )
             notice = output.first_ended if output.notices_seen else None  # Open MPI's
-            lost = (
-                []
+            lost, told = (
+                ([], True)
                 if failures
                 else killed_first(groups, list(vanished(groups, exits)), notice, GRACE_SECONDS)
             )
@@ -283,7 +288,10 @@ def _run(
                     if first.instance not in shown_alone:
                         _report_tail(job_dir, first.instance)
                     return first.launcher_code
-                _report(f"instance {lost[0]} was killed before reporting its exit status{tail}")
+                if told:
+                    _report(f"instance {lost[0]} was killed before reporting its exit status{tail}")
+                else:
+                    _report(unordered_kills(lost) + tail)
                 return 1
             now = time.monotonic()
             if (

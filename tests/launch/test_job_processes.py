@@ -11,6 +11,7 @@ from deadlines import within
 
 from contract import ENV_JOB_DIR, orphaned_path, pid_alive, pid_path, write_atomically
 from launch._exits import read_exits
+from launch._failure_text import unordered_kills
 from launch._job import status_path
 from launch._job_processes import Groups, killed_first, vanished
 
@@ -100,7 +101,8 @@ def test_a_bootstrap_that_wrote_its_status_after_the_statuses_were_read_has_not_
 def test_a_late_orphan_record_or_an_mpi_notice_names_the_killed_bootstrap(tmp_path):
     """Two instances lost and no program's record of its bootstrap's death yet (under load
     the record waits for the CPU): tied, instance 0 was named. The watchdog waits (bounded)
-    for the record, and Open MPI's notice, naming the first rank to end, decides at once."""
+    for the record, and Open MPI's notice, naming the first rank to end, decides at once;
+    when nothing decides, it says so (``unordered_kills`` names them all) rather than guess."""
     dead = []
     for i in (0, 1):
         bootstrap = subprocess.Popen(["true"], start_new_session=True)
@@ -109,11 +111,12 @@ def test_a_late_orphan_record_or_an_mpi_notice_names_the_killed_bootstrap(tmp_pa
         dead.append(bootstrap.pid)
     groups = Groups(str(tmp_path), [0, 1], os.getpid())
     groups.known.update({i: (pid, pid) for i, pid in enumerate(dead)})
-    assert killed_first(groups, [0, 1]) == [0, 1]  # no evidence: the tie
-    assert killed_first(groups, [0, 1], lambda: 1, 0.0) == [1, 0]  # Open MPI's notice
+    assert killed_first(groups, [0, 1]) == ([0, 1], False)  # nothing tells them apart
+    assert killed_first(groups, [0, 1], lambda: 1, 0.0) == ([1, 0], True)  # Open MPI's notice
     started = time.monotonic()
-    assert killed_first(groups, [0, 1], lambda: 7, 0.2) == [0, 1]  # names none of the lost
+    assert killed_first(groups, [0, 1], lambda: 7, 0.2) == ([0, 1], False)  # none of ours
     assert time.monotonic() - started >= 0.2  # waited its bound for a record, then the tie
+    assert killed_first(groups, [1]) == ([1], True)  # one lost: nothing to tell apart
 
     def record_late() -> None:  # instance 1's program records its bootstrap's death late
         time.sleep(0.3)
@@ -122,6 +125,12 @@ def test_a_late_orphan_record_or_an_mpi_notice_names_the_killed_bootstrap(tmp_pa
     late = threading.Thread(target=record_late)
     late.start()
     try:
-        assert killed_first(groups, [0, 1], None, within(10)) == [1, 0]
+        assert killed_first(groups, [0, 1], None, within(10)) == ([1, 0], True)
     finally:
         late.join()
+
+
+def test_kills_nothing_tells_apart_are_named_together_not_guessed():
+    line = unordered_kills([1, 0])
+    assert line.startswith("instances 0, 1 were killed before reporting their exit status")
+    assert "\n" not in line
