@@ -68,11 +68,6 @@ class JobOutput:
                 return named
         return None
 
-    @property
-    def notices_seen(self) -> bool:
-        """Whether the MPI's notices pass through here (piped), so one may still come."""
-        return bool(self._filters)
-
     def show_hidden(self) -> None:
         """Prints the MPI's termination notices that were held back: the launcher could not
         explain the end itself, so they may be all there is."""

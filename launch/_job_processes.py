@@ -177,19 +177,19 @@ def killed_first(
     apart (MPICH killed the orphaned program too before it recorded), the second value is
     False and the caller names them all rather than guess.
     """
-    if len(lost) > 1:
-        deadline = time.monotonic() + wait_s
-        while True:
-            first = None if mpi_named is None else mpi_named()
-            if first is not None and first in lost:
-                return [first, *(i for i in lost if i != first)], True
-            recorded = any(_orphaned_at(groups.job_dir, i) is not None for i in lost)
-            if recorded or time.monotonic() >= deadline:
-                break
-            time.sleep(0.05)
+    deadline = time.monotonic() + wait_s
+    while True:
+        orphaned = {i: _orphaned_at(groups.job_dir, i) for i in lost}
+        if len(lost) < 2:
+            break
+        first = None if mpi_named is None else mpi_named()
+        if first is not None and first in lost:
+            return [first, *(i for i in lost if i != first)], True
+        if any(t is not None for t in orphaned.values()) or time.monotonic() >= deadline:
+            break
+        time.sleep(0.05)
     live = {int(fields[2]) for _, fields in _every_process() if not has_ended(fields)}
     known = groups()
-    orphaned = {i: _orphaned_at(groups.job_dir, i) for i in lost}
 
     def evidence(i: int) -> tuple[bool, int, bool]:
         return orphaned[i] is None, orphaned[i] or 0, not (i in known and known[i][1] in live)

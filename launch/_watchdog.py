@@ -238,11 +238,12 @@ def _run(
                 (e for e in (*exits.values(), *leaving.values()) if e.code != 0),
                 key=lambda e: (e.when_ns, e.instance),
             )
-            notice = output.first_ended if output.notices_seen else None  # Open MPI's
             lost, told = (
                 ([], True)
                 if failures
-                else killed_first(groups, list(vanished(groups, exits)), notice, GRACE_SECONDS)
+                else killed_first(
+                    groups, list(vanished(groups, exits)), output.first_ended, GRACE_SECONDS
+                )
             )
             if lost and proc.poll() is not None and (proc.returncode or 0) < 0:
                 # mpiexec killed by a signal (before this pass or during it) is the cause of

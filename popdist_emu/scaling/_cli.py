@@ -406,7 +406,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt as stop:
         signum = interrupt_signal(stop)
         print(f"{PROG}: interrupted; ended the running program", file=sys.stderr)
-        return 128 + int(signum)
+        return 128 + signum
     # The report's own time: the sweep plus writing the plots and pages.
     paths = write_outputs(doc, config.out)
     for s in doc["series"]:
