@@ -12,6 +12,7 @@ References:
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -24,6 +25,7 @@ from contract import (
     read_pid_file,
     stat_fields,
 )
+from launch._end_order import EndOrder
 from launch._exits import InstanceExit, read_exits
 from launch._host_watch import stale
 
@@ -61,12 +63,15 @@ def _ours(pid: int, pgid: int, root: int) -> bool:
 
 
 class Groups:
-    """The instances' process groups, each checked once, when first seen, and then kept."""
+    """The instances' process groups, each checked once, when first seen, and then kept; the
+    bootstraps checked here are watched for the order in which they end (:meth:`close` stops
+    that)."""
 
     def __init__(self, job_dir: str, instances: Sequence[int], root: int) -> None:
         self.job_dir, self.instances, self.root = job_dir, instances, root
         self.known: dict[int, tuple[int, int]] = {}
         self.remote: set[int] = set()  # started where /proc does not show them (another host)
+        self.end_order = EndOrder()
 
     def __call__(self) -> dict[int, tuple[int, int]]:
         for i in self.instances:
@@ -76,11 +81,18 @@ class Groups:
             if record is None:
                 continue
             pid, pgid = record
-            if _ours(pid, pgid, self.root) or _orphaned_here(pid, pgid, self.job_dir):
+            if _ours(pid, pgid, self.root):
+                self.known[i] = (pid, pgid)
+                self.end_order.watch(i, pid, functools.partial(_ours, pid, pgid, self.root))
+            elif _orphaned_here(pid, pgid, self.job_dir):
                 self.known[i] = (pid, pgid)
             else:
                 self.remote.add(i)
         return dict(self.known)
+
+    def close(self) -> None:
+        """Stops watching the bootstraps' ends."""
+        self.end_order.close()
 
 
 def _orphaned_here(pid: int, pgid: int, job_dir: str) -> bool:
@@ -168,14 +180,15 @@ def killed_first(
     A bootstrap killed from outside (``kill -9`` of its pid) leaves its program running,
     orphaned; the MPI's process manager then ends the job's other processes by their groups,
     bootstrap and program together, often before the watchdog's next look. So both are lost
-    by then. The program of the killed one records the moment its bootstrap died
-    (``launch._orphan_watch``): the earliest record names the cause. Under load that record
-    may come after the watchdog looks, so with more than one lost and no record yet the
-    watchdog waits for one, up to ``wait_s``; an MPI notice that names the first to end
-    (``mpi_named``: Open MPI's, by rank) decides at once. Without either, the instance whose
-    group alone still has a live (not zombie) process is named; when nothing tells them
-    apart (MPICH killed the orphaned program too before it recorded), the second value is
-    False and the caller names them all rather than guess.
+    by then. The evidence, strongest first: an MPI notice that names the first to end
+    (``mpi_named``: Open MPI's, by rank); the order in which this host's bootstraps were
+    seen ending (``launch._end_order``); the programs' records of their bootstrap's death
+    (``launch._orphan_watch``), the earliest naming the cause, which under load may come
+    after the watchdog looks, so with more than one lost and nothing else deciding the
+    watchdog waits for one, up to ``wait_s``; last, the instance whose group alone still has
+    a live (not zombie) process. When nothing tells them apart (MPICH killed the orphaned
+    program too before it recorded), the second value is False and the caller names them
+    all rather than guess.
     """
     deadline = time.monotonic() + wait_s
     while True:
@@ -183,6 +196,8 @@ def killed_first(
         if len(lost) < 2:
             break
         first = None if mpi_named is None else mpi_named()
+        if first is None or first not in lost:
+            first = groups.end_order.first(lost)
         if first is not None and first in lost:
             return [first, *(i for i in lost if i != first)], True
         if any(t is not None for t in orphaned.values()) or time.monotonic() >= deadline:

@@ -357,5 +357,6 @@ def _run(
     finally:
         if proc.poll() is None:
             end_job(proc, groups)
+        groups.close()
         output.drain()
         remove_leftover_segments(started_ns)
