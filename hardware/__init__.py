@@ -12,6 +12,7 @@ from hardware._compute import compute_seconds as compute_seconds
 from hardware._compute import matmul_flops as matmul_flops
 from hardware._host_band import band_factors as band_factors
 from hardware._host_band import combined as combined_uncertainty
+from hardware._host_band import host_half_width as host_half_width
 from hardware._host_band import host_share as host_share
 from hardware._host_band import relative_spread as relative_spread
 from hardware._host_compute import host_compute_seconds as host_compute_seconds
@@ -161,6 +162,7 @@ __all__ = [
     "get_system",
     "group_span",
     "host_compute_seconds",
+    "host_half_width",
     "host_io_seconds",
     "host_servers",
     "host_share",

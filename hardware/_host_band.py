@@ -19,10 +19,15 @@ the model's ``sigma``.
 
 The model's error and the host's are independent (one is the fit's residual on published
 rows, the other this machine's noise), so a band that carries both adds their relative
-standard uncertainties in quadrature (root-sum-of-squares): JCGM 100:2008, "Evaluation of
+uncertainties in quadrature (root-sum-of-squares): JCGM 100:2008, "Evaluation of
 measurement data - Guide to the expression of uncertainty in measurement" (GUM), section
-5.1.2, https://www.bipm.org/en/doc/publications/guides/gum.html. A throughput inversely
-proportional to the host's time has, to first order, the same relative uncertainty.
+5.1.2, https://www.bipm.org/en/doc/publications/guides/gum.html. Both must be at the same
+coverage first: the cross-validated band is a central 80 % interval, and one standard
+deviation covers only 68 % of normal timings, so the host's spread joins it multiplied by
+the coverage factor of a central 80 % interval, the normal distribution's 90th percentile
+(GUM, section 6.2 and annex G, expanded uncertainty; :func:`host_half_width`). A throughput
+inversely proportional to the host's time has, to first order, the same relative
+uncertainty.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ MAD_TO_SIGMA = 1.4826
 # Timings below which a spread says nothing: three are the fewest with a median apart from
 # its extremes.
 MIN_TIMINGS = 3
+# The coverage factor of a central 80 % interval of a normal distribution: Phi^-1(0.9).
+BAND_COVERAGE_FACTOR = statistics.NormalDist().inv_cdf(0.9)
 
 
 def relative_spread(timings: Sequence[float]) -> float:
@@ -78,9 +85,18 @@ def combined(model: float, host: float) -> float:
     return math.hypot(model, host)
 
 
+def host_half_width(calibration: Calibration, host: float) -> float:
+    """The host's relative spread ``host`` (one standard deviation) at the coverage of the
+    calibration's band: times :data:`BAND_COVERAGE_FACTOR` for the 80 % cross-validated band,
+    unchanged for the ``1 -/+ sigma`` band of a calibration without one."""
+    return host * BAND_COVERAGE_FACTOR if calibration.cv_band else host
+
+
 def band_factors(calibration: Calibration, host: float) -> tuple[float, float]:
     """``(low, high)`` factors of a predicted throughput: the calibration's band
     (:meth:`Calibration.factors`), each side widened in quadrature by the host's relative
-    spread ``host`` (0: the calibration's band unchanged)."""
+    spread ``host`` at the band's coverage (:func:`host_half_width`; 0: the calibration's
+    band unchanged)."""
     low, high = calibration.factors()
-    return 1 - combined(1 - low, host), 1 + combined(high - 1, host)
+    width = host_half_width(calibration, host)
+    return 1 - combined(1 - low, width), 1 + combined(high - 1, width)

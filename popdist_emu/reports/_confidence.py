@@ -7,7 +7,8 @@ the step leans on (``hardware.calibration_for``: chosen by the program's structu
 extrapolates, and the parameter set and each phase's terms (``hardware.phase_terms``) are
 named, in ``summary.json``, the printed summary and the page alike. Where the host decides the
 throughput, or nearly does, the band also carries the measured spread of the host's CPU per
-sample, added in quadrature (``hardware.host_share``), and says the host's share.
+sample, at the band's coverage and added in quadrature (``hardware.host_share``,
+``hardware.host_half_width``), and says the host's share.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from hardware import (
     band_step_seconds,
     calibration_for,
     fixed_cost_share,
+    host_half_width,
     host_share,
     matmul_share,
     multi_ipu_sync_calls,
@@ -43,6 +45,7 @@ class UncertaintySummary(TypedDict):
     relative: float  # the band's half-width: the model's and the host's in quadrature
     model_relative: float  # the model's part alone (the calibration's band)
     host_relative: float  # the host's part: its measured spread, 0 when the host is far off
+    host_in_band: float  # host_relative at the band's coverage, as it joins the band
     host_spread_measured: float  # the measured spread of the host's CPU per sample
     samples_per_second: list[float]  # [low, high]
     simulated_step_seconds: list[float]  # [fast, slow]
@@ -70,6 +73,7 @@ def uncertainty_summary(sim: StepSimulation) -> UncertaintySummary:
         "relative": (factors[1] - factors[0]) / 2,
         "model_relative": model,
         "host_relative": host,
+        "host_in_band": host_half_width(calibration, host),
         "host_spread_measured": sim.profile.host_cpu_relative_spread,
         "samples_per_second": [low, high],
         "simulated_step_seconds": [fast, slow],
@@ -82,9 +86,15 @@ def _host_clause(u: UncertaintySummary, plus_minus: str) -> str:
     host's spread is not in it."""
     if u["host_relative"] <= 0:
         return ""
+    at_coverage = (
+        f" ({plus_minus}{100 * u['host_in_band']:.1f} % at the band's coverage)"
+        if u["host_in_band"] != u["host_relative"]
+        else ""
+    )
     return (
-        f"; with the host's measured spread {plus_minus}{100 * u['host_relative']:.1f} % in "
-        f"quadrature with the model's {plus_minus}{100 * u['model_relative']:.1f} %"
+        f"; with the host's measured spread {plus_minus}{100 * u['host_relative']:.1f} %"
+        f"{at_coverage} in quadrature with the model's {plus_minus}"
+        f"{100 * u['model_relative']:.1f} %"
     )
 
 

@@ -9,7 +9,7 @@ import pytest
 from host_profiles import POD16, SMALL
 
 import hardware
-from hardware._host_band import MAD_TO_SIGMA
+from hardware._host_band import BAND_COVERAGE_FACTOR, MAD_TO_SIGMA
 
 SAMPLES_PER_INSTANCE = 2 * 16 * 4  # local replicas x micro-batch x accumulation
 
@@ -53,9 +53,11 @@ def test_a_host_bound_band_widens_by_the_measured_spread():
     low, high = hardware.band_factors(calibration, 0.10)
     plain_low, plain_high = hardware.band_factors(calibration, 0.0)
     assert low < plain_low and high > plain_high
+    width = hardware.host_half_width(calibration, 0.10)
+    assert width == (0.10 * BAND_COVERAGE_FACTOR if calibration.cv_band else 0.10)
     assert (plain_high - 1, high - 1) == (
         pytest.approx(calibration.band(1.0)[1] - 1),
-        pytest.approx(math.hypot(plain_high - 1, 0.10)),
+        pytest.approx(math.hypot(plain_high - 1, width)),
     )
     fast, slow = hardware.band_step_seconds((low, high), 2.0)
     assert (fast, slow) == (pytest.approx(2.0 / high), pytest.approx(2.0 / low))
@@ -77,3 +79,18 @@ def test_an_unmeasured_spread_is_refused_when_negative_and_changes_nothing_when_
     with pytest.raises(ValueError, match="host_cpu_relative_spread"):
         dataclasses.replace(SMALL, host_cpu_relative_spread=-0.1)
     assert hardware.host_share(_with_host(4.0, 0.0), 0.05) == 0
+
+
+def test_the_host_spread_joins_an_80_percent_band_at_80_percent_coverage():
+    """The cross-validated band is a central 80 % interval; the spread is one standard
+    deviation (68 %). Scaled by the coverage factor, a host-only band holds 80 % of the
+    throughputs of repeated runs whose host time scatters normally by that spread (a repeated
+    host-bound run landed outside its peers' bands when the spread joined unscaled)."""
+    calibration = dataclasses.replace(hardware.load_calibration(), cv_band=(1.0, 1.0))
+    low, high = hardware.band_factors(calibration, 0.05)
+    rng = random.Random(41)
+    rates = [1 / rng.gauss(1.0, 0.05) for _ in range(20_000)]
+    inside = sum(low <= r <= high for r in rates) / len(rates)
+    assert inside == pytest.approx(0.80, abs=0.015)
+    plain = dataclasses.replace(calibration, cv_band=())  # a 1 -/+ sigma band: unscaled
+    assert hardware.host_half_width(plain, 0.05) == 0.05

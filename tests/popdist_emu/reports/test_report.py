@@ -85,7 +85,10 @@ def test_a_host_bound_band_says_the_hosts_share(simulation):
     low, high = u["samples_per_second"]
     model_low, model_high = calibration.band(bound.samples_per_second)
     assert low < model_low and high > model_high and u["relative"] > u["model_relative"]
-    assert "host's measured spread +/-20.0 % in quadrature" in format_summary(bound)
+    assert u["host_in_band"] == pytest.approx(hardware.host_half_width(calibration, 0.2))
+    at_coverage = f"+/-{100 * u['host_in_band']:.1f} % at the band's coverage"
+    said = f"host's measured spread +/-20.0 % ({at_coverage}) in quadrature"
+    assert calibration.cv_band and said in format_summary(bound)
     assert plain["host_relative"] == 0 and plain["relative"] == pytest.approx(
         calibration.relative_spread
     )
