@@ -24,6 +24,13 @@ def test_a_training_programs_figures_come_from_its_last_json_line(tmp_path):
     assert commands.program_line(commands.Outputs(train, "", tmp_path)) == {
         "steps": 100, "first_loss": 2.3, "last_loss": 0.04, "test_accuracy_percent": 97.8,
     }  # fmt: skip
+    # The image examples print no step count: none is shown.
+    image = '{"model": "tiny", "first_loss": 2.35, "final_loss": 0.71, "accuracy": 0.816}'
+    assert commands.program_line(commands.Outputs(image, "", tmp_path)) == {
+        "first_loss": 2.35,
+        "last_loss": 0.71,
+        "test_accuracy_percent": 81.6,
+    }
     assert commands.program_line(commands.Outputs("no JSON here\n", "", tmp_path)) == {}
 
 
@@ -67,3 +74,12 @@ def test_a_sweeps_analysis_is_the_sentences_it_printed_under_its_first_series():
         "From 16 to 256 replicas the simulated throughput grows.",
         "Parallel efficiency falls below 80 % at 128 replicas.",
     ]
+
+
+def test_the_vision_rows_run_their_validation_rows_configurations():
+    rows = load_benchmark("calibration_set").all_rows()
+    for run, key in (("vit-base-pod64", "C8"), ("resnext-101-pod16", "C7"),
+                     ("efficientnet-b4-pod16", "C4")):  # fmt: skip
+        words = " ".join(commands.RUNS[run].words)
+        assert words.endswith(rows[key].words) and rows[key].launch in words, run
+        assert "published img/s" in commands.RUNS[run].labels
