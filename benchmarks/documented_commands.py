@@ -215,7 +215,6 @@ RUNS: dict[str, DocumentedRun] = {
     "bert-large-v1.1-pod16": _row_run("v1.1 POD16", "POD16 (fitted)"),
     "bert-large-v1.1-pod64": _row_run("v1.1 POD64", "POD64 (fitted)"),
     "bert-large-v1.1-pod128": _row_run("v1.1 POD128", "POD128"),
-    # docs/model-parallelism.md: BERT-Base over four IPUs, each with its memory proportion.
     # docs/model-parallelism.md: ViT-B/16, ResNeXt-101 and EfficientNet-B4; each tiny model
     # learns the digits for real, and Graphcore's configuration runs offline as its
     # validation row does.
@@ -235,6 +234,7 @@ RUNS: dict[str, DocumentedRun] = {
     "vit-base-pod64": _row_run("C8", "Bow Pod64", "img/s"),
     "resnext-101-pod16": _row_run("C7", "Bow-POD16", "img/s"),
     "efficientnet-b4-pod16": _row_run("C4", "Bow-POD16", "img/s"),
+    # docs/model-parallelism.md: BERT-Base over four IPUs, each with its memory proportion.
     "bert-base-planner": DocumentedRun(
         "poprun-emu",
         _words(

@@ -14,8 +14,9 @@ run, which is what differs between runs; the median and MAD ignore a batch or tw
 a first call or lost its core for a while (Rousseeuw and Croux 1993; NIST/SEMATECH
 e-Handbook of Statistical Methods, section 1.3.5.6, "Measures of Scale",
 https://www.itl.nist.gov/div898/handbook/eda/section3/eda356.htm). The factor 1.4826 makes
-the MAD estimate one standard deviation of normally distributed timings, the same scale as
-the model's ``sigma``.
+the MAD estimate one standard deviation of normally distributed timings, the scale of a
+calibration's ``1 -/+ sigma`` band; a cross-validated band is wider (80 %), and the spread
+is scaled to it where the two meet (below).
 
 The model's error and the host's are independent (one is the fit's residual on published
 rows, the other this machine's noise), so a band that carries both adds their relative
@@ -62,18 +63,21 @@ def relative_spread(timings: Sequence[float]) -> float:
     return MAD_TO_SIGMA * mad / median
 
 
-def host_share(sim: StepSimulation, model_sigma: float) -> float:
+def host_share(sim: StepSimulation, model_sigma: float, coverage: float = 1.0) -> float:
     """The host's relative spread where it moves the throughput, else 0.
 
     A host-bound step's throughput is the host-bound rate, so its measured spread applies; an
-    IPU-bound step whose host-bound rate, slowed by its spread, comes within the model's band
-    of the IPU-bound rate may turn host-bound on another run, so it applies too; a step far
-    from host-bound (or whose host was not measured) keeps the model's band alone."""
+    IPU-bound step whose host-bound rate, slowed by its spread at the band's coverage, comes
+    within the model's band (half-width ``model_sigma``) of the IPU-bound rate may turn
+    host-bound on another run, so it applies too; a step far from host-bound (or whose host
+    was not measured) keeps the model's band alone. ``coverage`` puts the spread (one
+    standard deviation) at the coverage of ``model_sigma``: ``host_half_width(calibration,
+    1.0)``, 1 for a ``1 -/+ sigma`` band."""
     spread = sim.profile.host_cpu_relative_spread
     host = sim.host_bound_samples_per_second
     if spread <= 0 or not math.isfinite(host):
         return 0.0
-    if sim.host_bound or host * (1 - spread) <= sim.ipu_bound_samples_per_second * (
+    if sim.host_bound or host * (1 - coverage * spread) <= sim.ipu_bound_samples_per_second * (
         1 + model_sigma
     ):
         return spread

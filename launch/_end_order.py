@@ -6,9 +6,12 @@ instance is then gone without a status. The program of the killed one records it
 death (``launch._orphan_watch``), but under load MPICH can kill that program too before it
 runs. The launcher holds a pid file descriptor (``pidfd_open``) for each bootstrap of this
 host it has checked, and a thread of its own waits on them all (``poll``): a descriptor
-becomes readable when its process ends, so each wake-up sees who has ended by then. A
-bootstrap seen ending alone, before any other, was the first; two seen in the same wake-up
-are not told apart (the thread woke too late), and the caller looks for other evidence.
+becomes readable when its process ends, so each wake-up sees who has ended by then among
+those it waited on. A bootstrap is named first only when the wake-up that saw it end was
+also waiting on every other candidate and saw none of them end: two seen in one wake-up
+(the thread woke too late), or a candidate not waited on then (never watched: gone before
+the watchdog's first look, on another host, or added after the thread's last look), leave
+the order unknown, and the caller looks for other evidence.
 
 References:
     Linux ``pidfd_open(2)`` ("the file descriptor ... becomes readable when the process
@@ -22,22 +25,29 @@ import os
 import select
 import threading
 from collections.abc import Callable, Collection
+from typing import NamedTuple
 
 _WAKE_SECONDS = 0.05  # how soon a descriptor added while the thread waits is watched too
+
+
+class _Batch(NamedTuple):
+    """One wake-up: the instances seen ended, among those it waited on."""
+
+    ended: frozenset[int]
+    waited_on: frozenset[int]
 
 
 class EndOrder:
     """Watches bootstraps' pid file descriptors and keeps the order in which they ended.
 
-    Each ``poll`` that returns adds one batch: the instances whose bootstrap had ended by
-    then and not before. Nothing is watched where ``os.pidfd_open`` does not exist (not
-    Linux, or a kernel before 5.3): :meth:`first` then knows nothing.
+    Nothing is watched where pid file descriptors are not to be had (``os.pidfd_open``
+    missing, or failing on a kernel before Linux 5.3): :meth:`first` then knows nothing.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._watched: dict[int, int] = {}  # pid file descriptor -> instance
-        self._batches: list[frozenset[int]] = []
+        self._batches: list[_Batch] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -46,40 +56,55 @@ class EndOrder:
 
         ``still_ours`` is asked again once the descriptor is open: a pid that ended and was
         reused between the caller's check and the open would otherwise be watched in its
-        place.
+        place. Nothing here raises: what cannot be watched is left unwatched.
         """
-        if not hasattr(os, "pidfd_open") or self._stop.is_set():
+        if not hasattr(os, "pidfd_open"):
             return
         try:
             fd = os.pidfd_open(pid)
-        except OSError:  # gone already (or no permission): no evidence from here
+        except OSError:  # gone already, no permission, or no pidfd: no evidence from here
             return
-        if not still_ours():
+        try:
+            watched = still_ours() and self._add(instance, fd)
+        except (OSError, RuntimeError):  # /proc unreadable, or no thread could start
+            watched = False
+        if not watched:
             os.close(fd)
-            return
+
+    def _add(self, instance: int, fd: int) -> bool:
+        """Adds ``fd`` to what the thread waits on (starting it); False once closed."""
         with self._lock:
-            self._watched[fd] = instance
+            if self._stop.is_set():
+                return False
             if self._thread is None:
-                self._thread = threading.Thread(
+                thread = threading.Thread(
                     target=self._wait, name="poprun-emu end order", daemon=True
                 )
-                self._thread.start()
+                thread.start()
+                self._thread = thread
+            self._watched[fd] = instance
+            return True
 
     def first(self, among: Collection[int]) -> int | None:
-        """The instance of ``among`` seen ending alone before any other of them; None when
-        the earliest wake-up that saw one of them saw several, or none was seen."""
+        """The instance of ``among`` seen ending alone, by a wake-up that waited on every
+        one of ``among``; None when the earliest wake-up that saw one of them end saw
+        several, or did not wait on them all, or none was seen."""
+        wanted = frozenset(among)
         with self._lock:
             for batch in self._batches:
-                seen = batch.intersection(among)
+                seen = batch.ended & wanted
                 if seen:
-                    return next(iter(seen)) if len(seen) == 1 else None
+                    alone = len(seen) == 1 and wanted <= batch.waited_on
+                    return next(iter(seen)) if alone else None
         return None
 
     def close(self) -> None:
-        """Stops the thread and closes every descriptor still watched."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        """Stops the thread and closes every descriptor still watched (twice is harmless)."""
+        with self._lock:
+            self._stop.set()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
         with self._lock:
             for fd in self._watched:
                 os.close(fd)
@@ -89,6 +114,9 @@ class EndOrder:
         while not self._stop.is_set():
             with self._lock:
                 watched = dict(self._watched)
+            if not watched:
+                self._stop.wait(_WAKE_SECONDS)
+                continue
             poller = select.poll()
             for fd in watched:
                 poller.register(fd, select.POLLIN)
@@ -96,7 +124,9 @@ class EndOrder:
             if not ended:
                 continue
             with self._lock:
-                self._batches.append(frozenset(watched[fd] for fd in ended))
+                self._batches.append(
+                    _Batch(frozenset(watched[fd] for fd in ended), frozenset(watched.values()))
+                )
                 for fd in ended:
                     with contextlib.suppress(KeyError):
                         del self._watched[fd]

@@ -57,7 +57,7 @@ def uncertainty_summary(sim: StepSimulation) -> UncertaintySummary:
     extrapolations (empty when the configuration is inside the calibrated range)."""
     calibration = calibration_for(sim)
     model = calibration.relative_spread
-    host = host_share(sim, model)
+    host = host_share(sim, model, host_half_width(calibration, 1.0))
     factors = band_factors(calibration, host)
     low, high = (sim.samples_per_second * f for f in factors)
     fast, slow = band_step_seconds(factors, sim.simulated_step_seconds)

@@ -75,6 +75,15 @@ def test_an_ipu_bound_step_near_the_host_bound_carries_the_host_spread():
     assert hardware.host_share(sim, 0.0) == 0.10
 
 
+def test_nearness_to_the_host_bound_is_judged_at_the_bands_coverage():
+    # The host is 1/0.88 = 13.6 % faster than the IPUs: its spread of 10 % slows it within
+    # reach only at an 80 % band's coverage (12.8 %), not at one standard deviation.
+    sim = _with_host(0.88, 0.10)
+    assert not sim.host_bound
+    assert hardware.host_share(sim, 0.0) == 0
+    assert hardware.host_share(sim, 0.0, BAND_COVERAGE_FACTOR) == 0.10
+
+
 def test_an_unmeasured_spread_is_refused_when_negative_and_changes_nothing_when_zero():
     with pytest.raises(ValueError, match="host_cpu_relative_spread"):
         dataclasses.replace(SMALL, host_cpu_relative_spread=-0.1)

@@ -7,7 +7,7 @@ import time
 import pytest
 from deadlines import within
 
-from contract import pid_path
+from contract import orphaned_path, pid_path, write_atomically
 from launch._end_order import EndOrder
 from launch._job_processes import Groups, killed_first
 
@@ -37,8 +37,6 @@ def test_the_bootstrap_that_ended_first_is_named_whatever_ended_after_it():
         for proc in (procs[0], procs[2]):
             proc.kill()
             proc.wait()
-        time.sleep(0.2)  # seen by now, after instance 1
-        assert order.first([0, 1, 2]) == 1
     finally:
         order.close()
         for proc in procs:
@@ -46,8 +44,9 @@ def test_the_bootstrap_that_ended_first_is_named_whatever_ended_after_it():
             proc.wait()
 
 
-def test_ends_seen_in_one_wake_up_are_not_told_apart():
-    """Both had ended (zombies, not yet reaped) when they were first watched: no order."""
+def test_ends_seen_before_both_were_waited_on_are_not_told_apart():
+    """Both had ended (zombies, not yet reaped) when they were first watched: whether the
+    thread's first wake-up waited on one or both, it cannot order them."""
     procs = _sleepers(2)
     for proc in procs:
         proc.kill()
@@ -103,3 +102,43 @@ def test_killed_first_names_the_bootstrap_that_ended_first_without_any_record(tm
         for proc in procs:
             proc.kill()
             proc.wait()
+
+
+def test_a_candidate_never_watched_leaves_the_order_unknown():
+    """Instance 0's bootstrap was gone before it could be watched (killed before the
+    watchdog's first look); instance 1, watched, ended after it. Seeing 1 end alone says
+    nothing of 0."""
+    (proc,) = _sleepers(1)
+    order = EndOrder()
+    try:
+        order.watch(1, proc.pid, lambda: True)
+        proc.kill()
+        assert _until_seen(order, [1]) == 1
+        assert order.first([0, 1]) is None
+    finally:
+        order.close()
+        order.close()  # twice is harmless
+        proc.wait()
+
+
+def test_the_orphan_record_of_an_unwatched_bootstrap_is_not_overruled(tmp_path):
+    """Instance 0's bootstrap was killed and reaped before the watchdog's first look (its
+    orphaned program recorded the death); MPICH then killed instance 1's, which the end
+    order saw alone. The record names instance 0; the end order had named 1."""
+    dead = subprocess.Popen(["true"], start_new_session=True)
+    dead.wait()
+    (alive,) = _sleepers(1)
+    for i, pid in enumerate((dead.pid, alive.pid)):
+        with open(pid_path(str(tmp_path), i), "w") as f:
+            f.write(f"{pid} {pid}\n")
+    groups = Groups(str(tmp_path), [0, 1], os.getpid())
+    try:
+        assert groups() == {1: (alive.pid, alive.pid)}  # 0 is gone: not this job's any more
+        groups.known[0] = (dead.pid, dead.pid)  # as an orphaned group would make it known
+        write_atomically(orphaned_path(str(tmp_path), 0), f"{time.time_ns()}\n")
+        alive.kill()
+        alive.wait()
+        assert _until_seen(groups.end_order, [1]) == 1
+        assert killed_first(groups, [0, 1]) == ([0, 1], True)
+    finally:
+        groups.close()

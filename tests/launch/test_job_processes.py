@@ -58,6 +58,7 @@ def test_a_zombie_bootstrap_has_vanished(tmp_path):
             time.sleep(0.01)
         assert os.path.exists(f"/proc/{bootstrap.pid}")  # not reaped: a zombie
         assert list(vanished(groups, {})) == [0]
+        groups.close()
     finally:
         bootstrap.kill()
         bootstrap.wait()
@@ -75,6 +76,7 @@ def test_a_group_whose_leader_died_before_the_first_look_is_known_by_its_job(tmp
         assert groups() == {0: (ours, ours)}  # the other job's group is never signalled
         assert groups.remote == {1}
         assert list(vanished(groups, {})) == [0]
+        groups.close()
     finally:
         for pid in (ours_child, other_child):
             os.kill(pid, signal.SIGKILL)
@@ -96,6 +98,7 @@ def test_a_bootstrap_that_wrote_its_status_after_the_statuses_were_read_has_not_
     with open(status_path(str(tmp_path), 2), "w") as f:  # written, then the bootstrap exited
         f.write("0\n")
     assert list(vanished(groups, exits_read_before)) == []
+    groups.close()
 
 
 def test_a_late_orphan_record_or_an_mpi_notice_names_the_killed_bootstrap(tmp_path):
@@ -128,6 +131,7 @@ def test_a_late_orphan_record_or_an_mpi_notice_names_the_killed_bootstrap(tmp_pa
         assert killed_first(groups, [0, 1], None, within(10)) == ([1, 0], True)
     finally:
         late.join()
+        groups.close()
 
 
 def test_kills_nothing_tells_apart_are_named_together_not_guessed():
