@@ -18,22 +18,24 @@ watchdog, the sweep of stale job directories, a checkpoint directory's owner, th
 temporaries of killed writers) goes through it. JAX-free, so the launcher may use it.
 
 References:
-    Python documentation, ``signal.pthread_sigmask`` ("block and unblock signals") and
-    ``subprocess.Popen``'s ``preexec_fn`` and ``start_new_session``. Linux
-    ``sigprocmask(2)``: "A child created via fork(2) inherits a copy of its parent's signal
-    mask". Linux ``proc(5)``: ``/proc/<pid>/stat`` (state, ppid, pgrp, session after the command
-    name in parentheses); "Z  Zombie", "X  Dead". ``kill(2)``: "If sig is 0, then no signal
-    is sent, but existence and permission checks are still performed".
+    Python documentation, ``signal.signal`` (handlers run in the main thread, between
+    bytecodes), ``signal.raise_signal`` and ``subprocess.Popen``'s ``start_new_session`` and
+    ``preexec_fn`` ("not safe to use in the presence of threads": a child forked to run it
+    can deadlock, so it is not used). Linux ``execve(2)``: caught signals are reset to their
+    default in the new program, ignored ones stay ignored. Linux ``proc(5)``:
+    ``/proc/<pid>/stat`` (state, ppid, pgrp, session after the command name in parentheses);
+    "Z  Zombie", "X  Dead". ``kill(2)``: "If sig is 0, then no signal is sent, but existence
+    and permission checks are still performed".
 """
 
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import subprocess
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 ENDING_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -129,8 +131,36 @@ def interrupt_signal(stop: KeyboardInterrupt) -> int:
     return int(stop.args[0]) if stop.args and isinstance(stop.args[0], int) else signal.SIGINT
 
 
-def _set_mask(mask: Iterable[int]) -> None:
-    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+class _DeferredSignals:
+    """Ending signals recorded instead of acted on, until :meth:`release`.
+
+    Each ending signal with a handler or the default action gets a handler that only records
+    it (a handler runs in the main thread, between two bytecodes, so one that raised could do
+    it inside ``Popen``); an ignored one is left ignored, so a child inherits that. Nothing is
+    deferred outside the main thread, where no handler can be set (nor runs).
+    """
+
+    def __init__(self) -> None:
+        self.came: list[int] = []
+        self.previous: dict[int, Any] = {}
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for signum in ENDING_SIGNALS:
+            handler = signal.getsignal(signum)
+            if handler is not None and handler != signal.SIG_IGN:
+                self.previous[signum] = signal.signal(signum, self._record)
+
+    def _record(self, signum: int, _frame: object) -> None:
+        self.came.append(signum)
+
+    def release(self) -> None:
+        """Puts the handlers back, then delivers each signal that came (once each) to them."""
+        previous, self.previous = self.previous, {}
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        came, self.came = list(dict.fromkeys(self.came)), []
+        for signum in came:
+            signal.raise_signal(signum)
 
 
 def start_session(
@@ -141,27 +171,24 @@ def start_session(
 
     A signal whose handler raised inside ``Popen``, after the fork, would lose the handle of
     a child that runs on out of the caller's reach (its own session gets no Ctrl-C). So the
-    ending signals are blocked until the caller, holding the handle inside the ``try`` that
-    ends the child, calls ``release()``: a signal that came meanwhile acts then. The child
-    starts with the caller's mask, not the blocked one.
+    ending signals are deferred until the caller, holding the handle inside the ``try`` that
+    ends the child, calls ``release()``: a signal that came meanwhile acts then. They are
+    deferred by handlers, not by the signal mask, so the child starts with the caller's mask
+    and dispositions and ``Popen`` needs no ``preexec_fn`` (which would fork a threaded
+    process: JAX's, or the launcher's own readers).
 
     Args:
         command: the program and its arguments.
-        **popen_kwargs: further arguments of ``subprocess.Popen`` (not ``start_new_session``
-            or ``preexec_fn``).
+        **popen_kwargs: further arguments of ``subprocess.Popen`` (not
+            ``start_new_session``).
 
     Returns:
         The process and ``release``.
     """
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, ENDING_SIGNALS)
+    deferred = _DeferredSignals()
     try:
-        process = subprocess.Popen(
-            list(command),
-            start_new_session=True,
-            preexec_fn=functools.partial(_set_mask, mask),
-            **popen_kwargs,
-        )
+        process = subprocess.Popen(list(command), start_new_session=True, **popen_kwargs)
     except BaseException:
-        _set_mask(mask)
+        deferred.release()
         raise
-    return process, functools.partial(_set_mask, mask)
+    return process, deferred.release

@@ -114,3 +114,49 @@ def test_an_ending_signal_waits_until_the_started_session_is_held():
     blocked = int(lines[1], 16)
     assert not any(blocked & (1 << (s - 1)) for s in ENDING_SIGNALS), lines[1]
     assert lines[2:] == ["interrupted by 15", "handler back True"], lines
+
+
+def test_a_child_inherits_an_ignored_ending_signal_and_the_callers_mask():
+    """Deferring the ending signals changes nothing the child inherits: SIGHUP ignored by
+    the caller (as under ``nohup``) stays ignored in the child, and nothing is blocked."""
+    script = (
+        "import signal, subprocess\n"
+        "from contract import start_session\n"
+        "signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+        "child, release = start_session(['grep', '-E', '^Sig(Ign|Blk)', '/proc/self/status'],"
+        " stdout=subprocess.PIPE, text=True)\n"
+        "print(child.communicate(timeout=60)[0], end='')\n"
+        "release()\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=within(60),
+        preexec_fn=default_signals(*ENDING_SIGNALS),
+    )
+    assert result.returncode == 0, result.stderr
+    masks = {line.split(":")[0]: int(line.split()[1], 16) for line in result.stdout.splitlines()}
+    assert masks["SigIgn"] & (1 << (signal.SIGHUP - 1))
+    assert not masks["SigBlk"] & sum(1 << (s - 1) for s in ENDING_SIGNALS)
+
+
+def test_a_process_running_jax_starts_a_session_without_forking_itself():
+    """``preexec_fn`` made ``Popen`` fork the caller, which in a process with JAX's threads
+    drew JAX's 'os.fork() ... will likely lead to a deadlock' warning (and can deadlock)."""
+    script = (
+        "import jax.numpy as jnp\n"
+        "from contract import start_session\n"
+        "jnp.zeros(4).block_until_ready()  # JAX's threads run\n"
+        "child, release = start_session(['true'])\n"
+        "release()\n"
+        "print('exit', child.wait(timeout=60))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-W", "default", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=within(120),
+    )
+    assert result.returncode == 0 and result.stdout == "exit 0\n", result.stderr[-2000:]
+    assert "os.fork()" not in result.stderr, result.stderr[-2000:]
