@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from child_signals import default_signals
+from child_signals import with_default_signals
 from deadlines import within
 from zombies import zombie
 
@@ -102,11 +102,10 @@ def test_an_ending_signal_waits_until_the_started_session_is_held():
     itself starts with nothing blocked, and the default handler comes back after the block.
     Before, the handler could raise inside ``Popen`` after the fork and lose the child."""
     result = subprocess.run(
-        [sys.executable, "-c", DEFERRED],
+        with_default_signals([sys.executable, "-c", DEFERRED], *ENDING_SIGNALS),
         capture_output=True,
         text=True,
         timeout=within(60),
-        preexec_fn=default_signals(*ENDING_SIGNALS),
     )
     lines = result.stdout.splitlines()
     assert result.returncode == 0, result.stderr
@@ -129,11 +128,10 @@ def test_a_child_inherits_an_ignored_ending_signal_and_the_callers_mask():
         "release()\n"
     )
     result = subprocess.run(
-        [sys.executable, "-c", script],
+        with_default_signals([sys.executable, "-c", script], *ENDING_SIGNALS),
         capture_output=True,
         text=True,
         timeout=within(60),
-        preexec_fn=default_signals(*ENDING_SIGNALS),
     )
     assert result.returncode == 0, result.stderr
     masks = {line.split(":")[0]: int(line.split()[1], 16) for line in result.stdout.splitlines()}

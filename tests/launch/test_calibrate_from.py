@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from child_signals import default_signals
+from child_signals import with_default_signals
 from deadlines import within
 
 TRAIN = Path(__file__).parents[2] / "examples" / "train.py"
@@ -101,8 +101,8 @@ def test_a_signal_during_the_refit_ends_it_in_one_line_and_leaves_nothing(tmp_pa
     command = [script] if script else [sys.executable, "-m", "launch"]
     words = ("--calibrate-from", "runs.jsonl", "--num-replicas", "2", "sleep.py")
     launcher = subprocess.Popen(
-        [*command, *words], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True, preexec_fn=default_signals(signum),
+        with_default_signals([*command, *words], signum), cwd=tmp_path, env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
         deadline = time.monotonic() + within(60)

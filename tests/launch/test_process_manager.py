@@ -10,10 +10,10 @@ the launcher ends the instances as soon as mpiexec itself is gone.
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
+from child_signals import with_default_signals
 from deadlines import within
 
 LAYOUT = ("poprun-emu", "--num-replicas", "2", "--num-instances", "2")
@@ -210,14 +210,6 @@ def test_a_killed_bootstrap_is_named_every_time(tmp_path):
     assert len(named) == 20 and not wrong and not slow and not survivors, (wrong, slow, survivors)
 
 
-# Runs the launcher with SIGHUP's default disposition, whatever the test inherited (an exec
-# keeps it; a preexec_fn would fork this JAX process).
-DEFAULT_SIGHUP = (
-    "import os, signal, sys; signal.signal(signal.SIGHUP, signal.SIG_DFL); "
-    "os.execvp(sys.argv[1], sys.argv[1:])"
-)
-
-
 @pytest.mark.parametrize("ignored", [False, True])
 def test_sighup_to_a_bootstrap_is_passed_on_to_its_program(tmp_path, ignored):
     """SIGHUP to an instance's bootstrap reaches its program, as SIGTERM and SIGINT do (a red
@@ -228,7 +220,7 @@ def test_sighup_to_a_bootstrap_is_passed_on_to_its_program(tmp_path, ignored):
     ignore = "import signal; signal.signal(signal.SIGHUP, signal.SIG_IGN)\n" if ignored else ""
     (tmp_path / "hup.py").write_text(ignore + LONG + "time.sleep(3)\n")
     job = subprocess.Popen(
-        [sys.executable, "-c", DEFAULT_SIGHUP, *LAYOUT, "--collective-timeout", "30", "hup.py"],
+        with_default_signals([*LAYOUT, "--collective-timeout", "30", "hup.py"], signal.SIGHUP),
         cwd=tmp_path,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

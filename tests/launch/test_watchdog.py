@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from child_signals import default_signals
+from child_signals import with_default_signals
 from deadlines import within
 
 from contract import pid_alive
@@ -83,13 +83,16 @@ def _start_sleeping_job(failing, tmp_path):
     script = shutil.which("poprun-emu")
     command = [script] if script else [sys.executable, "-m", "launch"]
     launcher = subprocess.Popen(
-        [*command, "--num-replicas=2", "--num-instances=2", program, "sleep", str(pids)],
+        # SIGINT's default disposition, also when the suite runs in the background.
+        with_default_signals(
+            [*command, "--num-replicas=2", "--num-instances=2", program, "sleep", str(pids)],
+            signal.SIGINT,
+        ),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
         start_new_session=True,
-        preexec_fn=default_signals(signal.SIGINT),  # also when the suite runs in the background
     )
     deadline = time.monotonic() + 60
     while len(os.listdir(pids)) < 2 and time.monotonic() < deadline and launcher.poll() is None:

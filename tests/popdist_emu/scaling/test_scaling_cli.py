@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from child_signals import default_signals
+from child_signals import with_default_signals
 from deadlines import within
 
 import hardware
@@ -330,11 +330,11 @@ def test_an_interrupted_sweep_ends_its_running_program(tmp_path, signum):
     pid_file = tmp_path / "program.pid"
     words = ["--num-replicas", "2", "--out", "o", "sleeper.py", pid_file]
     sweep = subprocess.Popen(
-        [*command("poprun-emu-scaling"), *map(str, words)],
+        # The signal's default disposition, also when the suite runs as a background job.
+        with_default_signals([*command("poprun-emu-scaling"), *map(str, words)], signum),
         cwd=tmp_path,
         stderr=subprocess.PIPE,
         text=True,
-        preexec_fn=default_signals(signum),  # also when the suite runs as a background job
     )
     try:
         deadline = time.monotonic() + 120
