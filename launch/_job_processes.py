@@ -190,11 +190,11 @@ def killed_first(
     program too before it recorded), the second value is False and the caller names them
     all rather than guess.
     """
+    if len(lost) < 2:  # nothing to order (the watchdog asks on every pass): no /proc scan
+        return list(lost), True
     deadline = time.monotonic() + wait_s
     while True:
         orphaned = {i: _orphaned_at(groups.job_dir, i) for i in lost}
-        if len(lost) < 2:
-            break
         first = None if mpi_named is None else mpi_named()
         if first is None or first not in lost:
             first = groups.end_order.first(lost)
@@ -210,8 +210,7 @@ def killed_first(
         return orphaned[i] is None, orphaned[i] or 0, not (i in known and known[i][1] in live)
 
     order = sorted(lost, key=evidence)
-    told = len(order) < 2 or evidence(order[0]) != evidence(order[1])
-    return order, told
+    return order, evidence(order[0]) != evidence(order[1])
 
 
 def _orphaned_at(job_dir: str, instance: int) -> int | None:
