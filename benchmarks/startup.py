@@ -26,14 +26,13 @@ import argparse
 import json
 import os
 import resource
-import shutil
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
+from poprun_command import poprun_command
 from results_file import write_results
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,15 +42,10 @@ OFFLINE_JOB = ("--offline-mode", "--num-replicas", "65536", "--num-instances", "
 FIRST_STEP = "step 1/"
 
 
-def _poprun() -> list[str]:
-    script = shutil.which("poprun-emu", path=os.path.dirname(sys.executable))
-    return [script] if script else [sys.executable, "-m", "launch"]
-
-
 def time_to_first_step(cache: str, timeout: float = 300.0) -> tuple[float, dict]:
     """Seconds from starting the main job until instance 0 prints its first step, and the
     job's final JSON line; the job runs to its end (so the next run starts undisturbed)."""
-    command = [*_poprun(), "--executable-cache-path", cache, *MAIN_JOB]
+    command = [*poprun_command(), "--executable-cache-path", cache, *MAIN_JOB]
     start = time.perf_counter()
     proc = subprocess.Popen(
         command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT
@@ -80,7 +74,7 @@ def offline_seconds(cache: str, timeout: float = 300.0) -> tuple[float, float]:
     """Wall seconds of the offline 65,536-replica job, launch to exit, and the CPU seconds
     of all its processes (what the wall time approaches on an idle machine: the job is one
     single-threaded process at a time)."""
-    command = [*_poprun(), "--executable-cache-path", cache, *OFFLINE_JOB]
+    command = [*poprun_command(), "--executable-cache-path", cache, *OFFLINE_JOB]
     cpu = _children_cpu()
     start = time.perf_counter()
     subprocess.run(command, check=True, capture_output=True, timeout=timeout, cwd=ROOT)
