@@ -9,7 +9,9 @@ scikit-learn (1,797 8x8 images, scaled to 28x28, written in MNIST's IDX format: 
 test split 80/20); the size arguments fit a step to that smaller set. Each program runs in a
 directory of its own (they write checkpoints and plots to the working directory). Modes:
 ``functional`` trains and tests, ``offline`` compiles and simulates the step
-(``--offline-mode``), ``scaling`` sweeps the program's replicas 1, 2, 4 and 8 with
+(``--offline-mode``; with ``--offline-representative`` where the row has several instances:
+they are symmetric, so one compiles for all instead of each on this machine's cores),
+``scaling`` sweeps the program's replicas 1, 2, 4 and 8 with
 ``poprun-emu-scaling``.
 
 Graphcore's applications run from the same checkout: the vision ones (``resnet50``,
@@ -157,6 +159,8 @@ def _launch_options(program: GraphcoreProgram, mode: str, instances: int = 1) ->
         words += ["--num-instances", str(instances)]
     if mode == "offline":
         words = [*(program.offline_poprun or program.poprun), "--offline-mode"]
+        if "--num-instances" in words:  # symmetric instances: one compiles for all
+            words.append("--offline-representative")
     if mode == "scaling":
         words[words.index("--num-replicas") + 1] = SCALING_REPLICAS
         words += ["--out", "scaling"]
@@ -291,12 +295,17 @@ def portable_command(argv: list[str]) -> list[str]:
 
 
 def _write(runs: list[dict]) -> None:
-    """The runs into the results file, beside the kept rows of programs not run now."""
+    """The runs into the results file, beside the kept rows of the programs and modes not
+    run now (a run of one mode keeps a program's rows of the others)."""
     path = results_dir() / "graphcore_programs.json"
     kept: list[dict] = []
     if path.is_file():
-        ran = {run["program"] for run in runs}
-        kept = [r for r in json.loads(path.read_text())["figures"] if r["program"] not in ran]
+        ran = {(run["program"], run["mode"]) for run in runs}
+        kept = [
+            r
+            for r in json.loads(path.read_text())["figures"]
+            if (r["program"], r["mode"]) not in ran
+        ]
     rows = [{k: v for k, v in run.items() if k != "last_lines"} for run in runs]
     write_results("graphcore_programs", kept + rows, portable_command(sys.argv))
 
