@@ -25,6 +25,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+import calibration_set
+
 
 class Layout(NamedTuple):
     """One run of an application: its name, the launcher's options and the program's."""
@@ -34,20 +36,13 @@ class Layout(NamedTuple):
     args: tuple[str, ...]
 
 
-class Published(NamedTuple):
-    """The published figure an offline run is compared with."""
-
-    samples_per_second: float
-    source: str
-
-
 class Application(NamedTuple):
     """A Graphcore application: where it is and its runs in each mode."""
 
     path: str  # inside the checkout
     functional: tuple[Layout, ...]
     offline: Layout
-    published: Published | None
+    published: str | None  # the key of the published row its offline run is the configuration of
     loss: str  # a regular expression whose first group is the loss a step prints
 
 
@@ -104,7 +99,7 @@ APPLICATIONS = {
             ),
             ("--config", "pretrain_base_128", "--dataset", "generated", "--compile-only"),
         ),
-        Published(15_911, "B15: Bow Pod16, BERT-Base phase 1 SL128, PyTorch, SDK 3.3"),
+        "B15",  # Bow Pod16, BERT-Base phase 1 SL128, PyTorch, SDK 3.3
         r"total loss: *([0-9.]+)",
     ),
     "gpt2": Application(
@@ -139,6 +134,26 @@ def layouts(name: str, mode: str) -> tuple[Layout, ...]:
     return {"functional": app.functional, "offline": (app.offline,)}.get(mode, ())
 
 
+def published_figures(simulated: float, key: str | None) -> dict[str, object]:
+    """An offline run's simulated throughput beside published row ``key``'s figure (the one
+    table of published rows, ``calibration_set.all_rows``) and their difference; only the
+    simulated figure where the run is no published row's configuration."""
+    shown: dict[str, object] = {"simulated_samples_per_s": simulated}
+    if key is not None:
+        row = calibration_set.all_rows()[key]
+        shown["published_samples_per_s"] = row.published
+        shown["error_percent"] = round(100 * (simulated / row.published - 1), 1)
+        shown["row"] = key
+        shown["published_row"] = f"{key}: {row.source}"
+    return shown
+
+
+def simulated_throughput(stdout: str) -> float | None:
+    """The simulated samples per second an offline run printed first, if any."""
+    simulated = [float(v.replace(",", "")) for v in _SIMULATED.findall(stdout)]
+    return simulated[0] if simulated else None
+
+
 def figures(name: str, mode: str, stdout: str, stderr: str) -> dict[str, object]:
     """What a run shows: the losses it printed (first, last, count), and offline the
     simulated throughput beside the published figure and their difference."""
@@ -148,12 +163,7 @@ def figures(name: str, mode: str, stdout: str, stderr: str) -> dict[str, object]
     shown: dict[str, object] = {}
     if losses:
         shown.update(first_loss=losses[0], last_loss=losses[-1], losses=losses)
-    simulated = [float(v.replace(",", "")) for v in _SIMULATED.findall(stdout)]
-    if mode == "offline" and simulated:
-        shown["simulated_samples_per_s"] = simulated[0]
-        if app.published is not None:
-            published = app.published.samples_per_second
-            shown["published_samples_per_s"] = published
-            shown["error_percent"] = round(100 * (simulated[0] / published - 1), 1)
-            shown["published_row"] = app.published.source
+    simulated = simulated_throughput(stdout)
+    if mode == "offline" and simulated is not None:
+        shown.update(published_figures(simulated, app.published))
     return shown

@@ -57,7 +57,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-from graphcore_nlp import APPLICATIONS, Layout, figures, layouts
+from graphcore_nlp import (
+    APPLICATIONS,
+    Layout,
+    figures,
+    layouts,
+    published_figures,
+    simulated_throughput,
+)
 from graphcore_vision import VISION_PROGRAMS, same_losses
 from results_file import results_dir, write_results
 from sklearn.datasets import load_digits
@@ -78,6 +85,7 @@ class GraphcoreProgram(NamedTuple):
     # Flags whose value the program multiplies by its local replicas (its data set's size):
     # multiplied by the instances here, so every layout trains on the same samples.
     per_instance: tuple[str, ...] = ()
+    published: str | None = None  # the published row whose configuration the offline run is
 
 
 PROGRAMS = {
@@ -228,6 +236,8 @@ def run_program(
     # Offline, the host's part too: its time per step and whether it decides the throughput.
     host = [line for line in shown if line.startswith(("host:", "HOST-BOUND"))]
     losses = [float(v) for v in re.findall(program.loss, out)] if program.loss else []
+    simulated = simulated_throughput(out) if mode == "offline" else None
+    compared = published_figures(simulated, program.published) if simulated is not None else {}
     return {
         "program": name,
         "path": program.path,
@@ -240,6 +250,7 @@ def run_program(
         "exit_code": code,
         "seconds": round(seconds, 1),
         "result": "; ".join([*results[-1:], *(h.split(";")[0] for h in host)]),
+        **compared,
         "last_lines": lines[-6:],
     }
 

@@ -124,6 +124,7 @@ VISION_PROGRAMS: dict[str, dict[str, Any]] = {
         ),
         "loss": r"Step: \d+/\d+ Lr: \S+ loss: *(\d*\.\d*)",
         "per_instance": ("--iterations",),
+        "published": "C8",
     },
 }
 

@@ -19,7 +19,10 @@ Then the bands (``calibration.bands``: the central 80 % of the cross-validated l
 of rows like the run, family seen or not) and their coverage, the share of rows whose
 published figure lies inside the band made without that row; and, for each group of rows that
 differ only in system size, the predicted against the published speed-up from the smallest
-system to each larger one. Rows of an older software release (SDK 2.1: A1, A2, A3, A4) stay
+system to each larger one; and for each row an offline run of Graphcore's own program covers
+(``benchmarks/graphcore_programs.py``'s results: BERT-Base B15 by ``nlp/bert/pytorch``, ViT
+C8 by ``vision/vit/pytorch``), the figure predicted from that program beside the example's,
+both at the shipped parameters. Rows of an older software release (SDK 2.1: A1, A2, A3, A4) stay
 in every figure; their source names the release. All refits take seconds.
 
 Writes ``benchmarks/results/validate.json`` (``results_file.py``), which
@@ -154,6 +157,44 @@ def scale_out_rows(records: list[dict]) -> list[dict]:
     return calibration.scale_out({k: v for k, v in groups.items() if len(v) > 1})
 
 
+# The offline runs of Graphcore's own programs (benchmarks/graphcore_programs.py writes them).
+GRAPHCORE_RUNS = Path(__file__).with_name("results") / "graphcore_programs.json"
+
+
+def graphcore_program_rows(
+    records: list[dict], stored: dict, path: Path = GRAPHCORE_RUNS
+) -> list[dict]:
+    """Each row that an offline run of Graphcore's own program covers (its ``row``): the
+    figure predicted from that program beside the one from this project's example, both at
+    the shipped parameters (``hardware/calibration.json``, which the program's run read),
+    their errors and how far the program's is from the example's."""
+    if not path.is_file():
+        return []
+    shipped = hardware.load_parameters().to_json()
+    by_key = {r["row"]: r for r in records}
+    out = []
+    for run in json.loads(path.read_text())["figures"]:
+        key, program = run.get("row"), run.get("simulated_samples_per_s")
+        if run.get("mode") != "offline" or key not in by_key or not program:
+            continue
+        published = by_key[key]["published"]
+        example = calibration.RowFeatures.from_json(stored["rows"][key]).samples_per_second(shipped)
+        out.append(
+            {
+                "row": key,
+                "model": by_key[key]["model"],
+                "published": published,
+                "example": round(example, 1),
+                "example_error": round(example / published - 1, 4),
+                "graphcore_program": program,
+                "graphcore_program_error": round(program / published - 1, 4),
+                "program_over_example": round(program / example - 1, 4),
+                "program": run["path"],
+            }
+        )
+    return out
+
+
 def summarise(records: list[dict], covered: dict, scaled: list[dict], missing: list[str]) -> dict:
     """The figures the issue's targets are stated in."""
     loo = [abs(r["loo_row_error"]) for r in records]
@@ -203,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
     for record in records:
         record.update(covered["per_row"].get(record["row"], {}))
         print(json.dumps(record), flush=True)
-    for line in scaled:
+    programs = graphcore_program_rows(records, stored)
+    for line in [*scaled, *programs]:
         print(json.dumps(line), flush=True)
     summary = summarise(records, covered, scaled, missing)
     summary["seconds"] = round(time.perf_counter() - started, 2)
@@ -231,6 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             "coverage_by_class": covered["by_class"],
             "rows": records,
             "scale_out": scaled,
+            "graphcore_programs": programs,
         },
     )
     return 0

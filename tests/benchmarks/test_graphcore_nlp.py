@@ -27,3 +27,15 @@ def test_the_gpt2_offline_run_is_the_published_row_on_its_pod():
         args[args.index("--replication-factor") + 1] == poprun[poprun.index("--num-replicas") + 1]
     )
     assert poprun[poprun.index("--system") + 1] == "bow-pod16"
+
+
+def test_an_offline_run_is_compared_with_its_row_in_the_one_table_of_published_rows():
+    table = nlp.calibration_set.all_rows()
+    shown = nlp.figures("bert", "offline", "step 2.1 s -> 14,249.5 samples/s", "")
+    assert shown["row"] == nlp.APPLICATIONS["bert"].published == "B15"
+    assert shown["published_samples_per_s"] == table["B15"].published
+    assert shown["error_percent"] == round(100 * (14_249.5 / table["B15"].published - 1), 1)
+    # GPT-2's configuration is no published row's: its figure alone.
+    assert nlp.figures("gpt2", "offline", "-> 1,028 samples/s", "") == {
+        "simulated_samples_per_s": 1028.0
+    }

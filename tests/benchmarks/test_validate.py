@@ -98,3 +98,32 @@ def test_the_results_file_is_what_validate_gives_from_the_stored_features(tmp_pa
     assert summary["rows"] + len(summary["rows_without_features"]) == len(
         calibration_set.all_rows()
     )
+    assert fresh["graphcore_programs"] == shipped["figures"]["graphcore_programs"], (
+        "benchmarks/results/validate.json is stale: run python benchmarks/validate.py"
+    )
+
+
+def test_a_row_graphcore_s_program_covers_gets_its_figure_beside_the_example_s(tmp_path):
+    stored = json.loads(calibration_set.FEATURES_FILE.read_text())
+    key = "B15"
+    published = calibration_set.all_rows()[key].published
+    records = [{"row": key, "model": "BERT-Base", "published": published}]
+    runs = [
+        {"program": "bert", "path": "nlp/bert/pytorch/run_pretraining.py", "mode": "offline",
+         "row": key, "simulated_samples_per_s": published * 0.9},
+        # A functional run, a run of no row and a row without features show nothing.
+        {"program": "bert", "path": "p", "mode": "functional", "row": key},
+        {"program": "gpt2", "path": "p", "mode": "offline", "simulated_samples_per_s": 1e3},
+        {"program": "x", "path": "p", "mode": "offline", "row": "Z9",
+         "simulated_samples_per_s": 1e3},
+    ]  # fmt: skip
+    path = tmp_path / "graphcore_programs.json"
+    path.write_text(json.dumps({"figures": runs}))
+    (row,) = validate.graphcore_program_rows(records, stored, path)
+    example = calibration.RowFeatures.from_json(stored["rows"][key]).samples_per_second(
+        hardware.load_parameters().to_json()
+    )
+    assert row["example"] == pytest.approx(example, abs=0.05)
+    assert row["graphcore_program_error"] == pytest.approx(-0.1)
+    assert row["program_over_example"] == pytest.approx(published * 0.9 / example - 1, abs=1e-4)
+    assert validate.graphcore_program_rows(records, stored, tmp_path / "none.json") == []
