@@ -53,10 +53,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
+import calibration_set
 import numpy as np
+import row_features
 from graphcore_nlp import (
     APPLICATIONS,
     Layout,
@@ -68,6 +71,8 @@ from graphcore_nlp import (
 from graphcore_vision import VISION_PROGRAMS, same_losses
 from results_file import results_dir, write_results
 from sklearn.datasets import load_digits
+
+from contract import ENV_SCALING_REQUEST, write_request
 
 
 class GraphcoreProgram(NamedTuple):
@@ -184,6 +189,26 @@ def _scaled(words: tuple[str, ...], program: GraphcoreProgram, instances: int) -
     return out
 
 
+def _probing(mode: str, key: str | None, folder: Path) -> tuple[dict[str, str], Callable[[], dict]]:
+    """For an offline run of published row ``key``'s configuration: the environment that asks
+    the program's simulation for one probe of each fitted term at the row's layout
+    (``row_features.probe_sweep``, the request the validation's rows are answered by), and
+    what reads the step's features from the answer, for ``validate.py`` to set beside the
+    example's term by term (nothing for another run, or a run that did not answer)."""
+    if mode != "offline" or key is None:
+        return {}, dict
+    points, sweep = row_features.probe_sweep(calibration_set.all_rows()[key].launch)
+    request, answer = folder / "request.json", folder / "answer.json"
+    write_request(str(request), sweep, str(answer))
+
+    def read() -> dict:
+        if not answer.is_file():
+            return {}
+        return {"features": row_features.features_from_answer(points, answer).to_json()}
+
+    return {ENV_SCALING_REQUEST: str(request)}, read
+
+
 def run_program(
     examples: Path,
     name: str,
@@ -215,7 +240,8 @@ def run_program(
             str(source),
             *(words if words is not None else _scaled(program.args, program, instances)),
         ]
-        env = {**os.environ, "HOME": str(home)}
+        probes, probed = _probing(mode, program.published, Path(tmp))
+        env = {**os.environ, "HOME": str(home), **probes}
         start = time.perf_counter()
         try:
             proc = subprocess.run(
@@ -225,6 +251,7 @@ def run_program(
         except subprocess.TimeoutExpired as error:
             code, out, err = None, str(error.stdout or ""), f"timed out after {timeout:g} s"
         seconds = time.perf_counter() - start
+        features = probed()
     lines = [line for line in err.splitlines() if line.strip() and "\r" not in line]
     # What the run shows: the program's test accuracy, offline the simulated step, for a
     # sweep its throughput and parallel efficiency.
@@ -251,6 +278,7 @@ def run_program(
         "seconds": round(seconds, 1),
         "result": "; ".join([*results[-1:], *(h.split(";")[0] for h in host)]),
         **compared,
+        **features,
         "last_lines": lines[-6:],
     }
 
@@ -263,15 +291,22 @@ def run_application(
     source = examples / APPLICATIONS[name].path
     command = [python, "-m", "launch", *layout.poprun, str(source), *layout.args]
     with tempfile.TemporaryDirectory(prefix=f"graphcore-{name}-") as work:
+        probes, probed = _probing(mode, APPLICATIONS[name].published, Path(work))
         start = time.perf_counter()
         try:
             proc = subprocess.run(
-                command, cwd=work, capture_output=True, text=True, timeout=timeout
+                command,
+                cwd=work,
+                env={**os.environ, **probes},
+                capture_output=True,
+                text=True,
+                timeout=timeout,
             )
             code, out, err = proc.returncode, proc.stdout, proc.stderr
         except subprocess.TimeoutExpired as error:
             code, out, err = None, str(error.stdout or ""), f"timed out after {timeout:g} s"
         seconds = time.perf_counter() - start
+        features = probed()
     lines = [line for line in err.splitlines() if line.strip() and "\r" not in line]
     shown = figures(name, mode, out, err)
     return {
@@ -284,6 +319,7 @@ def run_application(
         "seconds": round(seconds, 1),
         **shown,
         "result": ", ".join(f"{k} {v}" for k, v in shown.items() if k != "losses"),
+        **features,
         "last_lines": lines[-6:],
     }
 

@@ -71,10 +71,11 @@ def resnet_features(row: Row, profiles: dict) -> tuple[calibration.RowFeatures, 
     return calibration.features_from_probes(points, steps, samples), steps[0]
 
 
-def example_features(row: ExampleRow) -> tuple[calibration.RowFeatures, float]:
-    """An example row's features from one offline run that answers the probes."""
-    launch = row.launch.split()
-    layout = {launch[i].lstrip("-"): launch[i + 1] for i in range(0, len(launch), 2)}
+def probe_sweep(launch: str) -> tuple[list[dict[str, float]], list[SweepPoint]]:
+    """The probe points (``calibration.probe_points`` at the shipped parameters) and the
+    sweep that asks for each at the layout of a row's launch words."""
+    words = launch.split()
+    layout = {words[i].lstrip("-"): words[i + 1] for i in range(0, len(words), 2)}
     points = calibration.probe_points(_base())
     sweep = [
         SweepPoint(
@@ -86,18 +87,30 @@ def example_features(row: ExampleRow) -> tuple[calibration.RowFeatures, float]:
         )
         for values in points
     ]
+    return points, sweep
+
+
+def features_from_answer(
+    points: list[dict[str, float]], answer: Path, per_sample: float = 1.0
+) -> calibration.RowFeatures:
+    """A step's features from the answer to :func:`probe_sweep`'s request, counting
+    ``per_sample`` of the published figure's units per simulated sample."""
+    summaries = [r["summary"] for r in json.loads(answer.read_text())["points"]]
+    steps = [s["simulated_step_seconds"] for s in summaries]
+    samples = summaries[0]["samples_per_step"] * per_sample
+    return calibration.features_from_probes(points, steps, samples)
+
+
+def example_features(row: ExampleRow) -> tuple[calibration.RowFeatures, float]:
+    """An example row's features from one offline run that answers the probes."""
+    points, sweep = probe_sweep(row.launch)
     with tempfile.TemporaryDirectory() as folder:
         request, answer = os.path.join(folder, "request.json"), os.path.join(folder, "answer")
         write_request(request, sweep, answer)
         report = validate.run_example(row, {ENV_SCALING_REQUEST: request})
-        results = json.loads(Path(answer).read_text())["points"]
-    summaries = [r["summary"] for r in results]
-    steps = [s["simulated_step_seconds"] for s in summaries]
-    # The published figure's units per sample: BERT's MLPerf rows count sequences, two a
-    # packed sample (the example's --sequences-per-sample).
-    per_sample = figure_per_sample(row)
-    samples = summaries[0]["samples_per_step"] * per_sample
-    features = calibration.features_from_probes(points, steps, samples)
+        # The published figure's units per sample: BERT's MLPerf rows count sequences, two a
+        # packed sample (the example's --sequences-per-sample).
+        features = features_from_answer(points, Path(answer), figure_per_sample(row))
     return features, float(report["simulated_step_seconds"])
 
 

@@ -161,6 +161,24 @@ def scale_out_rows(records: list[dict]) -> list[dict]:
 GRAPHCORE_RUNS = Path(__file__).with_name("results") / "graphcore_programs.json"
 
 
+def step_difference(program: dict, example: calibration.RowFeatures, values: dict) -> dict:
+    """Where a Graphcore program's step differs from the example's: per term, the difference
+    in seconds a sample as a share of the example's (terms that move it by 1 % or more,
+    largest first); empty without the program's features."""
+    if "features" not in program:
+        return {}
+    own = calibration.RowFeatures.from_json(program["features"])
+    ours, theirs = example.term_seconds(values), own.term_seconds(values)
+    per_sample = example.step_seconds(values) / example.samples_per_step
+    shares = {
+        term: (theirs[term] / own.samples_per_step - ours[term] / example.samples_per_step)
+        / per_sample
+        for term in ours
+    }
+    big = sorted((t for t in shares if abs(shares[t]) >= 0.01), key=lambda t: -abs(shares[t]))
+    return {t: round(shares[t], 4) for t in big}
+
+
 def graphcore_program_rows(
     records: list[dict], stored: dict, path: Path = GRAPHCORE_RUNS
 ) -> list[dict]:
@@ -178,7 +196,8 @@ def graphcore_program_rows(
         if run.get("mode") != "offline" or key not in by_key or not program:
             continue
         published = by_key[key]["published"]
-        example = calibration.RowFeatures.from_json(stored["rows"][key]).samples_per_second(shipped)
+        features = calibration.RowFeatures.from_json(stored["rows"][key])
+        example = features.samples_per_second(shipped)
         out.append(
             {
                 "row": key,
@@ -189,6 +208,9 @@ def graphcore_program_rows(
                 "graphcore_program": program,
                 "graphcore_program_error": round(program / published - 1, 4),
                 "program_over_example": round(program / example - 1, 4),
+                # The program's step against the example's, per term (shares of the
+                # example's time a sample): why the two figures differ.
+                "step_difference_by_term": step_difference(run, features, shipped),
                 "program": run["path"],
             }
         )

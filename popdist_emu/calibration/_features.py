@@ -86,6 +86,12 @@ class RowFeatures(NamedTuple):
         """The row's step at the parameter ``values``."""
         return self.constant + float(np.dot(self.coefficients, basis(values)))
 
+    def term_seconds(self, values: Mapping[str, float]) -> dict[str, float]:
+        """The step at the parameter ``values`` by what produced its seconds: each term's
+        (its coefficient times its basis value) and ``"constant"``, which no term touches."""
+        parts = np.array(self.coefficients) * basis(values)
+        return {"constant": self.constant, **dict(zip(TERMS, parts.tolist(), strict=True))}
+
     def samples_per_second(self, values: Mapping[str, float]) -> float:
         """The row's throughput at the parameter ``values``."""
         return self.samples_per_step / self.step_seconds(values)

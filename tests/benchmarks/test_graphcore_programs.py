@@ -79,3 +79,19 @@ def test_a_run_of_some_modes_keeps_the_other_modes_rows(tmp_path, monkeypatch):
         ("functional", "again"),
         ("offline", "offline"),
     ]
+
+
+def test_an_offline_run_of_a_published_row_asks_for_the_probes_of_the_fitted_terms(tmp_path):
+    from contract import ENV_SCALING_REQUEST, read_request
+
+    env, read = programs._probing("offline", "C8", tmp_path)
+    points, _ = read_request(env[ENV_SCALING_REQUEST])
+    # The row's layout (ViT-B/16 on a Bow-POD64: 16 replicas of 4 IPUs on 8 instances), once
+    # per probe: the shipped parameters, then each term moved.
+    assert {(p.replicas, p.ipus_per_replica, p.instances, p.system) for p in points} == {
+        (16, 4, 8, "bow-pod64")
+    }
+    assert len({p.parameters for p in points}) == len(points) == 9
+    assert read() == {}  # no answer: the program ended before simulating
+    assert programs._probing("functional", "C8", tmp_path)[0] == {}
+    assert programs._probing("offline", None, tmp_path)[0] == {}

@@ -127,3 +127,20 @@ def test_a_row_graphcore_s_program_covers_gets_its_figure_beside_the_example_s(t
     assert row["graphcore_program_error"] == pytest.approx(-0.1)
     assert row["program_over_example"] == pytest.approx(published * 0.9 / example - 1, abs=1e-4)
     assert validate.graphcore_program_rows(records, stored, tmp_path / "none.json") == []
+
+
+def test_the_step_difference_names_the_terms_that_make_it():
+    values = hardware.load_parameters().to_json()
+    stored = json.loads(calibration_set.FEATURES_FILE.read_text())["rows"]["B15"]
+    example = calibration.RowFeatures.from_json(stored)
+    # A program whose compute sets cost 1.5 times the example's, all else the same.
+    at = calibration.TERMS.index("compute_set_seconds")
+    more = list(example.coefficients)
+    more[at] *= 1.5
+    program = {"features": example._replace(coefficients=tuple(more)).to_json()}
+    parts = example.term_seconds(values)
+    share = 0.5 * parts["compute_set_seconds"] / example.step_seconds(values)
+    assert validate.step_difference(program, example, values) == {
+        "compute_set_seconds": pytest.approx(share, abs=1e-4)
+    }
+    assert validate.step_difference({}, example, values) == {}

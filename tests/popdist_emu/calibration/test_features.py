@@ -53,3 +53,15 @@ def test_a_term_at_zero_is_probed_at_a_fixed_value():
     assert points[k + 1]["multi_ipu_sync_seconds"] == _features.ZERO_PROBE
     with pytest.raises(ValueError, match="expected 9 probes"):
         calibration.features_from_probes(points[:3], [1.0] * 3, 1)
+
+
+def test_a_step_s_seconds_split_by_term_add_up_to_the_step():
+    points = calibration.probe_points(BASE)
+    features = calibration.features_from_probes(points, [affine_step(p) for p in points], 3200)
+    parts = features.term_seconds(BASE)
+    assert set(parts) == {"constant", *calibration.TERMS}
+    assert sum(parts.values()) == pytest.approx(features.step_seconds(BASE), rel=1e-12)
+    assert parts["constant"] == pytest.approx(0.003, rel=1e-6)
+    # An efficiency's seconds are its FLOPs over peak divided by the efficiency.
+    assert parts["matmul_efficiency"] == pytest.approx(0.05 / BASE["matmul_efficiency"])
+    assert parts["compute_set_seconds"] == pytest.approx(7e4 * BASE["compute_set_seconds"])
