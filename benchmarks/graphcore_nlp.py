@@ -6,8 +6,10 @@ interpreter of a virtual environment that holds the application's requirements (
 see docs/graphcore-applications.md), through ``python -m launch`` (``poprun-emu``) of that
 interpreter, so the instances import them too. Only command-line arguments are chosen:
 
-- ``functional``: a small configuration on the program's own generated data, once per layout
-  (one instance, then two); the losses it prints, first and last;
+- ``functional``: a small configuration, once per layout (one instance, then two), on the
+  program's own generated data (GPT-2) or on pre-training records written for it (BERT:
+  ``bert_pretraining_records.py``, since its generated data set cannot feed two instances);
+  the losses it prints, first and last;
 - ``offline``: ``--offline-mode`` at the configuration of one of Graphcore's published rows,
   with the program's own ``--compile-only`` (it compiles on its generated datum and exits); the
   simulated throughput beside the published figure (``benchmarks/published_rows.md``).
@@ -44,13 +46,21 @@ class Application(NamedTuple):
     offline: Layout
     published: str | None  # the key of the published row its offline run is the configuration of
     loss: str  # a regular expression whose first group is the loss a step prints
+    # Functional runs: a script of benchmarks/ that writes the program's input files into
+    # the folder named after it (relative to the run's working directory), run with the
+    # application's interpreter first; empty for none.
+    data: tuple[str, ...] = ()
 
 
+# Its pre-training records (demo_tiny_128 reads data/*.tfrecord), not --dataset generated:
+# that data set holds one instance's combined batch, which PopTorch's DataLoader splits
+# between the processes, so on two instances neither would get a batch
+# (benchmarks/bert_pretraining_records.py writes the records).
 _BERT_TINY = (
     "--config",
     "demo_tiny_128",
     "--dataset",
-    "generated",
+    "pretraining",
     "--training-steps",
     "10",
     "--disable-progress-bar",
@@ -101,6 +111,7 @@ APPLICATIONS = {
         ),
         "B15",  # Bow Pod16, BERT-Base phase 1 SL128, PyTorch, SDK 3.3
         r"total loss: *([0-9.]+)",
+        ("bert_pretraining_records.py", "data"),
     ),
     "gpt2": Application(
         "nlp/gpt2/pytorch/train_gpt2.py",

@@ -69,6 +69,7 @@ from graphcore_nlp import (
     simulated_throughput,
 )
 from graphcore_vision import VISION_PROGRAMS, same_losses
+from published_rows import ExampleRow
 from results_file import results_dir, write_results
 from sklearn.datasets import load_digits
 
@@ -91,6 +92,9 @@ class GraphcoreProgram(NamedTuple):
     # multiplied by the instances here, so every layout trains on the same samples.
     per_instance: tuple[str, ...] = ()
     published: str | None = None  # the published row whose configuration the offline run is
+    # Why the losses of two layouts are not compared (a program that leaves PyTorch's seed
+    # unset draws other weights and data in every process); empty: compared.
+    unseeded: str = ""
 
 
 PROGRAMS = {
@@ -197,7 +201,10 @@ def _probing(mode: str, key: str | None, folder: Path) -> tuple[dict[str, str], 
     example's term by term (nothing for another run, or a run that did not answer)."""
     if mode != "offline" or key is None:
         return {}, dict
-    points, sweep = row_features.probe_sweep(calibration_set.all_rows()[key].launch)
+    row = calibration_set.all_rows()[key]
+    if not isinstance(row, ExampleRow):  # ResNet-50's rows are profiled, not launched
+        raise ValueError(f"row {key} is no example row: name a row with a launch line")
+    points, sweep = row_features.probe_sweep(row.launch)
     request, answer = folder / "request.json", folder / "answer.json"
     write_request(str(request), sweep, str(answer))
 
@@ -290,8 +297,13 @@ def run_application(
     programs write checkpoints there); returns what the JSON line prints."""
     source = examples / APPLICATIONS[name].path
     command = [python, "-m", "launch", *layout.poprun, str(source), *layout.args]
+    app = APPLICATIONS[name]
     with tempfile.TemporaryDirectory(prefix=f"graphcore-{name}-") as work:
-        probes, probed = _probing(mode, APPLICATIONS[name].published, Path(work))
+        probes, probed = _probing(mode, app.published, Path(work))
+        if mode == "functional" and app.data:  # the program's input files, by its Python
+            script, folder = app.data
+            data = [python, str(Path(__file__).with_name(script)), str(Path(work) / folder)]
+            subprocess.run(data, check=True, capture_output=True, timeout=timeout)
         start = time.perf_counter()
         try:
             proc = subprocess.run(
@@ -390,7 +402,9 @@ def main(argv: list[str] | None = None) -> int:
             counts = PROGRAMS[name].instances if mode == "functional" else (1,)
             for instances in counts:
                 run = run_program(args.examples, name, mode, args.timeout, instances, args.python)
-                if instances != counts[0]:  # the program seeds: the same losses?
+                if instances != counts[0] and PROGRAMS[name].unseeded:
+                    run["losses_not_compared"] = PROGRAMS[name].unseeded
+                elif instances != counts[0]:  # the program seeds: the same losses?
                     run["same_losses_as_first_layout"] = same_losses(runs[-1], run)
                 print(json.dumps(run), flush=True)
                 runs.append(run)

@@ -36,6 +36,8 @@ def _shows(row: dict[str, Any]) -> str:
         parts.append(f"loss {row['losses'][0]:.4g} -> {row['losses'][-1]:.4g}")
     if "same_losses_as_first_layout" in row:
         parts.append(f"same losses as 1 instance: {row['same_losses_as_first_layout']}")
+    if "losses_not_compared" in row:
+        parts.append(f"losses not compared: {row['losses_not_compared']}")
     for key, text in _SHOWN:
         if key in row:
             value = row[key]

@@ -137,6 +137,10 @@ def test_graphcore_programs_runs_render_one_line_each_with_commands_below(tmp_pa
          "layout": "bow-pod16, gpt2_small", "command": gpt2, "exit_code": 0, "seconds": 300.0,
          "simulated_samples_per_s": 12345.6, "published_samples_per_s": 15911,
          "error_percent": -22.4, "published_row": "B15", "result": "simulated 12345.6"},
+        {"program": "vit", "path": "vision/vit/pytorch/pretrain.py", "mode": "functional",
+         "instances": 2, "losses": [7.5, 6.5], "losses_not_compared": "unseeded",
+         "command": "poprun-emu vision/vit/pytorch/pretrain.py", "exit_code": 0,
+         "seconds": 60.0, "result": ""},
     ]  # fmt: skip
     load_benchmark("results_file").write_results("graphcore_programs", runs, ["x.py"])
     page = results.render("graphcore_programs", tmp_path)
@@ -147,6 +151,7 @@ def test_graphcore_programs_runs_render_one_line_each_with_commands_below(tmp_pa
         "loss 7.25 -> 6.5; same losses as 1 instance: True |"
     )
     assert "simulated 12,346 samples/s; published 15,911; error -22.4 % (B15)" in table[2]
+    assert table[3].endswith("| loss 7.5 -> 6.5; losses not compared: unseeded |")
     assert "--compile-only" not in "\n".join(table)  # commands go below the table
     assert f"2. `{gpt2}`" in page
 
