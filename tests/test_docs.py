@@ -23,7 +23,7 @@ import sys
 
 import pytest
 from deadlines import within
-from repo_scripts import ROOT, load_example
+from repo_scripts import ROOT, load_benchmark, load_example
 
 DOC = (ROOT / "docs" / "model-parallelism.md").read_text()
 README = (ROOT / "README.md").read_text()
@@ -128,12 +128,32 @@ def _readme_commands() -> list[list[str]]:
     (the part after ``&&`` in ``pip install ... && poprun-emu ...``)."""
     commands = []
     for language, text in _readme_blocks():
-        for line in text.splitlines() if not language else []:
+        for line in text.replace("\\\n", " ").splitlines() if not language else []:
             for command in line.split(" && "):
                 words = shlex.split(command)
                 if words and words[0] in ("poprun-emu", "poprun-emu-scaling"):
                     commands.append(words)
     return commands
+
+
+def test_the_readme_s_graphcore_application_commands_name_real_programs_and_modes():
+    programs = load_benchmark("graphcore_programs")
+    lines = [
+        shlex.split(line)
+        for language, text in _readme_blocks()
+        if not language
+        for line in text.replace("\\\n", " ").splitlines()
+        if "benchmarks/graphcore_programs.py" in line
+    ]
+    assert len(lines) == 2, "the README runs the vision and the NLP applications"
+    known = {*programs.PROGRAMS, *programs.APPLICATIONS}
+    for words in lines:
+        assert (ROOT / words[1]).is_file()
+        named = words[words.index("--programs") + 1].split(",")
+        assert set(named) <= known, named
+        assert set(words[words.index("--modes") + 1].split(",")) <= set(programs.MODES)
+    ran = {name for words in lines for name in words[words.index("--programs") + 1].split(",")}
+    assert ran == set(programs.APPLICATIONS) | {"resnet50", "efficientnet", "vit"}
 
 
 def test_every_readme_command_parses_with_the_real_parsers_and_names_real_files(monkeypatch):
