@@ -21,9 +21,6 @@ from popdist_emu.programs._matmuls import step_matmuls as step_matmuls
 from popdist_emu.programs._profile import profile_programs as profile_programs
 from popdist_emu.programs._profile import profile_step as profile_step
 from popdist_emu.programs._profile import program_counts as program_counts
-from popdist_emu.programs._recompute_memory import (
-    recompute_working_bytes as recompute_working_bytes,
-)
 from popdist_emu.programs._shapes import StepShapes as StepShapes
 from popdist_emu.programs._shapes import accumulator_struct as accumulator_struct
 from popdist_emu.programs._shapes import flat_size as flat_size
@@ -57,7 +54,6 @@ __all__ = [
     "profile_programs",
     "profile_step",
     "program_counts",
-    "recompute_working_bytes",
     "residual_bytes",
     "set_available_memory",
     "shape_struct",

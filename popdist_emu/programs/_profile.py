@@ -42,7 +42,6 @@ from popdist_emu.programs._analysis import (
 )
 from popdist_emu.programs._compile import Program, compile_program
 from popdist_emu.programs._matmuls import matmul_ops
-from popdist_emu.programs._recompute_memory import recompute_working_bytes
 from popdist_emu.programs._shapes import gradient_nbytes
 from popdist_emu.programs._step_profile import ProgramCounts, StepSettings, build_step_profile
 
@@ -60,15 +59,12 @@ def program_counts(
 
     The operation count and the largest intermediate come from the micro-step's jaxpr; with
     ``loss_fn`` the saved activations are its vjp residuals (honouring ``jax.checkpoint``),
-    and the temporaries include the largest recomputed segment's working set
-    (``recompute_working_bytes``); otherwise XLA's temporary size of the micro-step stands
-    for the activations (an upper bound on the CPU).
+    otherwise XLA's temporary size of the micro-step stands for them (an upper bound on the
+    CPU).
     """
     size = jaxpr_size(micro_step.jaxpr.jaxpr)
-    recomputing = 0
     if loss_fn is not None:
         activations = residual_bytes(functools.partial(loss_vjp, loss_fn), params, micro_batch)
-        recomputing = recompute_working_bytes(loss_fn, params, micro_batch)
     else:
         memory = micro_step.compiled.memory_analysis()
         activations = int(getattr(memory, "temp_size_in_bytes", 0))
@@ -77,10 +73,8 @@ def program_counts(
         update=xla_cost(update.compiled) if update is not None else XlaCost(),
         num_ops=size.num_ops,
         activation_bytes=activations,
-        # The largest operation needs its input and its output at once; a step that
-        # recomputes holds, beyond what it keeps, the largest recomputed segment's working
-        # set while that segment's backward runs.
-        temporary_bytes=2 * size.largest_bytes + recomputing,
+        # The largest operation needs its input and its output at once.
+        temporary_bytes=2 * size.largest_bytes,
         # Every matmul and convolution of the program that runs, for the planner model.
         matmuls=matmul_ops(
             micro_step.jaxpr, partials_type=partials_type, weights=len(jax.tree.leaves(params))

@@ -83,8 +83,7 @@ class ProgramCounts(NamedTuple):
         update: XLA's cost of one weight update (zero when the update is not part of it).
         num_ops: primitive operations of the step (sizes the vertex-code estimate).
         activation_bytes: bytes the forward pass saves for the backward pass.
-        temporary_bytes: peak working space beyond the activations: one operation's, plus
-            the largest recomputed segment's where the step recomputes.
+        temporary_bytes: peak working space of one operation beyond the activations.
         matmuls: the step's matmuls and convolutions, for the planner model.
     """
 

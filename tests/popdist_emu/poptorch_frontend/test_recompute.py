@@ -192,19 +192,3 @@ def test_a_checkpoint_names_traced_tensors_and_returns_eager_ones() -> None:
     unmarked = jax.make_jaxpr(training._fn)(weights, (x, y))
     assert [e.params.get("name") for e in marked.eqns].count(CHECKPOINT) == 2
     assert len(unmarked.eqns) == len(marked.eqns) - 2  # an identity unless recomputing
-
-
-def test_the_largest_recomputed_segment_is_charged_while_its_backward_runs(
-    stored: tuple[list[float], int, float],
-) -> None:
-    """PopART recomputes one interval between checkpoints at a time: what the interval would
-    keep is live during its backward, on top of the checkpoints (the temporaries)."""
-    _, plain, batch = _trained(checkpoints=True, auto=None)
-    _, recomputing, _ = _trained(checkpoints=True, auto=RECOMPUTE_ALL)
-    extra = recomputing.profile(batch).temporary_bytes - plain.profile(batch).temporary_bytes
-    # Two intervals (layers 0 and 1, one each): one interval's two activations of width
-    # 256, more than nothing and no more than recomputation took off the kept ones (here
-    # as much: intervals of one layer save no peak memory, which the charge now shows).
-    saved = stored[1] - _measured(recomputing, batch)[0]
-    assert extra == MICRO * 256 * 4 * 2
-    assert 0 < extra <= saved
