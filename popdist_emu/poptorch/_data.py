@@ -17,6 +17,8 @@ References:
 
 from __future__ import annotations
 
+import itertools
+import random
 import re
 import time
 import warnings
@@ -101,14 +103,17 @@ class DataLoader(torch.utils.data.DataLoader):
 
     Args:
         options: the ``poptorch.Options`` the model runs with.
-        dataset: a map-style ``torch.utils.data.Dataset``.
+        dataset: a map-style ``torch.utils.data.Dataset``, or an
+            ``IterableDataset`` that gives each instance its own samples (PopTorch batches
+            it by the instance's combined batch; ``auto_distributed_partitioning=False``).
         batch_size: the micro-batch of one replica.
         shuffle: a new sample order every epoch (the same on every instance).
         num_workers: worker processes, as ``torch.utils.data.DataLoader``'s.
         drop_last: drop the samples that do not fill a global combined batch; False is
             accepted only when they fill it exactly.
         persistent_workers: as torch's (None: True when there are workers).
-        auto_distributed_partitioning: must be True (each instance its share).
+        auto_distributed_partitioning: True for a map-style dataset (each instance its
+            share), False for an iterable one (it shards itself), as PopTorch requires.
         mode: ``poptorch.DataLoaderMode``; every mode loads synchronously here.
         async_options: accepted (no effect).
         rebatched_worker_size: accepted (no effect).
@@ -134,17 +139,41 @@ class DataLoader(torch.utils.data.DataLoader):
         rebatched_worker_size: int | None = None,
         **kwargs: Any,
     ) -> None:
+        self.options = options
+        self._asynchronous = mode in (DataLoaderMode.Async, DataLoaderMode.AsyncRebatched)
+        self._cost: HostCost | None = None  # measured before the first workers start
+        self._micro_batch_size = int(batch_size)
+        persistent = bool(num_workers) if persistent_workers is None else persistent_workers
+        if isinstance(dataset, torch.utils.data.IterableDataset):
+            # PopTorch: the dataset gives each process (and worker) its own samples, and
+            # the loader batches them by this instance's combined batch.
+            if auto_distributed_partitioning:
+                raise ValueError(
+                    "poptorch.DataLoader: an IterableDataset shards itself across the "
+                    "instances (popdist.getInstanceIndex()), as PopTorch requires: pass "
+                    "auto_distributed_partitioning=False."
+                )
+            emu = options.to_options()
+            self._combined_batch_size = int(batch_size) * (
+                emu.device_iterations * emu.gradient_accumulation * emu.replication_factor
+            )
+            super().__init__(
+                dataset,
+                batch_size=self._combined_batch_size,
+                drop_last=drop_last,
+                num_workers=num_workers,
+                persistent_workers=persistent,
+                **kwargs,
+            )
+            return
         if not auto_distributed_partitioning:
             raise ValueError(
                 "poptorch.DataLoader(auto_distributed_partitioning=False): popdist-emu gives "
-                "each instance its share itself; leave it True."
+                "each instance its share of a map-style dataset itself; leave it True."
             )
         size = len(cast(Sized, dataset))  # a map-style dataset has a length
         sampler = _CombinedBatchSampler(size, options, int(batch_size), bool(shuffle))
         _check_size(size, sampler, drop_last)
-        self.options = options
-        self._asynchronous = mode in (DataLoaderMode.Async, DataLoaderMode.AsyncRebatched)
-        self._cost: HostCost | None = None  # measured before the first workers start
         self._combined_batch_size = (
             sampler.global_size // sampler.shape[2] * (sampler.local.stop - sampler.local.start)
         )
@@ -152,9 +181,7 @@ class DataLoader(torch.utils.data.DataLoader):
             dataset,
             batch_sampler=sampler,
             num_workers=num_workers,
-            persistent_workers=bool(num_workers)
-            if persistent_workers is None
-            else persistent_workers,
+            persistent_workers=persistent,
             **kwargs,
         )
 
@@ -191,16 +218,21 @@ class DataLoader(torch.utils.data.DataLoader):
         noise while measuring, which moves the figure from one run to the next."""
         if self._cost is not None and samples == PROBE_SAMPLES:
             return self._cost
-        size = len(cast(Sized, self.dataset))
-        count = max(min(samples, size), 1)
-        sampler = cast(_CombinedBatchSampler, self.batch_sampler)
-        per_batch = max(sampler.shape[-1], 1)
-        costs = []
-        for first in range(0, count, per_batch):
-            indices = range(first, min(first + per_batch, count))
-            began = time.thread_time()
-            self.collate_fn([self.dataset[i] for i in indices])
-            costs.append((time.thread_time() - began) / len(indices))
+        if isinstance(self.dataset, torch.utils.data.IterableDataset):
+            costs = _iterable_costs(self, samples)
+        else:
+            size = len(cast(Sized, self.dataset))
+            count = max(min(samples, size), 1)
+            sampler = cast(_CombinedBatchSampler, self.batch_sampler)
+            per_batch = max(sampler.shape[-1], 1)
+            costs = []
+            for first in range(0, count, per_batch):
+                indices = range(first, min(first + per_batch, count))
+                began = time.thread_time()
+                self.collate_fn([self.dataset[i] for i in indices])
+                costs.append((time.thread_time() - began) / len(indices))
+        if not costs:  # an iterable dataset that gave nothing: not measured
+            return HostCost(0.0, max(self.num_workers, 1), self._asynchronous)
         return HostCost(
             min(costs),
             max(self.num_workers, 1),
@@ -222,6 +254,30 @@ class DataLoader(torch.utils.data.DataLoader):
     def combinedBatchSize(self) -> int:  # noqa: N802
         """Samples of one call on this instance (PopTorch's ``combinedBatchSize``)."""
         return self._combined_batch_size
+
+
+def _iterable_costs(loader: DataLoader, samples: int) -> list[float]:
+    """CPU seconds per sample of the first ``samples`` of an iterable dataset, read from a
+    fresh iterator in this process in batches of the loader's micro-batch and collated. The
+    global random states an iterator may draw from (a dataset that shuffles its files with
+    NumPy's) are put back afterwards, so the program's own iteration is unchanged."""
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    per_batch = max(loader._micro_batch_size, 1)
+    costs: list[float] = []
+    try:
+        items = iter(loader.dataset)
+        for _ in range(0, max(samples, 1), per_batch):
+            began = time.thread_time()
+            batch = list(itertools.islice(items, per_batch))
+            if not batch:
+                break
+            loader.collate_fn(batch)
+            costs.append((time.thread_time() - began) / len(batch))
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+    return costs
 
 
 def _quiet_fork(caught: list[warnings.WarningMessage], workers: int) -> None:

@@ -5,7 +5,16 @@ Needs torch and torchax (``pip install -e .[poptorch]``); skipped with the reaso
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
 import pytest
+from deadlines import within
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed (pip install -e .[poptorch])")
@@ -58,3 +67,112 @@ def test_a_loader_with_workers_is_measured_once_before_they_start() -> None:
     cost = loader.host_cost()
     assert _Counted.calls == 12 and cost.workers == 2 and cost.cpu_seconds_per_sample > 0
     assert loader.host_cost() == cost
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    """Samples ``0, 1, 2...`` of this instance's shard (every ``instances``-th, from its
+    index), shuffling a list with NumPy's global generator at each new iterator, as
+    Graphcore's BERT shuffles its files."""
+
+    def __init__(self, size: int, instance: int = 0, instances: int = 1) -> None:
+        self.size, self.instance, self.instances = size, instance, instances
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self):
+        np.random.shuffle([0, 1, 2])
+        for i in range(self.instance, self.size, self.instances):
+            yield torch.tensor([float(i)])
+
+
+def test_an_iterable_dataset_is_batched_by_the_instance_s_combined_batch() -> None:
+    """PopTorch: an ``IterableDataset`` shards itself, and the loader batches what it gives
+    by batch_size x deviceIterations x gradientAccumulation x local replicas."""
+    opts = poptorch.Options().deviceIterations(2)
+    opts.Training.gradientAccumulation(3)
+    loader = poptorch.DataLoader(
+        opts, _Stream(24), batch_size=2, auto_distributed_partitioning=False
+    )
+    assert loader.combinedBatchSize == 12
+    batches = [batch[:, 0].tolist() for batch in loader]
+    assert batches == [list(map(float, range(12))), list(map(float, range(12, 24)))]
+
+
+def test_an_iterable_dataset_must_shard_itself_as_poptorch_requires() -> None:
+    with pytest.raises(ValueError, match="pass auto_distributed_partitioning=False") as caught:
+        poptorch.DataLoader(poptorch.Options(), _Stream(8))
+    assert "\n" not in str(caught.value)
+
+
+def test_measuring_an_iterable_dataset_leaves_the_program_s_random_state() -> None:
+    loader = poptorch.DataLoader(
+        poptorch.Options(), _Stream(8), batch_size=2, auto_distributed_partitioning=False
+    )
+    np.random.seed(5)
+    before = np.random.get_state()[1].copy()
+    cost = loader.host_cost()
+    assert cost.cpu_seconds_per_sample > 0
+    assert (np.random.get_state()[1] == before).all()
+
+
+ITERABLE_PROGRAM = """
+import json, popdist, torch
+import popdist_emu.poptorch as poptorch
+
+
+class Shard(torch.utils.data.IterableDataset):
+    def __len__(self):
+        return 16
+
+    def __iter__(self):
+        me, n = popdist.getInstanceIndex(), popdist.getNumInstances()
+        for i in range(me, 16, n):
+            yield torch.full((2,), float(i)), torch.tensor(i % 2)
+
+
+opts = poptorch.Options()
+opts.Training.gradientAccumulation(2)
+loader = poptorch.DataLoader(opts, Shard(), batch_size=2, auto_distributed_partitioning=False)
+model = torch.nn.Linear(2, 2)
+
+
+class WithLoss(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, y):
+        out = self.model(x)
+        return out, torch.nn.functional.cross_entropy(out, y)
+
+
+training = poptorch.trainingModel(WithLoss(), opts, torch.optim.SGD(model.parameters(), lr=0.1))
+for x, y in loader:
+    training(x, y)
+    print("batch", json.dumps([popdist.getInstanceIndex(), x[:, 0].tolist()]), flush=True)
+"""
+
+
+def test_each_instance_trains_on_its_own_shard_of_an_iterable_dataset(tmp_path: Path) -> None:
+    """Graphcore's BERT reads its records as an IterableDataset that shards itself by
+    instance; under ``poprun-emu`` on 2 instances each trains on its half."""
+    program = tmp_path / "shards.py"
+    program.write_text(ITERABLE_PROGRAM)
+    launcher = shutil.which("poprun-emu", path=str(Path(sys.executable).parent))
+    assert launcher is not None, "poprun-emu is not installed beside this Python"
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    out = subprocess.run(
+        [launcher, "--num-instances", "2", "--num-replicas", "2", str(program)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=within(300),
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    seen: dict[int, list[float]] = {0: [], 1: []}
+    for line in out.stdout.splitlines():
+        if "batch " in line:
+            instance, values = json.loads(line.split("batch ", 1)[1])
+            seen[instance] += values
+    assert seen == {0: [float(i) for i in range(0, 16, 2)], 1: [float(i) for i in range(1, 16, 2)]}
