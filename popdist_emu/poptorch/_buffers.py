@@ -127,7 +127,10 @@ def module_function(
         params = {k: states[k] for k in module.params}
         buffers = {k: states[k] for k in names}
         params, buffers, args = env.j2t_iso((params, buffers, args))
-        with env:
+        # The forward runs on the device, as PopTorch traces it: a tensor it makes from
+        # nothing (``torch.rand`` for mixup coefficients, ``torch.ones`` constants) is
+        # made there too, a torchax tensor drawn from the call's key, not a CPU tensor.
+        with env, torch.device("jax"):
             out = traced_forward(lambda: module.functional_call("forward", params, buffers, *args))
         return env.t2j_iso((out, buffers))
 
