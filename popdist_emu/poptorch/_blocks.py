@@ -18,7 +18,9 @@ belongs to the block active when it ran. The styles mix in one model, as PopTorc
   ``poptorch.Block.useAutoId()`` restarts the count, as PopTorch's does;
 - entries of one ``user_id`` are one block (PopTorch: "Blocks with the same ID are
   considered as being a single block"); given two different IPUs they are refused;
-- operations before the first block belong to the first block (PopTorch's default IPU 0).
+- operations before the first block run on IPU 0 (PopTorch: "the layers before the first
+  BeginBlock will be placed on IPU 0"): in the first block where it is on IPU 0, else in a
+  block of their own there (``_stages``).
 
 Strategies and stages are mapped onto the emulator's in ``_stages``; the traced program is
 cut into :class:`popdist_emu.BlockModel` blocks in ``_split``.

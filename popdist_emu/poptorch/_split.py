@@ -5,7 +5,8 @@ The torch module is traced with ``jax.named_scope(block)`` entered whenever a bl
 carries its block as the first component of its name stack. :func:`split_blocks` cuts the
 jaxpr into contiguous runs of one block and gives a :class:`popdist_emu.BlockModel` whose
 blocks pass on, as a tuple, exactly the values later blocks (or the loss) use. Equations
-before the first block belong to the first block.
+before the first block belong to the first block, or to a block of their own on IPU 0
+where the first block is on another IPU (``_stages``).
 
 ``trainingModel`` runs the BlockModel under the strategy that ``PipelinedExecution`` or
 ``ShardedExecution`` maps onto (``_stages.emulator_strategy``).

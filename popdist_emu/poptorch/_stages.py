@@ -2,7 +2,9 @@
 
 :func:`blocked_loss` traces the loss once with every block's name scope (``_blocks``
 records ``BeginBlock`` switches and ``poptorch.Block`` contexts alike, in the order they
-run), refuses operations that belong to no block, maps PopTorch's strategy onto the
+run), refuses operations that belong to no block, places the operations before the first block
+on IPU 0 (PopTorch: "the layers before the first BeginBlock will be placed on IPU 0"),
+maps PopTorch's strategy onto the
 emulator's (:func:`emulator_strategy`) and cuts the trace into a
 :class:`popdist_emu.BlockModel` (``_split``).
 
@@ -45,6 +47,9 @@ from popdist_emu.poptorch._blocks import (
 from popdist_emu.poptorch._split import block_scopes, cut_blocks
 
 _EmuStrategy = popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution
+# The block of the operations before the first block begins, where that block is on another
+# IPU: PopTorch places them on IPU 0.
+BEFORE_FIRST_BLOCK = "(before the first block)"
 
 
 def blocked_loss(
@@ -74,9 +79,24 @@ def blocked_loss(
     blocks = [(name, trace.ipus[name]) for name in trace.names]
     if strategy is None and not any(ipu for _, ipu in blocks):
         return None, None
-    emulated = emulator_strategy(strategy, blocks)
     scopes = [f"{SCOPE}{k}" for k in range(len(blocks))]
-    return emulated, cut_blocks(closed, params, scopes, trace.names)
+    names = list(trace.names)
+    if blocks and blocks[0][1] and _runs_before_first_block(closed, scopes):
+        # PopTorch: "the layers before the first BeginBlock will be placed on IPU 0";
+        # with a first block on another IPU they are a block of their own there.
+        blocks.insert(0, (BEFORE_FIRST_BLOCK, 0))
+        scopes.insert(0, f"{SCOPE}before")
+        names.insert(0, BEFORE_FIRST_BLOCK)
+    emulated = emulator_strategy(strategy, blocks)
+    return emulated, cut_blocks(closed, params, scopes, names)
+
+
+def _runs_before_first_block(closed: jcore.ClosedJaxpr, scopes: list[str]) -> bool:
+    """Whether an operation runs before the first block begins."""
+    for eqn in closed.jaxpr.eqns:
+        head = str(eqn.source_info.name_stack).split("/", 1)[0]
+        return head not in scopes
+    return False
 
 
 def _check_active_block(closed: jcore.ClosedJaxpr, trace: BlockTrace) -> None:

@@ -340,3 +340,37 @@ def test_begin_block_takes_its_layer_by_poptorchs_keyword() -> None:
     assert poptorch.BeginBlock(ipu_id=1, layer_to_call=layer, user_id="B") is layer
     with pytest.raises(ValueError, match="already begins block 'B'"):
         poptorch.BeginBlock(layer_to_call=layer, ipu_id=1)
+
+
+class _SplitLater(torch.nn.Module):
+    """Graphcore's CNNs annotate only their pipeline splits: ``BeginBlock(layer,
+    ipu_id=1)`` on a later layer; the stem before it has no block."""
+
+    inputs = 4
+
+    def __init__(self, annotate: bool) -> None:
+        super().__init__()
+        torch.manual_seed(2)
+        self.stem = torch.nn.Linear(4, 8)
+        self.later = torch.nn.Linear(8, 3)
+        if annotate:
+            poptorch.BeginBlock(self.later, ipu_id=1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = self.later(torch.relu(self.stem(x)))
+        return out, F.cross_entropy(out, y)
+
+
+def test_the_layers_before_the_first_begin_block_run_on_ipu_0(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PopTorch: "the layers before the first BeginBlock will be placed on IPU 0". They
+    were put in the first block, on IPU 1, which left IPU 0 without a stage and refused
+    EfficientNet-B4's configuration (its one split, ``blocks/3/0/bn2``, on IPU 1)."""
+    monkeypatch.setenv("POPDIST_NUM_IPUS_PER_REPLICA", "2")
+    losses, training = _train(_SplitLater(annotate=True), None, 3, 4, 8)
+    pipeline = training._trainer.pipeline
+    assert pipeline.ipus == (0, 1)
+    assert pipeline.stages[0].blocks == ("(before the first block)",)
+    want, _ = _eager(_SplitLater(annotate=False), 3, 4, 8)
+    np.testing.assert_allclose(losses, want, rtol=1e-5, atol=1e-6)
