@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from deadlines import within
+from poprun_beside import poprun_emu
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 
@@ -71,9 +71,7 @@ def _x(r: int) -> np.ndarray:
 def test_collectives_over_the_instances_of_a_job(tmp_path: Path, n: int) -> None:
     program = tmp_path / "hvd_program.py"
     program.write_text(PROGRAM)
-    launcher = shutil.which("poprun-emu", path=str(Path(sys.executable).parent))
-    assert launcher is not None, "poprun-emu is not installed beside this Python"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    launcher, env = poprun_emu()
     out = subprocess.run(
         [
             launcher,

@@ -6,15 +6,12 @@ Needs torch and torchax (``pip install -e .[poptorch]``); skipped with the reaso
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from deadlines import within
+from poprun_beside import run_program
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed (pip install -e .[poptorch])")
@@ -157,19 +154,8 @@ for x, y in loader:
 def test_each_instance_trains_on_its_own_shard_of_an_iterable_dataset(tmp_path: Path) -> None:
     """Graphcore's BERT reads its records as an IterableDataset that shards itself by
     instance; under ``poprun-emu`` on 2 instances each trains on its half."""
-    program = tmp_path / "shards.py"
-    program.write_text(ITERABLE_PROGRAM)
-    launcher = shutil.which("poprun-emu", path=str(Path(sys.executable).parent))
-    assert launcher is not None, "poprun-emu is not installed beside this Python"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    out = subprocess.run(
-        [launcher, "--num-instances", "2", "--num-replicas", "2", str(program)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=within(300),
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    options = ("--num-instances", "2", "--num-replicas", "2")
+    out = run_program(tmp_path, "shards.py", ITERABLE_PROGRAM, *options, timeout=within(300))
     seen: dict[int, list[float]] = {0: [], 1: []}
     for line in out.stdout.splitlines():
         if "batch " in line:

@@ -7,16 +7,14 @@ In-process, outside ``poprun-emu`` (one instance); the launcher's side is one sh
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 from deadlines import within
+from poprun_beside import poprun_emu
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed")
@@ -285,9 +283,7 @@ def test_under_the_launcher_its_flag_rules_and_the_traceback_comes_once(tmp_path
     "other instances" that never were."""
     program = tmp_path / "failing.py"
     program.write_text(FAILING)
-    launcher = shutil.which("poprun-emu", path=str(Path(sys.executable).parent))
-    assert launcher is not None, "poprun-emu is not installed beside this Python"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    launcher, env = poprun_emu()
     out = subprocess.run(
         [launcher, "--num-replicas", "1", str(program)],
         capture_output=True,

@@ -9,8 +9,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from deadlines import within
+from poprun_beside import run_program
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed")
@@ -86,19 +85,8 @@ print("ids", d.processId, d.numProcesses, d.distributed_process_id, d.num_distri
 def test_distributed_process_id_is_the_instance_under_poprun_emu(tmp_path: Path) -> None:
     """The CNNs shard their data by ``opts.Distributed.processId``/``numProcesses``: under
     ``poprun-emu`` those are PopDist's instance index and count."""
-    program = tmp_path / "ids.py"
-    program.write_text(PROCESS_IDS)
-    launcher = shutil.which("poprun-emu", path=str(Path(sys.executable).parent))
-    assert launcher is not None, "poprun-emu is not installed beside this Python"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    out = subprocess.run(
-        [launcher, "--num-instances", "2", "--num-replicas", "4", str(program)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=within(300),
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
+    options = ("--num-instances", "2", "--num-replicas", "4")
+    out = run_program(tmp_path, "ids.py", PROCESS_IDS, *options, timeout=within(300))
     rows = sorted(
         line.split("ids", 1)[1].split() for line in out.stdout.splitlines() if "ids" in line
     )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import copy
 import os
 import runpy
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from deadlines import within
+from poprun_beside import poprun_emu
 
 torch = pytest.importorskip("torch", reason="torch is not installed (pip install -e .[poptorch])")
 pytest.importorskip("torchax", reason="torchax is not installed (pip install -e .[poptorch])")
@@ -232,9 +232,7 @@ def test_resume_in_a_new_process_is_bit_for_bit(tmp_path: Path) -> None:
 def test_sharded_state_is_gathered_alike_on_one_and_two_instances(tmp_path: Path) -> None:
     """Under ``poprun-emu``, AdamW's state sharded over 4 replicas on one instance and on two
     (two each): every instance reads ``state_dict()``, and both give the same bits."""
-    launcher = shutil.which("poprun-emu", path=str(Path(sys.executable).parent))
-    assert launcher is not None, "poprun-emu is not installed beside this Python"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    launcher, env = poprun_emu()
     saved = []
     for instances in (1, 2):
         out = tmp_path / f"sharded{instances}.pt"
