@@ -366,7 +366,17 @@ def _write(runs: list[dict]) -> None:
             if (r["program"], r["mode"]) not in ran
         ]
     rows = [{k: v for k, v in run.items() if k != "last_lines"} for run in runs]
-    write_results("graphcore_programs", kept + rows, portable_command(sys.argv))
+    # Each program's rows together, in the programs' and modes' order (a stable sort keeps
+    # a program's layouts in the order they ran).
+    order = [*PROGRAMS, *APPLICATIONS]
+    rows = sorted(
+        kept + rows,
+        key=lambda r: (
+            order.index(r["program"]) if r["program"] in order else len(order),
+            MODES.index(r["mode"]) if r["mode"] in MODES else len(MODES),
+        ),
+    )
+    write_results("graphcore_programs", rows, portable_command(sys.argv))
 
 
 def main(argv: list[str] | None = None) -> int:

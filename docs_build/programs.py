@@ -58,7 +58,7 @@ def render_runs(rows: list[dict[str, Any]]) -> str:
     commands = []
     for number, row in enumerate(rows, 1):
         lines.append(
-            f"| {number} | `{row['path']}` | {row['mode']} | {_run(row)} | "
+            f"| {number} | {row['program']}: `{row['path']}` | {row['mode']} | {_run(row)} | "
             f"{row['exit_code']} | {row['seconds']} | {_shows(row)} |"
         )
         commands.append(f"{number}. `{row['command']}`")

@@ -147,7 +147,7 @@ def test_graphcore_programs_runs_render_one_line_each_with_commands_below(tmp_pa
     table = [line for line in page.splitlines() if line.startswith("| ")]
     assert table[0].startswith("| # | program | mode | run |")
     assert table[1] == (
-        "| 1 | `vision/vit/pytorch/pretrain.py` | functional | 2 instances | 0 | 61.2 | "
+        "| 1 | vit: `vision/vit/pytorch/pretrain.py` | functional | 2 instances | 0 | 61.2 | "
         "loss 7.25 -> 6.5; same losses as 1 instance: True |"
     )
     assert "simulated 12,346 samples/s; published 15,911; error -22.4 % (B15)" in table[2]

@@ -95,3 +95,17 @@ def test_an_offline_run_of_a_published_row_asks_for_the_probes_of_the_fitted_ter
     assert read() == {}  # no answer: the program ended before simulating
     assert programs._probing("functional", "C8", tmp_path)[0] == {}
     assert programs._probing("offline", None, tmp_path)[0] == {}
+
+
+def test_the_file_holds_each_program_s_rows_together_in_the_programs_order(tmp_path, monkeypatch):
+    monkeypatch.setenv("BENCHMARK_RESULTS_DIR", str(tmp_path))
+    monkeypatch.setattr(sys, "argv", ["graphcore_programs.py"])
+    programs._write([{"program": "bert", "mode": "offline"}, {"program": "vit", "mode": "offline"}])
+    programs._write([{"program": "vit", "mode": "functional", "instances": n} for n in (1, 2)])
+    rows = json.loads((tmp_path / "graphcore_programs.json").read_text())["figures"]
+    assert [(r["program"], r["mode"], r.get("instances")) for r in rows] == [
+        ("vit", "functional", 1),
+        ("vit", "functional", 2),
+        ("vit", "offline", None),
+        ("bert", "offline", None),
+    ]
