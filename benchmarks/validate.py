@@ -214,7 +214,8 @@ def graphcore_program_rows(
                 "program": run["path"],
             }
         )
-    return out
+    rank = {r["row"]: k for k, r in enumerate(records)}
+    return sorted(out, key=lambda r: rank[r["row"]])  # the table's order, not the runs'
 
 
 def summarise(records: list[dict], covered: dict, scaled: list[dict], missing: list[str]) -> dict:
