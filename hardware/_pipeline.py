@@ -377,9 +377,11 @@ def _cycle_passes(
 
 
 def stash_entry_bytes(stage: StageProfile, recomputation: bool) -> int:
-    """One micro-batch's entry in a stage's stash: its input under recomputation, else what
-    its forward saves for its backward."""
-    return stage.input_bytes if recomputation else stage.activation_bytes
+    """One micro-batch's entry in a stage's stash: under recomputation its input and the
+    values the program checkpoints inside it, else what its forward saves for its backward."""
+    if recomputation:
+        return stage.input_bytes + stage.stashed_checkpoint_bytes
+    return stage.activation_bytes
 
 
 def stash_bytes(

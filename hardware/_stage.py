@@ -55,6 +55,11 @@ class StageProfile(NamedTuple):
         checkpoint_bytes: bytes live while one micro-batch's backward recomputes the stage
             with a recomputation checkpoint at every block boundary; 0 means the whole
             stage's ``activation_bytes``.
+        stashed_checkpoint_bytes: values the program names as recomputation checkpoints
+            inside the stage (PopTorch's ``recomputationCheckpoint``), per micro-batch:
+            under recomputation PopART stashes them beside the stage's input and recomputes
+            one segment between them at a time (``checkpoint_bytes`` is then the largest
+            segment's working set).
         block_gradient_bytes: the largest block's gradient: with gradient accumulation the
             backward pass adds each block's weight gradients into the accumulators as they
             are produced, so one block's gradients are live at a time; 0 means the whole
@@ -75,6 +80,7 @@ class StageProfile(NamedTuple):
     temporary_bytes: int = 0
     checkpoint_bytes: int = 0
     block_gradient_bytes: int = 0
+    stashed_checkpoint_bytes: int = 0
 
     @property
     def num_ops(self) -> int:

@@ -98,11 +98,10 @@ from popdist_emu.poptorch._outputs import (
     resolve_mode,
     returned_micro_batches,
 )
-from popdist_emu.poptorch._placement import placed_options
 from popdist_emu.poptorch._random import draws_random, holding_key, micro_batch_key, sample_indices
 from popdist_emu.poptorch._recompute import recomputed
 from popdist_emu.poptorch._simulated import SimulatedPrograms, simulate_step
-from popdist_emu.poptorch._stages import blocked_loss
+from popdist_emu.poptorch._stages import placed_blocks
 from popdist_emu.poptorch._synthetic import synthetic_inputs
 
 
@@ -235,13 +234,12 @@ class PoplarExecutor(DeviceCalls):
             options: Any = self.options
             micro_batch = tuple(a[0, 0, 0] for a in batch)
             # The blocks of every style, found by one trace, become the emulator's stages.
-            self._strategy, blocked = blocked_loss(
-                self._loss, params, micro_batch, self._mode_fields.execution_strategy
-            )
             auto = getattr(self.options, "auto_recomputation", None)  # _Popart.set's
-            if blocked is not None and self._strategy is not None:
-                loss = blocked
-                options = placed_options(self._mode_fields, self._strategy, auto)
+            self._strategy, blocked, placed = placed_blocks(
+                self._loss, params, micro_batch, self._mode_fields, auto
+            )
+            if blocked is not None and placed is not None:
+                loss, options = blocked, placed
                 if options.layout != self._mode_fields.layout:  # outside the launcher
                     self._mode_fields = dataclasses.replace(
                         self._mode_fields, layout=options.layout

@@ -50,13 +50,15 @@ References:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any, overload
 
 import jax
 from jax.ad_checkpoint import checkpoint_name
 from jax.core import Tracer
 from jax.extend import core as jcore
+
+from popdist_emu.programs._jaxpr import evaluate_eqns
 
 if TYPE_CHECKING:
     import torch
@@ -162,7 +164,7 @@ def _split_at_last_checkpoint(
     crossing = [v for e in head for v in e.outvars if v in needed]
     sources = [*jaxpr.constvars, *jaxpr.invars]
     run_head = jax.checkpoint(
-        lambda *values: _evaluate(head, dict(zip(sources, values, strict=True)), crossing),
+        lambda *values: evaluate_eqns(head, dict(zip(sources, values, strict=True)), crossing),
         policy=jax.checkpoint_policies.save_only_these_names(CHECKPOINT),
     )
     out_tree = jax.tree.structure(out_shape)
@@ -171,24 +173,6 @@ def _split_at_last_checkpoint(
         values = [*closed.consts, *jax.tree.leaves((params, micro_batch))]
         env = dict(zip(sources, values, strict=True))
         env.update(zip(crossing, run_head(*values), strict=True))
-        return jax.tree.unflatten(out_tree, _evaluate(tail, env, jaxpr.outvars))
+        return jax.tree.unflatten(out_tree, evaluate_eqns(tail, env, jaxpr.outvars))
 
     return split, constant
-
-
-def _evaluate(
-    eqns: Sequence[jcore.JaxprEqn],
-    env: dict[jcore.Var, Any],
-    out_vars: Sequence[jcore.Var | jcore.Literal],
-) -> list[Any]:
-    """``eqns`` evaluated from ``env`` (as JAX's ``eval_jaxpr``): the values of
-    ``out_vars``."""
-    read = lambda v: v.val if isinstance(v, jcore.Literal) else env[v]  # noqa: E731
-    for eqn in eqns:
-        bound = eqn.primitive.get_bind_params(eqn.params)
-        subfuns, bind_params = bound if isinstance(bound, tuple) else ((), bound)
-        with eqn.ctx.manager:
-            outs = eqn.primitive.bind(*subfuns, *(read(v) for v in eqn.invars), **bind_params)
-        outs = outs if eqn.primitive.multiple_results else [outs]
-        env.update(zip(eqn.outvars, outs, strict=True))
-    return [read(v) for v in out_vars]

@@ -26,6 +26,7 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -44,7 +45,10 @@ from popdist_emu.poptorch._blocks import (
     check_strategy,
     tracing_blocks,
 )
+from popdist_emu.poptorch._placement import PIPELINE, RECOMPUTE_ALL, placed_options
+from popdist_emu.poptorch._recompute import marking_checkpoints
 from popdist_emu.poptorch._split import block_scopes, cut_blocks
+from popdist_emu.programs._jaxpr import without_names
 
 _EmuStrategy = popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution
 # The block of the operations before the first block begins, where that block is on another
@@ -57,6 +61,9 @@ def blocked_loss(
     params: Mapping[str, jax.Array | jax.ShapeDtypeStruct],
     micro_batch: Any,
     strategy: object,
+    *,
+    mark_checkpoints: bool = False,
+    recomputes: Callable[[_EmuStrategy], bool] = lambda _: False,
 ) -> tuple[_EmuStrategy | None, popdist_emu.BlockModel | None]:
     """The emulator's strategy and the loss cut into its blocks (None, None: one program,
     for a model without a strategy whose blocks all stay on IPU 0).
@@ -66,12 +73,16 @@ def blocked_loss(
         params: the trained weights by name (arrays or shapes).
         micro_batch: one micro-batch of one replica (arrays or shapes).
         strategy: ``poptorch.PipelinedExecution``/``ShardedExecution`` or None.
+        mark_checkpoints: name ``recomputationCheckpoint``'s tensors in the trace (a
+            pipeline that recomputes stashes them and recomputes between them).
+        recomputes: whether the stages made recompute; the names are taken out where not.
 
     Raises:
         ValueError: an operation after a ``with poptorch.Block`` ended and before the
             next block began, one block id on two IPUs, or stages the blocks cannot make.
     """
-    with block_scopes() as begin, tracing_blocks(begin) as trace:
+    marking = marking_checkpoints() if mark_checkpoints else contextlib.nullcontext()
+    with block_scopes() as begin, tracing_blocks(begin) as trace, marking:
         closed = jax.make_jaxpr(loss)(params, micro_batch)
     if trace.refused:
         raise ValueError(trace.refused[0])
@@ -88,7 +99,44 @@ def blocked_loss(
         scopes.insert(0, f"{SCOPE}before")
         names.insert(0, BEFORE_FIRST_BLOCK)
     emulated = emulator_strategy(strategy, blocks)
+    if mark_checkpoints and not recomputes(emulated):
+        closed = without_names(closed)
     return emulated, cut_blocks(closed, params, scopes, names)
+
+
+def placed_blocks(
+    loss: Callable[[Any, Any], jax.Array],
+    params: Mapping[str, jax.Array | jax.ShapeDtypeStruct],
+    micro_batch: Any,
+    fields: popdist_emu.Options,
+    auto_recomputation: int | None,
+) -> tuple[_EmuStrategy | None, popdist_emu.BlockModel | None, popdist_emu.Options | None]:
+    """:func:`blocked_loss` of the program's strategy, and the options its stages run with
+    (``_placement.placed_options``; None with the loss where no stages are made).
+
+    ``recomputationCheckpoint``'s tensors are named in the trace where the pipeline
+    recomputes (PopART then stashes them and recomputes between them:
+    ``programs.checkpoint_segments``), and the names are taken out where it does not: a named
+    copy would count as a second saved activation.
+    """
+    placed: list[popdist_emu.Options] = []
+
+    def recomputes(emulated: _EmuStrategy) -> bool:
+        placed.append(placed_options(fields, emulated, auto_recomputation))
+        return placed[-1].recomputation
+
+    emulated, blocked = blocked_loss(
+        loss,
+        params,
+        micro_batch,
+        fields.execution_strategy,
+        mark_checkpoints=auto_recomputation in (None, PIPELINE, RECOMPUTE_ALL),
+        recomputes=recomputes,
+    )
+    if blocked is None or emulated is None:
+        return emulated, None, None
+    options = placed[-1] if placed else placed_options(fields, emulated, auto_recomputation)
+    return emulated, blocked, options
 
 
 def _runs_before_first_block(closed: jcore.ClosedJaxpr, scopes: list[str]) -> bool:

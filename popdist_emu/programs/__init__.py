@@ -12,6 +12,13 @@ from popdist_emu.programs._cache import MAX_PROGRAMS as MAX_PROGRAMS
 from popdist_emu.programs._cache import PROGRAM_CACHE as PROGRAM_CACHE
 from popdist_emu.programs._cache import ProgramCache as ProgramCache
 from popdist_emu.programs._cache import ProgramKey as ProgramKey
+from popdist_emu.programs._checkpoint_segments import (
+    CheckpointSegments as CheckpointSegments,
+)
+from popdist_emu.programs._checkpoint_segments import (
+    checkpoint_segments as checkpoint_segments,
+)
+from popdist_emu.programs._checkpoint_segments import unnamed as unnamed
 from popdist_emu.programs._compile import ANALYSIS_ONLY_OPTIONS as ANALYSIS_ONLY_OPTIONS
 from popdist_emu.programs._compile import Program as Program
 from popdist_emu.programs._compile import compile_program as compile_program
@@ -34,6 +41,7 @@ __all__ = [
     "ANALYSIS_ONLY_OPTIONS",
     "MAX_PROGRAMS",
     "PROGRAM_CACHE",
+    "CheckpointSegments",
     "JaxprSize",
     "Program",
     "ProgramCache",
@@ -44,6 +52,7 @@ __all__ = [
     "XlaCost",
     "accumulator_struct",
     "build_step_profile",
+    "checkpoint_segments",
     "compile_program",
     "flat_size",
     "gradient_nbytes",
@@ -58,5 +67,6 @@ __all__ = [
     "set_available_memory",
     "shape_struct",
     "step_matmuls",
+    "unnamed",
     "xla_cost",
 ]

@@ -34,32 +34,42 @@ from popdist_emu.programs import (
     Program,
     StepShapes,
     XlaCost,
+    checkpoint_segments,
     gradient_nbytes,
     jaxpr_size,
     matmul_ops,
     residual_bytes,
+    unnamed,
     xla_cost,
 )
 
 
 def _stage_residual_bytes(fn: Callable[..., object], p: Any, x: Any) -> int:
-    """Bytes a stage's forward saves for its backward (vjp residuals, weights excluded)."""
-    return residual_bytes(functools.partial(stage_vjp, fn), p, x)
+    """Bytes a stage's forward saves for its backward (vjp residuals, weights excluded),
+    each value once: a value the program names as a checkpoint is not counted twice."""
+    return residual_bytes(functools.partial(stage_vjp, unnamed(fn, p, x)), p, x)
 
 
-def _checkpoint_bytes(pipeline: Pipeline, s: int, p: Any, x: Any) -> int:
+def _checkpoint_bytes(pipeline: Pipeline, s: int, p: Any, x: Any) -> tuple[int, int]:
     """Bytes live while stage ``s`` recomputes one micro-batch with a checkpoint at every
     block boundary: the inputs of its blocks after the first, plus the largest block's
-    activations (MPO section 5.3.2, recomputation checkpoints)."""
-    checkpoints, largest = 0, 0
+    activations (MPO section 5.3.2, recomputation checkpoints); where a block names
+    checkpoints of its own (``checkpoint_name``), its largest segment between them instead
+    of the whole block's. Also the bytes of those named values, which the stage stashes
+    beside its input (``programs.checkpoint_segments``)."""
+    checkpoints, largest, stashed = 0, 0, 0
     for i, name in enumerate(pipeline.stages[s].blocks):
         block = pipeline.model.block(name)
         bp = {k: p[k] for k in block.params}
         if i > 0:
             checkpoints += tree_nbytes(x)
-        largest = max(largest, _stage_residual_bytes(block.fn, bp, x))
+        named = checkpoint_segments(block.fn, bp, x)
+        if named.segments > 1:
+            largest, stashed = max(largest, named.largest_bytes), stashed + named.kept_bytes
+        else:
+            largest = max(largest, _stage_residual_bytes(block.fn, bp, x))
         x = jax.eval_shape(block.fn, bp, x)
-    return checkpoints + largest
+    return checkpoints + largest, stashed
 
 
 def _counts(
@@ -150,6 +160,7 @@ def profile_stages(
             {k: p[k] for k in pipeline.model.block(name).params}
             for name in pipeline.stages[s].blocks
         ]
+        working, stashed = _checkpoint_bytes(pipeline, s, p, x)
         out.append(
             weights._replace(
                 forward=_counts(
@@ -166,7 +177,8 @@ def profile_stages(
                 output_bytes=0 if functions.last else tree_nbytes(y),
                 activation_bytes=_stage_residual_bytes(functions.fn, p, x),
                 temporary_bytes=2 * bwd_size.largest_bytes,
-                checkpoint_bytes=_checkpoint_bytes(pipeline, s, p, x),
+                checkpoint_bytes=working,
+                stashed_checkpoint_bytes=stashed,
                 block_gradient_bytes=max(gradient_nbytes(b) for b in block_params),
             )
         )

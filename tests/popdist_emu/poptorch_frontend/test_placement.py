@@ -109,3 +109,71 @@ def test_an_unknown_recomputation_type_is_refused_and_other_keys_have_no_effect(
         assert opts._Popart.set("disableGradAccumulationTensorStreams", True) is opts
     assert opts.auto_recomputation is None
     assert any("only autoRecomputation is read" in str(w.message) for w in caught)
+
+
+class _Checkpointed(torch.nn.Module):
+    """Stage ``A`` on IPU 0 of four wide layers with a ``recomputationCheckpoint`` after the
+    second (``checkpoint``), or none; stage ``B`` on IPU 1 with the loss."""
+
+    def __init__(self, checkpoint: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.checkpoint = checkpoint
+        self.a = poptorch.BeginBlock(torch.nn.Linear(4, 256), "A", ipu_id=0)
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(256, 256) for _ in range(3)])
+        self.b = poptorch.BeginBlock(torch.nn.Linear(256, 3), "B", ipu_id=1)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.tanh(self.a(x))
+        for k, layer in enumerate(self.layers):
+            h = torch.tanh(layer(h))
+            if self.checkpoint and k == 0:
+                h = poptorch.recomputationCheckpoint(h)
+        out = self.b(h)
+        return out, torch.nn.functional.cross_entropy(out, y)
+
+
+def _stage_a(
+    monkeypatch: pytest.MonkeyPatch, checkpoint: bool, strategy: Any = None
+) -> tuple[hardware.StageProfile, list[float]]:
+    monkeypatch.setenv("POPDIST_NUM_IPUS_PER_REPLICA", "2")
+    opts = poptorch.Options()
+    opts.Training.gradientAccumulation(4)
+    if strategy is not None:
+        opts.setExecutionStrategy(strategy)
+    model = _Checkpointed(checkpoint)
+    training = poptorch.trainingModel(model, opts, torch.optim.SGD(model.parameters(), lr=0.1))
+    generator = torch.Generator().manual_seed(3)
+    x, y = torch.randn(8, 4, generator=generator), torch.randint(0, 3, (8,), generator=generator)
+    losses = [float(training(x, y)[1]) for _ in range(2)]
+    batch = (x.numpy().reshape(1, 4, 1, 2, 4), y.numpy().reshape(1, 4, 1, 2))
+    return sim.simulate(training._trainer, batch).model.stages[0], losses
+
+
+def test_a_recomputing_stage_stashes_its_checkpoints_and_recomputes_between_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """PopART stashes a pipeline stage's ``recomputationCheckpoint`` tensors beside its
+    input and recomputes one segment between them at a time; the stage was charged its
+    whole forward while its backward ran (EfficientNet-B4's offline row, refused)."""
+    marked, losses = _stage_a(monkeypatch, checkpoint=True)
+    plain, plain_losses = _stage_a(monkeypatch, checkpoint=False)
+    assert losses == plain_losses  # a checkpoint changes no number
+    activation = 2 * 256 * 4  # one micro-batch's layer output, float32
+    assert plain.stashed_checkpoint_bytes == 0
+    assert marked.stashed_checkpoint_bytes == activation
+    assert marked.activation_bytes == plain.activation_bytes  # the whole forward, as before
+    assert plain.checkpoint_bytes == plain.activation_bytes
+    assert 0 < marked.checkpoint_bytes < plain.checkpoint_bytes  # one segment's, not all
+
+
+def test_a_stage_that_does_not_recompute_counts_no_checkpoint_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Sharded execution stashes the forward (no recomputation): the named checkpoint is
+    taken out of the trace, so its tensor is not saved twice."""
+    sharded = poptorch.ShardedExecution(poptorch.Stage("A"), poptorch.Stage("B"))
+    marked, _ = _stage_a(monkeypatch, checkpoint=True, strategy=sharded)
+    plain, _ = _stage_a(monkeypatch, checkpoint=False, strategy=sharded)
+    assert marked.activation_bytes == plain.activation_bytes
+    assert marked.stashed_checkpoint_bytes == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from popdist_emu.programs import jaxpr_size
 
@@ -20,3 +21,18 @@ def test_sizes_count_sub_jaxprs_and_prng_keys():
     size = jaxpr_size(closed.jaxpr)
     assert size.num_ops > len(closed.jaxpr.eqns)  # the branches' and the sampler's too
     assert size.largest_bytes == 64 * 64 * 4
+
+
+def test_a_checkpoint_name_is_no_operation():
+    """PopTorch's ``recomputationCheckpoint`` names a value; it computes nothing, so it is
+    no compute set: a program with it is priced as one without."""
+
+    def plain(x):
+        return jnp.tanh(jnp.sin(x))
+
+    def named(x):
+        return jnp.tanh(checkpoint_name(jnp.sin(x), "kept"))
+
+    shape = jax.ShapeDtypeStruct((4,), jnp.float32)
+    sizes = [jaxpr_size(jax.make_jaxpr(f)(shape).jaxpr) for f in (plain, named)]
+    assert sizes[0] == sizes[1]
