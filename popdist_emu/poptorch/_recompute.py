@@ -58,7 +58,7 @@ from jax.ad_checkpoint import checkpoint_name
 from jax.core import Tracer
 from jax.extend import core as jcore
 
-from popdist_emu.programs._jaxpr import evaluate_eqns
+from popdist_emu._jaxpr_run import evaluate_eqns
 
 if TYPE_CHECKING:
     import torch

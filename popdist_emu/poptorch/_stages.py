@@ -34,6 +34,7 @@ import jax
 from jax.extend import core as jcore
 
 import popdist_emu
+from popdist_emu._jaxpr_run import without_names
 from popdist_emu.poptorch._blocks import (
     NO_BLOCK,
     SCOPE,
@@ -48,7 +49,6 @@ from popdist_emu.poptorch._blocks import (
 from popdist_emu.poptorch._placement import PIPELINE, RECOMPUTE_ALL, placed_options
 from popdist_emu.poptorch._recompute import marking_checkpoints
 from popdist_emu.poptorch._split import block_scopes, cut_blocks
-from popdist_emu.programs._jaxpr import without_names
 
 _EmuStrategy = popdist_emu.PipelinedExecution | popdist_emu.ShardedExecution
 # The block of the operations before the first block begins, where that block is on another

@@ -32,8 +32,8 @@ import jax
 import jax.extend.core as jex
 import numpy as np
 
+from popdist_emu._jaxpr_run import evaluate_eqns, without_names
 from popdist_emu.programs._analysis import residual_bytes
-from popdist_emu.programs._jaxpr import evaluate_eqns, without_names
 
 # ``checkpoint_name``'s primitive.
 _NAME = "name"
