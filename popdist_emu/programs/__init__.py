@@ -18,6 +18,7 @@ from popdist_emu.programs._checkpoint_segments import (
 from popdist_emu.programs._checkpoint_segments import (
     checkpoint_segments as checkpoint_segments,
 )
+from popdist_emu.programs._checkpoint_segments import names_checkpoints as names_checkpoints
 from popdist_emu.programs._checkpoint_segments import unnamed as unnamed
 from popdist_emu.programs._compile import ANALYSIS_ONLY_OPTIONS as ANALYSIS_ONLY_OPTIONS
 from popdist_emu.programs._compile import Program as Program
@@ -59,6 +60,7 @@ __all__ = [
     "jaxpr_size",
     "loss_vjp",
     "matmul_ops",
+    "names_checkpoints",
     "precision_of",
     "profile_programs",
     "profile_step",

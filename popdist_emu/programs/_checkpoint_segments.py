@@ -34,6 +34,7 @@ import numpy as np
 
 from popdist_emu._jaxpr_run import evaluate_eqns, without_names
 from popdist_emu.programs._analysis import residual_bytes
+from popdist_emu.programs._jaxpr import sub_jaxprs
 
 # ``checkpoint_name``'s primitive.
 _NAME = "name"
@@ -84,6 +85,16 @@ def checkpoint_segments(fn: Callable[..., Any], *args: Any) -> CheckpointSegment
         for segment, needed in zip(segments, needed_after, strict=True)
     )
     return CheckpointSegments(len(segments), int(kept), int(largest))
+
+
+def names_checkpoints(jaxpr: jex.Jaxpr) -> bool:
+    """Whether ``jaxpr`` (its sub-jaxprs too) names a value with ``checkpoint_name``, read
+    from a jaxpr already made (a compiled program's), so a program without names costs no
+    trace."""
+    return any(
+        eqn.primitive.name == _NAME or any(names_checkpoints(j) for j in sub_jaxprs(eqn.params))
+        for eqn in jaxpr.eqns
+    )
 
 
 def unnamed(fn: Callable[..., Any], *args: Any) -> Callable[..., Any]:

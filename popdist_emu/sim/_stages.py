@@ -38,19 +38,24 @@ from popdist_emu.programs import (
     gradient_nbytes,
     jaxpr_size,
     matmul_ops,
+    names_checkpoints,
     residual_bytes,
     unnamed,
     xla_cost,
 )
 
 
-def _stage_residual_bytes(fn: Callable[..., object], p: Any, x: Any) -> int:
+def _stage_residual_bytes(fn: Callable[..., object], p: Any, x: Any, named: bool = False) -> int:
     """Bytes a stage's forward saves for its backward (vjp residuals, weights excluded),
-    each value once: a value the program names as a checkpoint is not counted twice."""
-    return residual_bytes(functools.partial(stage_vjp, unnamed(fn, p, x)), p, x)
+    each value once: where the program ``named`` checkpoints, a named value is not counted
+    twice."""
+    forward = unnamed(fn, p, x) if named else fn
+    return residual_bytes(functools.partial(stage_vjp, forward), p, x)
 
 
-def _checkpoint_bytes(pipeline: Pipeline, s: int, p: Any, x: Any) -> tuple[int, int]:
+def _checkpoint_bytes(
+    pipeline: Pipeline, s: int, p: Any, x: Any, named: bool = False
+) -> tuple[int, int]:
     """Bytes live while stage ``s`` recomputes one micro-batch with a checkpoint at every
     block boundary: the inputs of its blocks after the first, plus the largest block's
     activations (MPO section 5.3.2, recomputation checkpoints); where a block names
@@ -63,9 +68,9 @@ def _checkpoint_bytes(pipeline: Pipeline, s: int, p: Any, x: Any) -> tuple[int, 
         bp = {k: p[k] for k in block.params}
         if i > 0:
             checkpoints += tree_nbytes(x)
-        named = checkpoint_segments(block.fn, bp, x)
-        if named.segments > 1:
-            largest, stashed = max(largest, named.largest_bytes), stashed + named.kept_bytes
+        cut = checkpoint_segments(block.fn, bp, x) if named else None
+        if cut is not None and cut.segments > 1:
+            largest, stashed = max(largest, cut.largest_bytes), stashed + cut.kept_bytes
         else:
             largest = max(largest, _stage_residual_bytes(block.fn, bp, x))
         x = jax.eval_shape(block.fn, bp, x)
@@ -160,7 +165,8 @@ def profile_stages(
             {k: p[k] for k in pipeline.model.block(name).params}
             for name in pipeline.stages[s].blocks
         ]
-        working, stashed = _checkpoint_bytes(pipeline, s, p, x)
+        named = names_checkpoints(fwd.jaxpr.jaxpr)
+        working, stashed = _checkpoint_bytes(pipeline, s, p, x, named)
         out.append(
             weights._replace(
                 forward=_counts(
@@ -175,7 +181,7 @@ def profile_stages(
                 backward_reruns_forward=True,
                 input_bytes=tree_nbytes(x),
                 output_bytes=0 if functions.last else tree_nbytes(y),
-                activation_bytes=_stage_residual_bytes(functions.fn, p, x),
+                activation_bytes=_stage_residual_bytes(functions.fn, p, x, named),
                 temporary_bytes=2 * bwd_size.largest_bytes,
                 checkpoint_bytes=working,
                 stashed_checkpoint_bytes=stashed,
