@@ -17,6 +17,9 @@ from typing import Any
 
 import jax.extend.core as jex
 
+# ``jax.ad_checkpoint.checkpoint_name``'s primitive: it names a value and computes nothing.
+NAME_PRIMITIVE = "name"
+
 
 def evaluate_eqns(
     eqns: Sequence[jex.JaxprEqn],
@@ -49,7 +52,7 @@ def without_names(closed: jex.ClosedJaxpr) -> jex.ClosedJaxpr:
 
     eqns = []
     for eqn in jaxpr.eqns:
-        if eqn.primitive.name == "name":
+        if eqn.primitive.name == NAME_PRIMITIVE:
             alias[eqn.outvars[0]] = read(eqn.invars[0])
             continue
         eqns.append(eqn.replace(invars=[read(v) for v in eqn.invars]))

@@ -25,6 +25,7 @@ import jax
 import jax.extend.core as jex
 import numpy as np
 
+from popdist_emu._jaxpr_run import NAME_PRIMITIVE
 from popdist_emu.programs._jaxpr import sub_jaxprs
 
 
@@ -68,7 +69,7 @@ def jaxpr_size(jaxpr: jex.Jaxpr) -> JaxprSize:
     ops, largest = 0, 0
     for eqn in jaxpr.eqns:
         # A ``checkpoint_name`` marks a value for recomputation and computes nothing.
-        ops += eqn.primitive.name != "name"
+        ops += eqn.primitive.name != NAME_PRIMITIVE
         for var in eqn.outvars:
             aval = var.aval
             if hasattr(aval, "shape") and hasattr(aval, "dtype"):

@@ -32,12 +32,9 @@ import jax
 import jax.extend.core as jex
 import numpy as np
 
-from popdist_emu._jaxpr_run import evaluate_eqns, without_names
+from popdist_emu._jaxpr_run import NAME_PRIMITIVE, evaluate_eqns, without_names
 from popdist_emu.programs._analysis import residual_bytes
 from popdist_emu.programs._jaxpr import sub_jaxprs
-
-# ``checkpoint_name``'s primitive.
-_NAME = "name"
 
 
 class CheckpointSegments(NamedTuple):
@@ -67,7 +64,7 @@ def checkpoint_segments(fn: Callable[..., Any], *args: Any) -> CheckpointSegment
     named: list[jex.Var] = []
     for eqn in jaxpr.eqns:
         segments[-1].append(eqn)
-        if eqn.primitive.name == _NAME:
+        if eqn.primitive.name == NAME_PRIMITIVE:
             named.extend(eqn.outvars)
             segments.append([])
     if not named:
@@ -92,7 +89,8 @@ def names_checkpoints(jaxpr: jex.Jaxpr) -> bool:
     from a jaxpr already made (a compiled program's), so a program without names costs no
     trace."""
     return any(
-        eqn.primitive.name == _NAME or any(names_checkpoints(j) for j in sub_jaxprs(eqn.params))
+        eqn.primitive.name == NAME_PRIMITIVE
+        or any(names_checkpoints(j) for j in sub_jaxprs(eqn.params))
         for eqn in jaxpr.eqns
     )
 
