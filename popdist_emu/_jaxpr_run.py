@@ -12,9 +12,11 @@ References:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+import jax
 import jax.extend.core as jex
 
 # ``jax.ad_checkpoint.checkpoint_name``'s primitive: it names a value and computes nothing.
@@ -33,7 +35,10 @@ def evaluate_eqns(
     for eqn in eqns:
         bound = eqn.primitive.get_bind_params(eqn.params)
         subfuns, bind_params = bound if isinstance(bound, tuple) else ((), bound)
-        with eqn.ctx.manager:
+        # The equation's name stack goes with it (a traced PyTorch operation's scope, which
+        # the memory count reads: ``programs._op_residuals``).
+        scope = str(eqn.source_info.name_stack)
+        with eqn.ctx.manager, jax.named_scope(scope) if scope else contextlib.nullcontext():
             outs = eqn.primitive.bind(*subfuns, *(read(v) for v in eqn.invars), **bind_params)
         outs = outs if eqn.primitive.multiple_results else [outs]
         env.update(zip(eqn.outvars, outs, strict=True))

@@ -27,6 +27,7 @@ import jax
 from jax.extend import core as jcore
 
 import popdist_emu
+from popdist_emu._jaxpr_run import evaluate_eqns
 
 # A block's ``fn(block_params, carry)``: the carry on (a tuple), or the loss for the last block;
 # the first block's carry is the micro-batch, whatever pytree the model takes.
@@ -37,10 +38,6 @@ def _block_of(eqn: jcore.JaxprEqn, names: Sequence[str], current: str) -> str:
     stack = str(eqn.source_info.name_stack)
     head = stack.split("/", 1)[0] if stack else ""
     return head if head in names else current
-
-
-def _read(env: Mapping[jcore.Var, jax.Array], var: jcore.Var | jcore.Literal) -> jax.Array:
-    return var.val if isinstance(var, jcore.Literal) else env[var]
 
 
 def split_blocks(
@@ -139,17 +136,7 @@ def _runner(
         leaves = jax.tree.leaves(carry)
         env.update(zip(in_vars, leaves, strict=True))
         env.update({by_name[n]: block_params[n] for n in own})
-        for eqn in eqns:
-            # As jax's own eval_jaxpr: get_bind_params gives the bind keywords (JAX 0.10), or
-            # sub-functions and keywords (older JAX).
-            bound = eqn.primitive.get_bind_params(eqn.params)
-            subfuns, bind_params = bound if isinstance(bound, tuple) else ((), bound)
-            invals = (_read(env, v) for v in eqn.invars)
-            with eqn.ctx.manager:
-                outs = eqn.primitive.bind(*subfuns, *invals, **bind_params)
-            outs = outs if eqn.primitive.multiple_results else [outs]
-            env.update(zip(eqn.outvars, outs, strict=True))
-        values = [_read(env, v) for v in out_vars]
+        values = evaluate_eqns(eqns, env, out_vars)
         return values[-1] if last else tuple(values)
 
     return run

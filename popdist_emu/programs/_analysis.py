@@ -27,6 +27,7 @@ import numpy as np
 
 from popdist_emu._jaxpr_run import NAME_PRIMITIVE
 from popdist_emu.programs._jaxpr import sub_jaxprs
+from popdist_emu.programs._op_residuals import op_saved_values
 
 
 class XlaCost(NamedTuple):
@@ -87,6 +88,8 @@ def residual_bytes(vjp_of: Callable[..., Callable[..., tuple[Any, ...]]], *args:
     ``vjp_of`` returns the vjp closure of the forward pass (``jax.vjp(f, ...)[1]``); its
     leaves are the residuals. Leaves that are inputs (the weights themselves, the
     micro-batch) are not activations and are left out, and a value saved twice counts once.
+    In a traced PyTorch forward, the values inside one operation count as the operation's
+    inputs, which PopART's gradient operation reads instead (:func:`op_saved_values`).
 
     Args:
         vjp_of: ``vjp_of(*args) -> vjp closure``, e.g. :func:`loss_vjp` or
@@ -95,14 +98,9 @@ def residual_bytes(vjp_of: Callable[..., Callable[..., tuple[Any, ...]]], *args:
     """
     closed = jax.make_jaxpr(vjp_of)(*args)
     inputs = set(closed.jaxpr.invars)
-    seen: set[jex.Var] = set()
-    total = 0
-    for var in closed.jaxpr.outvars:
-        if not isinstance(var, jex.Var) or var in inputs or var in seen:
-            continue
-        seen.add(var)
-        total += _aval_nbytes(var.aval)
-    return int(total)
+    residuals = [v for v in closed.jaxpr.outvars if isinstance(v, jex.Var)]
+    saved = op_saved_values(closed.jaxpr, residuals)
+    return int(sum(_aval_nbytes(v.aval) for v in saved if v not in inputs))
 
 
 def loss_vjp(
