@@ -15,9 +15,12 @@ of one of Graphcore's published rows, from the application's ``configs.yml`` and
   with 2 data-loader workers instead of the row's 14 (generated data needs none; 14 forked
   workers beside the compile ran this machine out of memory);
 - EfficientNet-B4: ``configs.yml``'s ``efficientnet-b4-g16-gn-pod16`` (8 replicas of 2 IPUs,
-  micro-batch 4, accumulation 64, device iterations 4, TensorFlow's RMSprop), one instance
-  per replica as ``efficientnet_b4_pod16.sh`` has it, on a Bow-POD16 (the system of the
-  published B4 row ``benchmarks/published_rows.py`` C4);
+  micro-batch 4, accumulation 64, device iterations 4, TensorFlow's RMSprop, the optimiser
+  state sharded over each instance's replicas), on two instances as
+  ``efficientnet_b4_pod16.sh`` and ``benchmarks.yml`` have it, with 2 data-loader workers
+  instead of 16 (each holds the instance's combined batch of generated images: more ran this
+  machine out of memory), on a Bow-POD16 (the system of the published B4 row
+  ``benchmarks/published_rows.py`` C4);
 - ViT-B/16 pre-training: ``benchmarks.yml``'s ``pytorch_vit_lamb_pretrain_gen_pod64``
   (``--config b16_in1k_pretrain_lamb``: 16 replicas of 4 IPUs over 8 instances,
   micro-batch 8, accumulation 512, LAMB without RTS) on a Bow-POD64, the row C8.
@@ -88,7 +91,7 @@ VISION_PROGRAMS: dict[str, dict[str, Any]] = {
             "--num-replicas",
             "8",
             "--num-instances",
-            "8",
+            "2",
             "--ipus-per-replica",
             "2",
             "--system",
@@ -96,7 +99,7 @@ VISION_PROGRAMS: dict[str, dict[str, Any]] = {
         ),
         "offline_args": _words(
             "--config efficientnet-b4-g16-gn-pod16 --data generated --epoch 1 "
-            "--validation-mode none --dataloader-worker 12"
+            "--validation-mode none --dataloader-worker 2"
         ),
         "loss": r"\] loss: *(\d*\.\d*)",
         "per_instance": ("--iterations",),
