@@ -216,6 +216,21 @@ def _probing(mode: str, key: str | None, folder: Path) -> tuple[dict[str, str], 
     return {ENV_SCALING_REQUEST: str(request)}, read
 
 
+def shown_result(shown: list[str], errors: list[str], mode: str) -> str:
+    """What a run shows, from its output lines (``shown``) and error lines: the program's
+    test accuracy, offline the simulated step, for a sweep its throughput and parallel
+    efficiency; a refused configuration's first line (what does not fit, and where)."""
+    if mode == "scaling":
+        results = [line for line in shown if "parallel efficiency of" in line]
+    else:
+        results = [line for line in shown if "ccuracy" in line or line.startswith("step ")]
+    refused = [line[line.index("Out of memory") :] for line in errors if "Out of memory" in line]
+    results = results or refused[:1]
+    # Offline, the host's part too: its time per step and whether it decides the throughput.
+    host = [line for line in shown if line.startswith(("host:", "HOST-BOUND"))]
+    return "; ".join([*results[-1:], *(h.split(";")[0] for h in host)])
+
+
 def run_program(
     examples: Path,
     name: str,
@@ -260,15 +275,7 @@ def run_program(
         seconds = time.perf_counter() - start
         features = probed()
     lines = [line for line in err.splitlines() if line.strip() and "\r" not in line]
-    # What the run shows: the program's test accuracy, offline the simulated step, for a
-    # sweep its throughput and parallel efficiency.
     shown = [line.split(">:", 1)[-1].strip() for line in out.splitlines()]
-    if mode == "scaling":
-        results = [line for line in shown if "parallel efficiency of" in line]
-    else:
-        results = [line for line in shown if "ccuracy" in line or line.startswith("step ")]
-    # Offline, the host's part too: its time per step and whether it decides the throughput.
-    host = [line for line in shown if line.startswith(("host:", "HOST-BOUND"))]
     losses = [float(v) for v in re.findall(program.loss, out)] if program.loss else []
     simulated = simulated_throughput(out) if mode == "offline" else None
     compared = published_figures(simulated, program.published) if simulated is not None else {}
@@ -283,7 +290,7 @@ def run_program(
         ).replace(str(examples) + "/", ""),  # the program's path in graphcore/examples
         "exit_code": code,
         "seconds": round(seconds, 1),
-        "result": "; ".join([*results[-1:], *(h.split(";")[0] for h in host)]),
+        "result": shown_result(shown, lines, mode),
         **compared,
         **features,
         "last_lines": lines[-6:],

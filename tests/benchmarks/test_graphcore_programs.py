@@ -109,3 +109,21 @@ def test_the_file_holds_each_program_s_rows_together_in_the_programs_order(tmp_p
         ("vit", "offline", None),
         ("bert", "offline", None),
     ]
+
+
+def test_a_refused_configuration_shows_what_does_not_fit():
+    """A configuration the model refuses prints no step; the row shows the refusal's first
+    line, however the error was raised, and a run that printed its step shows that."""
+    errors = [
+        "Traceback (most recent call last):",
+        "popdist_emu.sim.OutOfMemory: Out of memory: IPU 1 (stage 1: 0) of M fits in total "
+        "(8 of 9 bytes) but its fullest tile needs 7 bytes of 6.",
+        "  always-live 5 bytes: weights 1, optimizer_state 1",
+        "poprun-emu: instance 0 exited with code 1",
+    ]
+    shown = programs.shown_result([], errors, "offline")
+    assert shown.startswith("Out of memory: IPU 1 (stage 1: 0)") and shown.endswith("of 6.")
+    step = "step 1.00 ms for 8 samples -> 8,000 samples/s; host IO exposed 0.00 ms"
+    assert programs.shown_result([step, "host: 0.1 ms a step; ok"], [], "offline") == (
+        f"{step}; host: 0.1 ms a step"
+    )
