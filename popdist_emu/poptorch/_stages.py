@@ -119,11 +119,9 @@ def placed_blocks(
     ``programs.checkpoint_segments``), and the names are taken out where it does not: a named
     copy would count as a second saved activation.
     """
-    placed: list[popdist_emu.Options] = []
 
     def recomputes(emulated: _EmuStrategy) -> bool:
-        placed.append(placed_options(fields, emulated, auto_recomputation))
-        return placed[-1].recomputation
+        return placed_options(fields, emulated, auto_recomputation).recomputation
 
     emulated, blocked = blocked_loss(
         loss,
@@ -135,8 +133,7 @@ def placed_blocks(
     )
     if blocked is None or emulated is None:
         return emulated, None, None
-    options = placed[-1] if placed else placed_options(fields, emulated, auto_recomputation)
-    return emulated, blocked, options
+    return emulated, blocked, placed_options(fields, emulated, auto_recomputation)
 
 
 def _runs_before_first_block(closed: jcore.ClosedJaxpr, scopes: list[str]) -> bool:

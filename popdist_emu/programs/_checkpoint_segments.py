@@ -33,7 +33,7 @@ import jax.extend.core as jex
 import numpy as np
 
 from popdist_emu._jaxpr_run import NAME_PRIMITIVE, evaluate_eqns, without_names
-from popdist_emu.programs._analysis import residual_bytes
+from popdist_emu.programs._analysis import _aval_nbytes, residual_bytes
 from popdist_emu.programs._jaxpr import sub_jaxprs
 
 
@@ -70,7 +70,7 @@ def checkpoint_segments(fn: Callable[..., Any], *args: Any) -> CheckpointSegment
     if not named:
         return CheckpointSegments(1, 0, 0)
     outputs = {v for v in jaxpr.outvars if isinstance(v, jex.Var)}
-    kept = sum(_nbytes(v.aval) for v in dict.fromkeys(named) if v not in outputs)
+    kept = sum(_aval_nbytes(v.aval) for v in dict.fromkeys(named) if v not in outputs)
     needed_after: list[set[jex.Var]] = []
     later = set(outputs)
     for segment in reversed(segments):
@@ -124,10 +124,6 @@ def _segment_residuals(segment: Sequence[jex.JaxprEqn], needed: set[jex.Var]) ->
 
     avals: list[Any] = [v.aval for v in inputs]
     return residual_bytes(vjp_of, *(jax.ShapeDtypeStruct(a.shape, a.dtype) for a in avals))
-
-
-def _nbytes(aval: Any) -> int:
-    return int(np.prod(aval.shape)) * aval.dtype.itemsize
 
 
 def _is_float(aval: Any) -> bool:
