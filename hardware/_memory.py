@@ -162,7 +162,7 @@ def ipu_memory(
         if profile.offload_optimiser_state
         else math.ceil(state_bytes / shards),
         "gradient_accumulators": gradient_bytes if accumulating else 0,
-        "code": sum(s.num_ops for _, s in mine) * CODE_BYTES_PER_OP_PER_TILE * ipu.tiles,
+        "code": sum(s.code_ops for _, s in mine) * CODE_BYTES_PER_OP_PER_TILE * ipu.tiles,
         "exchange_code": ipu.tiles
         * EXCHANGE_CODE_BYTES_PER_TILE
         * len(profile.collectives)

@@ -42,6 +42,7 @@ def micro_step_stage(profile: StepProfile) -> StageProfile:
             profile.grad_transcendentals,
             profile.num_ops,
             tuple(profile.matmuls),
+            code_ops=profile.code_ops,
         ),
         activation_bytes=profile.activation_bytes,
         parameter_bytes=profile.parameter_bytes,
@@ -172,6 +173,7 @@ def _minus(a: PassCounts, b: PassCounts) -> PassCounts:
         max(a.transcendentals - b.transcendentals, 0.0),
         max(a.num_ops - b.num_ops, 0),
         a.matmuls,
+        code_ops=max(a.code - b.code, 0),
     )
 
 

@@ -19,8 +19,11 @@ class PassCounts(NamedTuple):
         flops: floating-point operations.
         bytes_accessed: bytes read and written.
         transcendentals: transcendental evaluations.
-        num_ops: primitive operations (its compute sets, and its code).
+        num_ops: primitive operations (its compute sets).
         matmuls: its matmuls and convolutions, for the convolution planner.
+        code_ops: operations that hold vertex code, as the program's framework records
+            them (a traced PyTorch operation once, however many primitives its lowering
+            took); None means ``num_ops``.
     """
 
     flops: float = 0.0
@@ -28,6 +31,12 @@ class PassCounts(NamedTuple):
     transcendentals: float = 0.0
     num_ops: int = 0
     matmuls: tuple[ConvOp, ...] = ()
+    code_ops: int | None = None
+
+    @property
+    def code(self) -> int:
+        """Operations that hold code: ``code_ops``, or ``num_ops`` where it is not known."""
+        return self.num_ops if self.code_ops is None else self.code_ops
 
 
 class StageProfile(NamedTuple):
@@ -84,8 +93,13 @@ class StageProfile(NamedTuple):
 
     @property
     def num_ops(self) -> int:
-        """Primitive operations of its programs (the code it holds)."""
+        """Primitive operations of its programs (their compute sets)."""
         return self.forward.num_ops + self.backward.num_ops
+
+    @property
+    def code_ops(self) -> int:
+        """Operations of its programs that hold vertex code (:attr:`PassCounts.code`)."""
+        return self.forward.code + self.backward.code
 
     @property
     def matmuls(self) -> tuple[ConvOp, ...]:

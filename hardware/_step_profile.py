@@ -167,7 +167,7 @@ class StepProfile(RunSettings):
         temporary_bytes: peak working space of one operation beyond the saved activations.
         host_bytes_per_micro_batch: bytes a replica receives from the host per micro-batch
             (inputs and labels).
-        num_ops: primitive operations in the step (sizes the vertex-code estimate).
+        num_ops: primitive operations in the step (its compute sets).
         precision: "float16" or "float32": the arithmetic the model runs in.
         matmuls: the step's matmuls and convolutions (``hardware._planner.ConvOp``), planned
             by the convolution planner model; empty leaves the planner out.
@@ -188,6 +188,9 @@ class StepProfile(RunSettings):
             returns every micro-batch (gradient accumulation x device iterations),
             ``Final`` only the last; the runtime's Trainer returns one loss per device
             iteration (``output_mode="all"``) or the last.
+        code_ops: operations of the step that hold vertex code, as its framework records
+            them (a traced PyTorch operation once, however many primitives its lowering
+            took); None means ``num_ops``.
     """
 
     grad_flops: float
@@ -210,6 +213,7 @@ class StepProfile(RunSettings):
     host_prefetch: bool = True
     host_output_bytes_per_micro_batch: int = 0
     outputs_per_step: int = 1
+    code_ops: int | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()

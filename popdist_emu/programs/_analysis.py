@@ -27,7 +27,7 @@ import numpy as np
 
 from popdist_emu._jaxpr_run import NAME_PRIMITIVE
 from popdist_emu.programs._jaxpr import sub_jaxprs
-from popdist_emu.programs._op_residuals import op_saved_values
+from popdist_emu.programs._op_residuals import op_runs, op_saved_values
 
 
 class XlaCost(NamedTuple):
@@ -57,20 +57,33 @@ def _aval_nbytes(aval: Any) -> int:
 
 
 class JaxprSize(NamedTuple):
-    """Primitive operations of a jaxpr (its sub-jaxprs included) and the bytes of its
-    largest intermediate: the vertex-code estimate and the temporary-memory estimate."""
+    """Primitive operations of a jaxpr (its sub-jaxprs included), the bytes of its largest
+    intermediate, and its operations as the program's framework records them: the
+    compute-set estimate, the temporary-memory estimate and the vertex-code estimate.
+
+    ``code_ops`` counts a traced PyTorch operation once however many primitives its
+    lowering took (PopART compiles one ONNX operation, not torchax's lowering of it: a
+    group norm is one operation here and dozens of primitives) and every other primitive
+    as one; for a JAX program it equals ``num_ops``.
+    """
 
     num_ops: int
     largest_bytes: int
+    code_ops: int
 
 
 def jaxpr_size(jaxpr: jex.Jaxpr) -> JaxprSize:
     """:class:`JaxprSize` of ``jaxpr`` (a ``Jaxpr``, not a ``ClosedJaxpr``) and its
-    sub-jaxprs; a ``checkpoint_name`` is no operation."""
-    ops, largest = 0, 0
-    for eqn in jaxpr.eqns:
+    sub-jaxprs; a ``checkpoint_name`` is no operation. A PyTorch operation's runs are
+    :func:`~popdist_emu.programs._op_residuals.op_runs`'; its sub-jaxprs are its own."""
+    ops, largest, code = 0, 0, 0
+    runs = op_runs(jaxpr.eqns)
+    code += len({run for run in runs if run is not None})
+    for eqn, run in zip(jaxpr.eqns, runs, strict=True):
         # A ``checkpoint_name`` marks a value for recomputation and computes nothing.
-        ops += eqn.primitive.name != NAME_PRIMITIVE
+        counted = eqn.primitive.name != NAME_PRIMITIVE
+        ops += counted
+        code += counted and run is None
         for var in eqn.outvars:
             aval = var.aval
             if hasattr(aval, "shape") and hasattr(aval, "dtype"):
@@ -78,8 +91,9 @@ def jaxpr_size(jaxpr: jex.Jaxpr) -> JaxprSize:
         for sub in sub_jaxprs(eqn.params):
             sub_size = jaxpr_size(sub)
             ops += sub_size.num_ops
+            code += sub_size.code_ops if run is None else 0
             largest = max(largest, sub_size.largest_bytes)
-    return JaxprSize(ops, largest)
+    return JaxprSize(ops, largest, code)
 
 
 def residual_bytes(vjp_of: Callable[..., Callable[..., tuple[Any, ...]]], *args: Any) -> int:

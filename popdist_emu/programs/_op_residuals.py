@@ -45,22 +45,33 @@ def torch_op_of(eqn: jex.JaxprEqn) -> str | None:
     return found.group(0) if found else None
 
 
+def op_runs(eqns: Sequence[jex.JaxprEqn]) -> list[int | None]:
+    """The PyTorch operation each of ``eqns`` belongs to, as a run number, or None outside
+    any: consecutive equations under the same operation name are one operation (PopART's
+    one ONNX operation), numbered from 0 in order; an equation outside any operation
+    between two of the same name does not split them."""
+    runs: list[int | None] = []
+    run, last = -1, None
+    for eqn in eqns:
+        name = torch_op_of(eqn)
+        if name is not None and name != last:
+            run, last = run + 1, name
+        runs.append(run if name is not None else None)
+    return runs
+
+
 def op_saved_values(jaxpr: jex.Jaxpr, residuals: Sequence[jex.Var]) -> list[jex.Var]:
     """The values PopART keeps for ``residuals``, the vjp residuals ``jaxpr`` computes.
 
     Each residual made inside a PyTorch operation and read in ``jaxpr`` only by that
     operation is replaced by the operation's inputs; the rest are kept. Consecutive
-    equations under the same operation name are one operation. Duplicates are removed.
+    equations under the same operation name are one operation (:func:`op_runs`).
+    Duplicates are removed.
     """
     run_of: dict[jex.Var, int | None] = {}
     readers: dict[jex.Var, set[int | None]] = {}
     run_inputs: dict[int, list[jex.Var]] = {}
-    run, last = -1, None
-    for eqn in jaxpr.eqns:
-        name = torch_op_of(eqn)
-        if name is not None and name != last:
-            run, last = run + 1, name
-        here = run if name is not None else None
+    for eqn, here in zip(jaxpr.eqns, op_runs(jaxpr.eqns), strict=True):
         for var in eqn.invars:
             if not isinstance(var, jex.Var):
                 continue

@@ -72,6 +72,7 @@ def program_counts(
         grad=xla_cost(micro_step.compiled),
         update=xla_cost(update.compiled) if update is not None else XlaCost(),
         num_ops=size.num_ops,
+        code_ops=size.code_ops,
         activation_bytes=activations,
         # The largest operation needs its input and its output at once.
         temporary_bytes=2 * size.largest_bytes,

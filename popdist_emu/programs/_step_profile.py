@@ -81,10 +81,12 @@ class ProgramCounts(NamedTuple):
     Attributes:
         grad: XLA's cost of one micro-batch's forward and backward pass.
         update: XLA's cost of one weight update (zero when the update is not part of it).
-        num_ops: primitive operations of the step (sizes the vertex-code estimate).
+        num_ops: primitive operations of the step (its compute sets).
         activation_bytes: bytes the forward pass saves for the backward pass.
         temporary_bytes: peak working space of one operation beyond the activations.
         matmuls: the step's matmuls and convolutions, for the planner model.
+        code_ops: operations that hold vertex code (``JaxprSize.code_ops``); None means
+            ``num_ops``.
     """
 
     grad: XlaCost = XlaCost()
@@ -93,6 +95,7 @@ class ProgramCounts(NamedTuple):
     activation_bytes: int = 0
     temporary_bytes: int = 0
     matmuls: tuple[ConvOp, ...] = ()
+    code_ops: int | None = None
 
 
 def build_step_profile(
@@ -131,6 +134,7 @@ def build_step_profile(
         temporary_bytes=int(counts.temporary_bytes),
         host_bytes_per_micro_batch=tree_nbytes(micro_batch),
         num_ops=int(counts.num_ops),
+        code_ops=None if counts.code_ops is None else int(counts.code_ops),
         precision=precision_of(params),
         matmuls=counts.matmuls,
         **settings.run_settings(),

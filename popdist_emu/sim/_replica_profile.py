@@ -84,6 +84,7 @@ def profile_replica(
         grad=summed_counts(stages),
         update=xla_cost(trainer.compile(batch).update.compiled),
         num_ops=sum(s.num_ops for s in stages),
+        code_ops=sum(s.code_ops for s in stages),
         activation_bytes=sum(s.activation_bytes for s in stages),
         temporary_bytes=max(s.temporary_bytes for s in stages),
     )

@@ -78,10 +78,15 @@ def _checkpoint_bytes(
 
 
 def _counts(
-    cost: XlaCost, num_ops: int, matmuls: tuple[hardware.ConvOp, ...]
+    cost: XlaCost, size: JaxprSize, matmuls: tuple[hardware.ConvOp, ...]
 ) -> hardware.PassCounts:
     return hardware.PassCounts(
-        cost.flops, cost.bytes_accessed, cost.transcendentals, num_ops, matmuls
+        cost.flops,
+        cost.bytes_accessed,
+        cost.transcendentals,
+        size.num_ops,
+        matmuls,
+        code_ops=size.code_ops,
     )
 
 
@@ -130,7 +135,7 @@ def _size_as_called(program: Program) -> JaxprSize:
     call equation; counted the same way here, the stages' counts stay what they were."""
     inner = jaxpr_size(program.jaxpr.jaxpr)
     outputs = [math.prod(a.shape) * a.dtype.itemsize for a in program.jaxpr.out_avals]
-    return JaxprSize(inner.num_ops + 1, max([inner.largest_bytes, *outputs]))
+    return JaxprSize(inner.num_ops + 1, max([inner.largest_bytes, *outputs]), inner.code_ops + 1)
 
 
 def profile_stages(
@@ -171,12 +176,10 @@ def profile_stages(
             weights._replace(
                 forward=_counts(
                     xla_cost(fwd.compiled),
-                    fwd_size.num_ops,
+                    fwd_size,
                     ops(fwd.jaxpr, prefix=f"{where}forward "),
                 ),
-                backward=_counts(
-                    xla_cost(bwd.compiled), bwd_size.num_ops, ops(bwd.jaxpr, prefix=where)
-                ),
+                backward=_counts(xla_cost(bwd.compiled), bwd_size, ops(bwd.jaxpr, prefix=where)),
                 # The compiled backward (a vjp) runs the forward again.
                 backward_reruns_forward=True,
                 input_bytes=tree_nbytes(x),

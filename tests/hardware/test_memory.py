@@ -5,6 +5,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import hardware
+from hardware._parameters import CODE_BYTES_PER_OP_PER_TILE
 
 POD16 = hardware.get_system("pod16")
 LAYOUT = hardware.ReplicaLayout(16, 4)
@@ -40,6 +41,17 @@ def test_categories_add_up():
     # the micro-batch being computed + the prefetched ones
     assert memory.categories["stream_buffers"] == (1 + hardware.DEFAULT_PREFETCH_DEPTH) * 1_000_000
     assert memory.capacity == hardware.GC200.in_processor_memory
+
+
+def test_code_is_charged_per_operation_that_holds_it():
+    """Vertex code per operation on every tile: the operations the framework records
+    (``code_ops``: a traced PyTorch operation once), not its lowering's primitives, which
+    stay the compute sets; without ``code_ops`` every primitive holds code."""
+    ipu = hardware.GC200
+    per_op = CODE_BYTES_PER_OP_PER_TILE * ipu.tiles
+    assert hardware.memory_per_ipu(profile(), LAYOUT, POD16).categories["code"] == 1000 * per_op
+    traced = hardware.memory_per_ipu(profile(code_ops=120), LAYOUT, POD16)
+    assert traced.categories["code"] == 120 * per_op
 
 
 def test_no_accumulator_without_gradient_accumulation():
