@@ -19,8 +19,10 @@ of one of Graphcore's published rows, from the application's ``configs.yml`` and
   state sharded over each instance's replicas), on two instances as
   ``efficientnet_b4_pod16.sh`` and ``benchmarks.yml`` have it, with 2 data-loader workers
   instead of 16 (each holds the instance's combined batch of generated images: more ran this
-  machine out of memory), on a Bow-POD16 (the system of the published B4 row
-  ``benchmarks/published_rows.py`` C4);
+  machine out of memory), on a Bow-POD16 at the global batch of the published B4 row C4
+  (``benchmarks/published_rows.py``: 6,144 samples, one step a call; Graphcore's TensorFlow 1
+  program of the same model on the same system), as micro-batch 4 (the program refuses its
+  mixup with cutmix below 4) and accumulation 192;
 - ViT-B/16 pre-training: ``benchmarks.yml``'s ``pytorch_vit_lamb_pretrain_gen_pod64``
   (``--config b16_in1k_pretrain_lamb``: 16 replicas of 4 IPUs over 8 instances,
   micro-batch 8, accumulation 512, LAMB without RTS) on a Bow-POD64, the row C8.
@@ -97,12 +99,17 @@ VISION_PROGRAMS: dict[str, dict[str, Any]] = {
             "--system",
             "bow-pod16",
         ),
+        # The row C4's global batch of 6,144 and one step a call: its micro-batch 3 x 256
+        # as the configuration's micro-batch 4 x 192 (the program refuses mixup with cutmix
+        # below micro-batch 4); the configuration's own accumulation is 64, 4 steps a call.
         "offline_args": _words(
             "--config efficientnet-b4-g16-gn-pod16 --data generated --epoch 1 "
-            "--validation-mode none --dataloader-worker 2"
+            "--validation-mode none --dataloader-worker 2 --gradient-accumulation 192 "
+            "--device-iterations 1"
         ),
         "loss": r"\] loss: *(\d*\.\d*)",
         "per_instance": ("--iterations",),
+        "published": "C4",
     },
     "vit": {
         "path": "vision/vit/pytorch/pretrain.py",

@@ -21,7 +21,7 @@ published figure lies inside the band made without that row; and, for each group
 differ only in system size, the predicted against the published speed-up from the smallest
 system to each larger one; and for each row an offline run of Graphcore's own program covers
 (``benchmarks/graphcore_programs.py``'s results: BERT-Base B15 by ``nlp/bert/pytorch``, ViT
-C8 by ``vision/vit/pytorch``), the figure predicted from that program beside the example's,
+C8 by ``vision/vit/pytorch``, EfficientNet-B4 C4 by ``vision/cnns/pytorch``), the figure predicted from that program beside the example's,
 both at the shipped parameters. Rows of an older software release (SDK 2.1: A1, A2, A3, A4) stay
 in every figure; their source names the release. All refits take seconds.
 

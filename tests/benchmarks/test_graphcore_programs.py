@@ -36,6 +36,30 @@ def test_offline_runs_take_the_published_rows_options():
     assert "b16_in1k_pretrain_lamb" in vit.offline_args
 
 
+def test_the_efficientnet_offline_run_is_the_row_c4_s_system_and_global_batch():
+    """C4 (TensorFlow 1, micro-batch 3 x accumulation 256 on 8 replicas of 2 IPUs of a
+    Bow-POD16) through the PyTorch program's configuration, whose mixup with cutmix needs
+    micro-batch 4: the same replicas, system and global batch, one step a call."""
+    effnet = programs.PROGRAMS["efficientnet"]
+    assert effnet.published == "C4"
+    row = programs.calibration_set.all_rows()["C4"].words.split()
+    poprun = programs.calibration_set.all_rows()["C4"].launch.split()
+    ours = programs._launch_options(effnet, "offline")
+    for flag in ("--system", "--num-replicas", "--ipus-per-replica"):
+        assert ours[ours.index(flag) + 1] == poprun[poprun.index(flag) + 1], flag
+
+    def value(words, flag):
+        return int(words[words.index(flag) + 1])
+
+    args = list(effnet.offline_args)
+    micro_batch = 4  # configs.yml's efficientnet-b4-g16-gn-pod16
+    assert "--micro-batch-size" not in args and "efficientnet-b4-g16-gn-pod16" in args
+    assert micro_batch * value(args, "--gradient-accumulation") == value(
+        row, "--micro-batch-size"
+    ) * value(row, "--gradient-accumulation")
+    assert value(args, "--device-iterations") == value(row, "--device-iterations") == 1
+
+
 def test_same_losses_compares_the_printed_losses():
     same = programs.same_losses
     assert same({"losses": [7.1, 6.5]}, {"losses": [7.1, 6.5]}) is True
