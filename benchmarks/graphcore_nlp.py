@@ -50,6 +50,9 @@ class Application(NamedTuple):
     # the folder named after it (relative to the run's working directory), run with the
     # application's interpreter first; empty for none.
     data: tuple[str, ...] = ()
+    # Why the functional layouts' losses are not compared (the runs train on other data or
+    # from other weights by the program's design); empty: compare them.
+    uncompared: str = ""
 
 
 # Its pre-training records (demo_tiny_128 reads data/*.tfrecord), not --dataset generated:
@@ -112,6 +115,9 @@ APPLICATIONS = {
         "B15",  # Bow Pod16, BERT-Base phase 1 SL128, PyTorch, SDK 3.3
         r"total loss: *([0-9.]+)",
         ("bert_pretraining_records.py", "data"),
+        uncompared="the record reader gives each instance and data-loader worker its own "
+        "records, so "
+        "each layout trains on other batches",
     ),
     "gpt2": Application(
         "nlp/gpt2/pytorch/train_gpt2.py",
@@ -133,6 +139,9 @@ APPLICATIONS = {
         ),
         None,  # no published GPT-2 row in benchmarks/published_rows.md
         r"step \d+ of epoch \d+, loss: *([0-9.]+)",
+        uncompared="train_gpt2.py never calls torch.manual_seed: every run draws other "
+        "initial weights (Horovod's broadcast_parameters gives a run's instances its rank "
+        "0's), so the layouts start from other weights",
     ),
 }
 

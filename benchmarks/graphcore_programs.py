@@ -409,10 +409,12 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         for mode in modes:
             if name in APPLICATIONS:
-                for layout in layouts(name, mode):
+                for i, layout in enumerate(layouts(name, mode)):
                     run = run_application(
                         args.examples, name, mode, layout, args.python, args.timeout
                     )
+                    if i > 0 and APPLICATIONS[name].uncompared:
+                        run["losses_not_compared"] = APPLICATIONS[name].uncompared
                     print(json.dumps(run), flush=True)
                     runs.append(run)
                 continue

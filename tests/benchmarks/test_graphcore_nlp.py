@@ -39,3 +39,12 @@ def test_an_offline_run_is_compared_with_its_row_in_the_one_table_of_published_r
     assert nlp.figures("gpt2", "offline", "-> 1,028 samples/s", "") == {
         "simulated_samples_per_s": 1028.0
     }
+
+
+def test_the_functional_layouts_say_why_their_losses_are_not_compared():
+    """GPT-2 never seeds PyTorch and BERT's reader gives each instance its own records:
+    the reason goes with the second layout's row, instead of a comparison."""
+    for name in ("bert", "gpt2"):
+        assert len(nlp.layouts(name, "functional")) == 2
+        assert nlp.APPLICATIONS[name].uncompared, name
+    assert "manual_seed" in nlp.APPLICATIONS["gpt2"].uncompared
