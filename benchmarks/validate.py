@@ -21,13 +21,14 @@ published figure lies inside the band made without that row; and, for each group
 differ only in system size, the predicted against the published speed-up from the smallest
 system to each larger one; and for each row an offline run of Graphcore's own program covers
 (``benchmarks/graphcore_programs.py``'s results: BERT-Base B15 by ``nlp/bert/pytorch``, ViT
-C8 by ``vision/vit/pytorch``, EfficientNet-B4 C4 by ``vision/cnns/pytorch``), the figure predicted from that program beside the example's,
-both at the shipped parameters. Rows of an older software release (SDK 2.1: A1, A2, A3, A4) stay
-in every figure; their source names the release. All refits take seconds.
+C8 by ``vision/vit/pytorch``, EfficientNet-B4 C4 by ``vision/cnns/pytorch``), the figure
+predicted from that program beside the example's, both at the shipped parameters. Rows of an
+older software release (SDK 2.1: A1, A2, A3, A4) stay in every figure; their source names the
+release. All refits take seconds.
 
 Writes ``benchmarks/results/validate.json`` (``results_file.py``), which
-``docs/hardware-model.md`` renders; prints one JSON line per row, per scale-out pair and
-the summary.
+``docs/hardware-model.md`` renders and whose summary ``python -m docs_build.readme`` puts in
+the README; prints one JSON line per row, per scale-out pair and the summary.
 
 Run::
 

@@ -118,6 +118,20 @@ def test_the_readme_is_a_front_page_whose_test_command_is_ci():
     assert not dated, f"the README retypes dates or timings: {dated}"
 
 
+def test_the_readme_s_validation_summary_is_the_latest_validation_run():
+    """The README's one generated block is what ``benchmarks/results/validate.json`` gives;
+    ``python -m docs_build.readme`` writes it after ``benchmarks/validate.py --write``."""
+    from docs_build import readme
+
+    summary = readme.summary_of()
+    assert readme.refreshed(README, summary) == README, "run python -m docs_build.readme"
+    block = README.split(readme.START)[1].split(readme.END)[0]
+    assert f"{100 * summary['loo_row_median_abs_error']:.1f} %" in block
+    assert len(block.strip().splitlines()) == 2 + len(readme.MEASURES)
+    with pytest.raises(ValueError, match="no block"):
+        readme.refreshed("# a README without the markers\n", summary)
+
+
 def _readme_blocks() -> list[tuple[str, str]]:
     """The README's fenced code blocks: (language, text)."""
     return re.findall(r"^```(\w*)\n(.*?)^```", README, re.DOTALL | re.MULTILINE)
