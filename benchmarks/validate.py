@@ -28,7 +28,9 @@ release. All refits take seconds.
 
 Writes ``benchmarks/results/validate.json`` (``results_file.py``), which
 ``docs/hardware-model.md`` renders and whose summary ``python -m docs_build.readme`` puts in
-the README; prints one JSON line per row, per scale-out pair and the summary.
+the README; prints one JSON line per row, per scale-out pair and the summary. A run on
+another ``--set`` or ``--features`` file (an experiment) only prints: the results file and
+the shipped bands stay the declared set's.
 
 Run::
 
@@ -255,6 +257,17 @@ def main(argv: list[str] | None = None) -> int:
         help="store the bands in hardware/calibration.json, where the reports read them",
     )
     args = parser.parse_args(argv)
+    # The results file and the shipped bands are the declared set's: a run on another set or
+    # features file (an experiment) prints its figures and changes neither.
+    declared_run = (Path(args.features).resolve(), Path(args.set).resolve()) == (
+        calibration_set.FEATURES_FILE.resolve(),
+        calibration_set.SET_FILE.resolve(),
+    )
+    if args.write and not declared_run:
+        parser.error(
+            "--write stores the declared set's bands in hardware/calibration.json; leave out "
+            "--set and --features to write them, or --write to try another set"
+        )
     try:
         stored = json.loads(Path(args.features).read_text())
         declared = calibration_set.load(Path(args.set))
@@ -288,6 +301,13 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as error:  # one line; the file is unchanged
             print(f"validate.py: {error.strerror}", file=sys.stderr)
             return 1
+    if not declared_run:
+        print(
+            "validate.py: another set or features file; benchmarks/results/validate.json "
+            "is the declared set's and is left as it is",
+            file=sys.stderr,
+        )
+        return 0
     write_results(
         "validate",
         {

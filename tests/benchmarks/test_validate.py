@@ -103,6 +103,24 @@ def test_the_results_file_is_what_validate_gives_from_the_stored_features(tmp_pa
     )
 
 
+def test_a_run_on_another_set_prints_and_leaves_the_results_file(tmp_path, monkeypatch, capsys):
+    """An experiment with another calibration set must not replace the declared set's
+    results (the table the docs and the README render) nor store its bands."""
+    monkeypatch.setenv("BENCHMARK_RESULTS_DIR", str(tmp_path))
+    other = json.loads(calibration_set.SET_FILE.read_text())
+    other["fits"][0]["rows"] = [*other["fits"][0]["rows"], "C4"]
+    path = tmp_path / "set.json"
+    path.write_text(json.dumps(other))
+    assert validate.main(["--set", str(path)]) == 0
+    printed = capsys.readouterr()
+    assert '"loo_row_median_abs_error"' in printed.out and "left as it is" in printed.err
+    assert not (tmp_path / "validate.json").exists()
+    with pytest.raises(SystemExit) as refused:
+        validate.main(["--set", str(path), "--write"])
+    assert refused.value.code == 2
+    assert "--write" in capsys.readouterr().err
+
+
 def test_a_row_graphcore_s_program_covers_gets_its_figure_beside_the_example_s(tmp_path):
     stored = json.loads(calibration_set.FEATURES_FILE.read_text())
     key = "B15"
