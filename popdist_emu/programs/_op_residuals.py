@@ -15,13 +15,18 @@ torchax runs each PyTorch operation inside ``jax.named_scope`` of the operation'
 (``aten::native_group_norm``), so the equations of one operation are a run of equations
 under that name. :func:`op_saved_values` keeps a residual that leaves its operation (some
 other operation reads it in the forward pass: it is a value of the ONNX graph), and replaces
-one that does not by the operation's inputs, which its gradient operation reads instead.
+one that does not by what the operation's gradient reads instead: its inputs, or its outputs
+for the operations whose PopART gradient is a function of the output (tanh, sigmoid, exp,
+softmax).
 A residual outside any PyTorch operation (a JAX program's, or the glue around a traced
 forward) is kept as it is, so JAX programs are measured as before.
 
 References:
     PopART user guide, "Automatic differentiation" (gradient operations built per forward
     operation, from its inputs and outputs), https://docs.graphcore.ai/projects/popart-user-guide/;
+    PopART's gradient operations, https://github.com/graphcore/popart
+    (``willow/src/popx/op/tanhx.cpp``, ``sigmoidx.cpp``, ``expx.cpp``, ``softmaxx.cpp``: they
+    read the forward output);
     torchax, ``torchax/tensor.py`` (``Environment.dispatch`` runs each operation under
     ``jax.named_scope``), https://github.com/pytorch/xla/tree/master/torchax; JAX
     documentation, ``jax.named_scope`` (the name stack an equation records).
@@ -36,6 +41,10 @@ import jax.extend.core as jex
 
 # The name torchax gives an ATen operation's scope (``OpOverload.name()``).
 _TORCH_OP = re.compile(r"aten::[\w.]+")
+# Operations whose PopART gradient reads the forward output, not the input: TanhGradOp,
+# SigmoidGradOp and ExpGradOp take ``getFwdOutInIndex``, SoftmaxGradOp the probabilities
+# (``getProbsInIndex``); popart/willow/src/popx/op/{tanhx,sigmoidx,expx,softmaxx}.cpp.
+_OUTPUT_GRADIENT = frozenset({"aten::tanh", "aten::sigmoid", "aten::exp", "aten::_softmax"})
 
 
 def torch_op_of(eqn: jex.JaxprEqn) -> str | None:
@@ -64,13 +73,16 @@ def op_saved_values(jaxpr: jex.Jaxpr, residuals: Sequence[jex.Var]) -> list[jex.
     """The values PopART keeps for ``residuals``, the vjp residuals ``jaxpr`` computes.
 
     Each residual made inside a PyTorch operation and read in ``jaxpr`` only by that
-    operation is replaced by the operation's inputs; the rest are kept. Consecutive
+    operation is replaced by what the operation's gradient reads: its outputs for tanh,
+    sigmoid, exp and softmax, its inputs otherwise; the rest are kept. Consecutive
     equations under the same operation name are one operation (:func:`op_runs`).
     Duplicates are removed.
     """
     run_of: dict[jex.Var, int | None] = {}
     readers: dict[jex.Var, set[int | None]] = {}
     run_inputs: dict[int, list[jex.Var]] = {}
+    run_made: dict[int, list[jex.Var]] = {}
+    run_name: dict[int, str | None] = {}
     for eqn, here in zip(jaxpr.eqns, op_runs(jaxpr.eqns), strict=True):
         for var in eqn.invars:
             if not isinstance(var, jex.Var):
@@ -79,11 +91,20 @@ def op_saved_values(jaxpr: jex.Jaxpr, residuals: Sequence[jex.Var]) -> list[jex.
             if here is not None and run_of.get(var) != here:
                 run_inputs.setdefault(here, []).append(var)
         run_of.update((var, here) for var in eqn.outvars)
+        if here is not None:
+            run_made.setdefault(here, []).extend(eqn.outvars)
+            run_name.setdefault(here, torch_op_of(eqn))
+
+    def read_by_gradient(run: int) -> list[jex.Var]:
+        if run_name.get(run) in _OUTPUT_GRADIENT:  # what leaves the operation
+            return [v for v in run_made.get(run, ()) if readers.get(v, set()) - {run}]
+        return run_inputs.get(run, [])
+
     saved: list[jex.Var] = []
     for var in residuals:
         made = run_of.get(var)
         if made is None or readers.get(var, set()) - {made}:
             saved.append(var)
         else:
-            saved.extend(run_inputs.get(made, ()))
+            saved.extend(read_by_gradient(made))
     return list(dict.fromkeys(saved))

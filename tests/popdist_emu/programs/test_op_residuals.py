@@ -81,3 +81,23 @@ def test_a_block_run_from_its_equations_keeps_the_operations_names():
     assert residual_bytes(_vjp_of(lambda w, a: rerun(w, a[0])), weights, x) == residual_bytes(
         _vjp_of(fn), weights, x
     )
+
+
+def _linear_then(activation: torch.nn.Module) -> tuple[dict, object]:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), activation, torch.nn.Linear(16, 16))
+    return torchax.extract_jax(model)
+
+
+def test_an_operation_whose_gradient_reads_its_output_keeps_only_the_output():
+    """PopART's TanhGradOp and SoftmaxGradOp read the forward output: between two linear
+    maps PopART keeps the activation's output (which the second map's gradient reads too),
+    not its input, whatever the lowering saved inside the operation."""
+    x = jnp.ones((8, 16), jnp.float32)
+    one_map = 8 * 16 * 4  # one float32 feature map; x itself is an input, not an activation
+    for activation in (torch.nn.Tanh(), torch.nn.Softmax(dim=-1)):
+        weights, fn = _linear_then(activation)
+        assert residual_bytes(_vjp_of(fn), weights, x) == one_map, activation
+    # A SiLU's gradient reads its input: the first map's output and SiLU's are both kept.
+    weights, fn = _linear_then(torch.nn.SiLU())
+    assert residual_bytes(_vjp_of(fn), weights, x) == 2 * one_map
