@@ -93,8 +93,9 @@ class GraphcoreProgram(NamedTuple):
     per_instance: tuple[str, ...] = ()
     published: str | None = None  # the published row whose configuration the offline run is
     # Why the losses of two layouts are not compared (a program that leaves PyTorch's seed
-    # unset draws other weights and data in every process); empty: compared.
-    unseeded: str = ""
+    # unset draws other weights and data in every process); empty: compared. The same field
+    # as the applications' ``graphcore_nlp.Application.uncompared``.
+    uncompared: str = ""
 
 
 PROGRAMS = {
@@ -421,8 +422,8 @@ def main(argv: list[str] | None = None) -> int:
             counts = PROGRAMS[name].instances if mode == "functional" else (1,)
             for instances in counts:
                 run = run_program(args.examples, name, mode, args.timeout, instances, args.python)
-                if instances != counts[0] and PROGRAMS[name].unseeded:
-                    run["losses_not_compared"] = PROGRAMS[name].unseeded
+                if instances != counts[0] and PROGRAMS[name].uncompared:
+                    run["losses_not_compared"] = PROGRAMS[name].uncompared
                 elif instances != counts[0]:  # the program seeds: the same losses?
                     run["same_losses_as_first_layout"] = same_losses(runs[-1], run)
                 print(json.dumps(run), flush=True)

@@ -137,7 +137,7 @@ VISION_PROGRAMS: dict[str, dict[str, Any]] = {
         "published": "C8",
         # pretrain.py seeds NumPy and PopTorch (ipu_options.py) but never torch.manual_seed:
         # its initial weights and generated images are other draws in every process.
-        "unseeded": "pretrain.py never calls torch.manual_seed (weights and generated images "
+        "uncompared": "pretrain.py never calls torch.manual_seed (weights and generated images "
         "are other draws in every process)",
     },
 }
