@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import jax.extend.core as jex
 
@@ -54,17 +55,24 @@ def torch_op_of(eqn: jex.JaxprEqn) -> str | None:
     return found.group(0) if found else None
 
 
-def op_runs(eqns: Sequence[jex.JaxprEqn]) -> list[int | None]:
-    """The PyTorch operation each of ``eqns`` belongs to, as a run number, or None outside
-    any: consecutive equations under the same operation name are one operation (PopART's
-    one ONNX operation), numbered from 0 in order; an equation outside any operation
-    between two of the same name does not split them."""
-    runs: list[int | None] = []
-    run, last = -1, None
+class OpRun(NamedTuple):
+    """One traced PyTorch operation: its place among the jaxpr's operations and its name."""
+
+    number: int
+    name: str
+
+
+def op_runs(eqns: Sequence[jex.JaxprEqn]) -> list[OpRun | None]:
+    """The PyTorch operation each of ``eqns`` belongs to, or None outside any: consecutive
+    equations under the same operation name are one operation (PopART's one ONNX
+    operation), numbered from 0 in order; an equation outside any operation between two of
+    the same name does not split them."""
+    runs: list[OpRun | None] = []
+    run: OpRun | None = None
     for eqn in eqns:
         name = torch_op_of(eqn)
-        if name is not None and name != last:
-            run, last = run + 1, name
+        if name is not None and (run is None or name != run.name):
+            run = OpRun(0 if run is None else run.number + 1, name)
         runs.append(run if name is not None else None)
     return runs
 
@@ -78,11 +86,10 @@ def op_saved_values(jaxpr: jex.Jaxpr, residuals: Sequence[jex.Var]) -> list[jex.
     equations under the same operation name are one operation (:func:`op_runs`).
     Duplicates are removed.
     """
-    run_of: dict[jex.Var, int | None] = {}
-    readers: dict[jex.Var, set[int | None]] = {}
-    run_inputs: dict[int, list[jex.Var]] = {}
-    run_made: dict[int, list[jex.Var]] = {}
-    run_name: dict[int, str | None] = {}
+    run_of: dict[jex.Var, OpRun | None] = {}
+    readers: dict[jex.Var, set[OpRun | None]] = {}
+    run_inputs: dict[OpRun, list[jex.Var]] = {}
+    run_made: dict[OpRun, list[jex.Var]] = {}
     for eqn, here in zip(jaxpr.eqns, op_runs(jaxpr.eqns), strict=True):
         for var in eqn.invars:
             if not isinstance(var, jex.Var):
@@ -93,10 +100,9 @@ def op_saved_values(jaxpr: jex.Jaxpr, residuals: Sequence[jex.Var]) -> list[jex.
         run_of.update((var, here) for var in eqn.outvars)
         if here is not None:
             run_made.setdefault(here, []).extend(eqn.outvars)
-            run_name.setdefault(here, torch_op_of(eqn))
 
-    def read_by_gradient(run: int) -> list[jex.Var]:
-        if run_name.get(run) in _OUTPUT_GRADIENT:  # what leaves the operation
+    def read_by_gradient(run: OpRun) -> list[jex.Var]:
+        if run.name in _OUTPUT_GRADIENT:  # what leaves the operation
             return [v for v in run_made.get(run, ()) if readers.get(v, set()) - {run}]
         return run_inputs.get(run, [])
 
