@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 from contract import write_atomically
+from docs_build.results import RESULTS, ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-VALIDATION = ROOT / "benchmarks" / "results" / "validate.json"
+VALIDATION = RESULTS / "validate.json"
 START = "<!-- generated: validation summary (python -m docs_build.readme) -->"
 END = "<!-- end of the generated block -->"
 # The summary's figures, each with what it measures (benchmarks/validate.py computes them).
