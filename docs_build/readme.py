@@ -47,7 +47,7 @@ def refreshed(readme: str, summary: dict) -> str:
         ValueError: the README lacks one of the markers.
     """
     if START not in readme or END not in readme:
-        raise ValueError(f"README.md: no block between {START!r} and {END!r}")
+        raise ValueError(f"no block between {START!r} and {END!r}")
     head, rest = readme.split(START, 1)
     _, tail = rest.split(END, 1)
     return f"{head}{START}\n{render(summary)}\n{END}{tail}"
@@ -58,13 +58,18 @@ def summary_of(path: Path = VALIDATION) -> dict:
     return json.loads(path.read_text())["figures"]["summary"]
 
 
-def main() -> int:
-    """Rewrites the README's block (to a temporary name, renamed into place)."""
-    text = README.read_text()
-    new = refreshed(text, summary_of())
+def main(readme: Path = README, validation: Path = VALIDATION) -> int:
+    """Rewrites the README's block (to a temporary name, renamed into place); a README
+    without the markers or an unreadable results file is one line and exit status 2."""
+    try:
+        text = readme.read_text()
+        new = refreshed(text, summary_of(validation))
+    except (OSError, ValueError, KeyError) as error:
+        print(f"docs_build.readme: {readme}: {error}", file=sys.stderr)
+        return 2
     if new != text:
-        write_atomically(README, new)
-    print(f"{README.name}: validation summary {'refreshed' if new != text else 'up to date'}")
+        write_atomically(readme, new)
+    print(f"{readme.name}: validation summary {'refreshed' if new != text else 'up to date'}")
     return 0
 
 

@@ -132,6 +132,18 @@ def test_the_readme_s_validation_summary_is_the_latest_validation_run():
         readme.refreshed("# a README without the markers\n", summary)
 
 
+def test_the_readme_writer_refuses_a_readme_without_its_block_in_one_line(tmp_path, capsys):
+    from docs_build import readme
+
+    page = tmp_path / "README.md"
+    page.write_text("# a README without the markers\n")
+    assert readme.main(page) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "no block" in err
+    assert page.read_text() == "# a README without the markers\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["README.md"]  # nothing half-written
+
+
 def _readme_blocks() -> list[tuple[str, str]]:
     """The README's fenced code blocks: (language, text)."""
     return re.findall(r"^```(\w*)\n(.*?)^```", README, re.DOTALL | re.MULTILINE)
